@@ -1,0 +1,66 @@
+"""One rooted exception tree. Every error a user can meet says what was wrong and how to fix it.
+
+    RidgelineError
+    ├── ConfigError              a setting, spec or command-line value is invalid
+    │   ├── UnknownKindError     a name (arrival kind, preset, target scheme) is not one of the valid ones
+    │   └── TraceFormatError     a trace file is malformed (names file, line, column)
+    ├── TargetError              talking to an inference endpoint failed
+    │   └── TargetUnreachableError   the endpoint did not answer the connect check
+    ├── StoreError               the run store could not be read or written
+    └── RunInterrupted           a run was stopped (Ctrl-C); its partial results are stored
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class RidgelineError(Exception):
+    """Root of every error ridgeline raises on purpose."""
+
+
+class ConfigError(RidgelineError, ValueError):
+    """A setting, spec or command-line value is invalid."""
+
+
+class UnknownKindError(ConfigError):
+    """A name is not one of the valid ones; the message lists them."""
+
+    def __init__(self, what: str, name: str, valid: Iterable[str]) -> None:
+        self.what = what
+        self.name = name
+        self.valid = sorted(valid)
+        super().__init__(
+            f"unknown {what} {name!r}; valid {what}s are: {', '.join(self.valid)}"
+        )
+
+
+class TraceFormatError(ConfigError):
+    """A trace file is malformed; the message names the file, line and column."""
+
+    def __init__(self, path: str, line: int, column: str | int, problem: str) -> None:
+        self.path = path
+        self.line = line
+        self.column = column
+        self.problem = problem
+        super().__init__(f"{path}, line {line}, column {column}: {problem}")
+
+
+class TargetError(RidgelineError):
+    """Talking to an inference endpoint failed."""
+
+
+class TargetUnreachableError(TargetError):
+    """The endpoint did not answer the connect check made before a step."""
+
+
+class StoreError(RidgelineError):
+    """The run store could not be read or written."""
+
+
+class RunInterrupted(RidgelineError):
+    """A run was stopped before its end; partial results were stored under ``run_id``."""
+
+    def __init__(self, run_id: int | None, message: str) -> None:
+        self.run_id = run_id
+        super().__init__(message)

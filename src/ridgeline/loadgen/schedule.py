@@ -1,0 +1,68 @@
+"""A schedule: every send time (and request size) of a step, made before it runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ridgeline.errors import ConfigError
+from ridgeline.workload.arrivals import ArrivalSpec
+from ridgeline.workload.payloads import RequestShape, shapes_from_trace
+from ridgeline.workload.traces import Trace, read_trace
+
+
+@dataclass(frozen=True)
+class Schedule:
+    times: NDArray[np.float64]
+    """Seconds from the step's start, sorted."""
+    shapes: list[RequestShape] | None
+    """Per-request sizes, or None for the default shape throughout."""
+    duration_s: float
+    description: str
+
+    @property
+    def rate(self) -> float:
+        return len(self.times) / self.duration_s if self.duration_s > 0 else 0.0
+
+
+def from_arrival(spec: ArrivalSpec, duration_s: float, seed: int = 0) -> Schedule:
+    if duration_s <= 0:
+        raise ConfigError(f"duration must be > 0 s, got {duration_s}")
+    times = spec.schedule(duration_s, seed)
+    return Schedule(times, None, duration_s, f"{spec!r}, {duration_s:g} s, seed {seed}")
+
+
+def from_trace(
+    trace: Trace | str | Path,
+    *,
+    target_rate: float | None = None,
+    start_s: float = 0.0,
+    duration_s: float | None = None,
+) -> Schedule:
+    """Replay a recorded trace at its own pace, or time-scaled to ``target_rate`` (the
+    relative gaps kept); optionally a window [start_s, start_s + duration_s) of it,
+    taken after scaling."""
+    tr = trace if isinstance(trace, Trace) else read_trace(trace)
+    if target_rate is not None:
+        tr = tr.scaled_to_rate(target_rate)
+    end = tr.duration + 1e-9 if duration_s is None else start_s + duration_s
+    tr = tr.window(start_s, end)
+    if len(tr) == 0:
+        raise ConfigError(
+            f"the trace window [{start_s:g}, {end:g}) s of {tr.source} holds no requests; "
+            "widen --duration or move the window"
+        )
+    span = duration_s if duration_s is not None else float(tr.times[-1]) + _last_gap(tr.times)
+    scaled = f", scaled to {target_rate:g}/s" if target_rate is not None else ""
+    return Schedule(np.asarray(tr.times, dtype=np.float64), shapes_from_trace(tr), span,
+                    f"trace {tr.source}{scaled}, {span:g} s from {start_s:g} s")
+
+
+def _last_gap(times: NDArray[np.float64]) -> float:
+    """A span for an open-ended replay: to the last arrival plus one mean gap."""
+    if len(times) < 2:
+        return 1.0
+    return float(times[-1] - times[0]) / (len(times) - 1)

@@ -1,0 +1,140 @@
+"""One schedule sharded across N local generator processes that share a start time.
+
+Shard k replays every N-th arrival (k, k+N, ...), so each shard keeps the schedule's
+shape at 1/N of its rate. The parent waits until every shard has connected, then gives
+them one start instant on CLOCK_MONOTONIC (``time.perf_counter`` is system-wide on
+Linux); their records, timed from that same instant, merge exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+import signal
+import threading
+import time
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ridgeline.errors import RidgelineError, TargetError
+from ridgeline.loadgen.records import Records
+from ridgeline.loadgen.replayer import Progress, ReplayConfig, replay
+from ridgeline.workload.payloads import RequestShape
+
+_START_LEAD_S = 0.25
+
+
+def _shard_main(
+    conn: Connection,
+    target_url: str,
+    target_options: dict[str, Any],
+    times: NDArray[np.float64],
+    shapes: Sequence[RequestShape] | None,
+    cfg: ReplayConfig,
+) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    from ridgeline.loadgen.runloop import run_coroutine
+    from ridgeline.targets.factory import make_target
+
+    async def main() -> Records | None:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        target = make_target(target_url, **target_options)
+        try:
+            await target.connect(cfg.max_outstanding)
+            conn.send(("ready", None))
+            msg, start_at = await loop.run_in_executor(None, conn.recv)
+            if msg != "start":
+                return None
+
+            def watch() -> None:
+                try:
+                    if conn.recv()[0] == "stop":
+                        loop.call_soon_threadsafe(stop.set)
+                except (EOFError, OSError):
+                    loop.call_soon_threadsafe(stop.set)
+
+            threading.Thread(target=watch, daemon=True).start()
+            return await replay(target, times, shapes, cfg, start_at=start_at, stop=stop)
+        finally:
+            await target.close()
+
+    try:
+        rec = run_coroutine(main())
+        conn.send(("records", rec))
+    except RidgelineError as exc:
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+    except Exception as exc:
+        conn.send(("error", f"generator process failed: {type(exc).__name__}: {exc}"))
+
+
+async def replay_sharded(
+    target_url: str,
+    target_options: dict[str, Any],
+    times: NDArray[np.float64],
+    shapes: Sequence[RequestShape] | None,
+    cfg: ReplayConfig,
+    processes: int,
+    *,
+    stop: asyncio.Event | None = None,
+    progress: Progress | None = None,
+) -> Records:
+    loop = asyncio.get_running_loop()
+    ctx = mp.get_context("spawn")
+    per_shard_cfg = cfg.model_copy(
+        update={"max_outstanding": max(1, cfg.max_outstanding // processes)}
+    )
+    conns: list[Connection] = []
+    procs = []
+    for k in range(processes):
+        parent, child = ctx.Pipe()
+        shard_shapes = list(shapes[k::processes]) if shapes is not None else None
+        p = ctx.Process(
+            target=_shard_main,
+            args=(child, target_url, target_options, times[k::processes], shard_shapes,
+                  per_shard_cfg),
+            daemon=True,
+        )
+        p.start()
+        child.close()
+        conns.append(parent)
+        procs.append(p)
+    try:
+        hellos = await asyncio.gather(*(loop.run_in_executor(None, c.recv) for c in conns))
+        failed = [m for kind, m in hellos if kind != "ready"]
+        if failed:
+            for c in conns:
+                c.send(("abort", None))
+            raise TargetError(f"a generator process could not start: {failed[0]}")
+        start_at = time.perf_counter() + _START_LEAD_S
+        for c in conns:
+            c.send(("start", start_at))
+        if progress is not None:
+            progress.total = int(times.shape[0])
+        results = asyncio.gather(*(loop.run_in_executor(None, c.recv) for c in conns))
+        if stop is not None:
+            stopper = loop.create_task(stop.wait())
+            await asyncio.wait({results, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            if stop.is_set():
+                for c in conns:
+                    c.send(("stop", None))
+            stopper.cancel()
+        parts = await results
+    finally:
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+        for c in conns:
+            c.close()
+    errors = [m for kind, m in parts if kind != "records"]
+    if errors:
+        raise TargetError(errors[0])
+    merged = Records.merge([rec for _, rec in parts])
+    if progress is not None:
+        progress.sent = progress.answered = len(merged)
+    return merged

@@ -1,0 +1,152 @@
+"""One open-loop step, end to end: schedule → connect check → replay → summary → store.
+
+``measure_step`` is the building block (the capacity search runs many of them in one
+run); ``run_step`` is the single-step job behind ``ridgeline run``: it opens a run in
+the store, turns Ctrl-C into a clean stop, and stores the (possibly partial) step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ridgeline.errors import RunInterrupted
+from ridgeline.loadgen.records import Records
+from ridgeline.loadgen.replayer import Progress, ReplayConfig, replay
+from ridgeline.loadgen.runloop import run_coroutine
+from ridgeline.loadgen.schedule import Schedule
+from ridgeline.loadgen.shard import replay_sharded
+from ridgeline.loadgen.validity import ValidityConfig, assess_validity
+from ridgeline.targets.factory import make_target
+from ridgeline.telemetry.scrape import Scraper
+from ridgeline.telemetry.store import RunStore
+from ridgeline.telemetry.summary import StepSummary, summarize
+from ridgeline.telemetry.windows import Window, windows
+
+
+class StepConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    processes: int = Field(1, ge=1, le=64, description="local generator processes")
+    window_s: float = Field(1.0, gt=0, description="telemetry window width")
+    replay: ReplayConfig = ReplayConfig()
+    validity: ValidityConfig = ValidityConfig()
+    metrics_url: str | None = Field(None, description="Prometheus endpoint to scrape beside")
+    store_requests: bool = Field(False, description="keep one row per request in the store")
+
+
+@dataclass
+class StepResult:
+    summary: StepSummary
+    windows: list[Window]
+    records: Records
+    interrupted: bool
+    scrape_failures: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+async def measure_step(
+    target_url: str,
+    schedule: Schedule,
+    cfg: StepConfig,
+    *,
+    target_options: dict[str, Any] | None = None,
+    stop: asyncio.Event | None = None,
+    progress: Progress | None = None,
+) -> StepResult:
+    """Replay ``schedule`` against ``target_url``; raises TargetUnreachableError before
+    sending anything if the endpoint does not answer its connect check."""
+    opts = target_options or {}
+    stop = stop or asyncio.Event()
+    target = make_target(target_url, **opts)
+    await target.connect(cfg.replay.max_outstanding)
+    scraper = Scraper(cfg.metrics_url, cfg.window_s) if cfg.metrics_url else None
+    scrape_stop = asyncio.Event()
+    scrape_task = None
+    try:
+        if cfg.processes > 1:
+            await target.close()
+        t0 = time.perf_counter()
+        if scraper is not None:
+            scrape_task = asyncio.get_running_loop().create_task(scraper.run(t0, scrape_stop))
+        if cfg.processes == 1:
+            records = await replay(
+                target, schedule.times, schedule.shapes, cfg.replay,
+                start_at=t0 + 0.005, stop=stop, progress=progress,
+            )
+        else:
+            records = await replay_sharded(
+                target_url, opts, schedule.times, schedule.shapes, cfg.replay, cfg.processes,
+                stop=stop, progress=progress,
+            )
+    finally:
+        scrape_stop.set()
+        if scrape_task is not None:
+            await scrape_task
+        if cfg.processes == 1:
+            await target.close()
+    interrupted = stop.is_set()
+    valid, reason = assess_validity(records, cfg.validity, interrupted=interrupted)
+    summary = summarize(
+        records, schedule.duration_s, valid=valid, invalid_reason=reason,
+        interrupted=interrupted, processes=cfg.processes,
+    )
+    wins = windows(records, schedule.duration_s, cfg.window_s)
+    if scraper is not None:
+        scraper.attach(wins)
+    return StepResult(summary, wins, records, interrupted,
+                      scraper.failures if scraper is not None else 0)
+
+
+def run_step(
+    target_url: str,
+    schedule: Schedule,
+    cfg: StepConfig,
+    *,
+    store: RunStore,
+    target_options: dict[str, Any] | None = None,
+    progress: Progress | None = None,
+) -> StepResult:
+    """The ``ridgeline run`` job: one stored step. Ctrl-C stops sending, waits for
+    in-flight requests, stores the partial step marked interrupted and raises
+    RunInterrupted naming the run."""
+
+    async def main() -> StepResult:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGINT, stop.set)
+        run_id: int | None = None
+        try:
+            config = {"schedule": schedule.description, "step": cfg.model_dump()}
+            result = await measure_step(
+                target_url, schedule, cfg, target_options=target_options, stop=stop,
+                progress=progress,
+            )
+            run_id = store.create_run("run", target_url, config)
+            step_id = store.add_step(
+                run_id, 0, result.summary, result.windows,
+                result.records if cfg.store_requests else None,
+            )
+            result.summary.run_id, result.summary.step_id = run_id, step_id
+            status = "interrupted" if result.interrupted else "complete"
+            store.finish_run(run_id, status, result.summary.invalid_reason,
+                             result.summary.model_dump())
+        finally:
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(signal.SIGINT)
+        if result.interrupted:
+            raise RunInterrupted(
+                run_id,
+                f"interrupted: the partial step ({result.summary.sent} requests sent) is "
+                f"stored as run {run_id}, marked interrupted; `ridgeline runs show {run_id}`",
+            )
+        return result
+
+    return run_coroutine(main())

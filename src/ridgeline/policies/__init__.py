@@ -1,0 +1,1 @@
+"""Pure decision policies shared by the servers, the simulator and the tests."""

@@ -1,0 +1,110 @@
+"""A step's result, summarised from its records: what ``ridgeline run --json`` prints.
+
+Every answered request counts in the latency percentiles — errors at the time the
+error came, timeouts at the time they were given up on — and errors, timeouts and
+incomplete requests all count in ``error_rate``. Drops (the server said at once that a
+request could not meet its SLO) are counted apart, in ``drop_rate``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from ridgeline.loadgen.records import FAILED, Outcome, Records
+from ridgeline.telemetry.histogram import histogram_of, summary_ms
+
+
+class Percentiles(BaseModel):
+    p50: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    p999: float | None = None
+    max: float | None = None
+    mean: float | None = None
+
+
+class StepSummary(BaseModel):
+    offered_rps: float = Field(description="scheduled requests / step duration")
+    achieved_rps: float = Field(description="successful answers / step duration")
+    duration_s: float
+    scheduled: int
+    sent: int
+    ok: int
+    errors: int
+    timeouts: int
+    dropped: int
+    incomplete: int
+    not_sent: int
+    error_rate: float = Field(description="(errors + timeouts + incomplete) / sent")
+    drop_rate: float
+    latency_ms: Percentiles = Field(description="from the scheduled send (no coordinated omission)")
+    latency_from_send_ms: Percentiles = Field(description="from the actual send, for comparison")
+    lateness_ms: Percentiles = Field(description="actual send − scheduled send")
+    ttft_ms: Percentiles | None = Field(None, description="time to first token, from schedule")
+    itl_ms: Percentiles | None = Field(None, description="mean inter-token latency per request")
+    output_tokens_per_s: float | None = None
+    error_kinds: dict[str, int] = Field(default_factory=dict)
+    valid: bool = True
+    invalid_reason: str | None = None
+    status: str = Field("complete", description="complete | interrupted")
+    processes: int = 1
+    run_id: int | None = None
+    step_id: int | None = None
+
+
+def _pct(seconds: np.ndarray) -> Percentiles:  # type: ignore[type-arg]
+    return Percentiles(**summary_ms(histogram_of(seconds)))
+
+
+def summarize(
+    rec: Records,
+    duration_s: float,
+    *,
+    valid: bool,
+    invalid_reason: str | None,
+    interrupted: bool = False,
+    processes: int = 1,
+) -> StepSummary:
+    outcome = rec.outcome
+    answered = outcome != int(Outcome.NOT_SENT)
+    sent = int(answered.sum())
+    ok = outcome == int(Outcome.OK)
+    failed = int(np.isin(outcome, [int(o) for o in FAILED]).sum())
+    span = duration_s if duration_s > 0 else 1.0
+    streamed = np.isfinite(rec.first_token)
+    ttft = itl = None
+    tokens_per_s = None
+    if streamed.any():
+        ttft = _pct((rec.first_token - rec.scheduled)[streamed])
+        multi = streamed & (rec.output_tokens > 1) & np.isfinite(rec.done)
+        gaps = (rec.done[multi] - rec.first_token[multi]) / (rec.output_tokens[multi] - 1)
+        itl = _pct(gaps)
+        tokens_per_s = float(rec.output_tokens[ok].sum()) / span
+    return StepSummary(
+        offered_rps=len(rec) / span,
+        achieved_rps=float(ok.sum()) / span,
+        duration_s=duration_s,
+        scheduled=len(rec),
+        sent=sent,
+        ok=int(ok.sum()),
+        errors=rec.count(Outcome.ERROR),
+        timeouts=rec.count(Outcome.TIMEOUT),
+        dropped=rec.count(Outcome.DROPPED),
+        incomplete=rec.count(Outcome.INCOMPLETE),
+        not_sent=rec.count(Outcome.NOT_SENT),
+        error_rate=failed / sent if sent else 0.0,
+        drop_rate=rec.count(Outcome.DROPPED) / sent if sent else 0.0,
+        latency_ms=_pct(rec.latency_from_schedule[answered]),
+        latency_from_send_ms=_pct(rec.latency_from_send[answered]),
+        lateness_ms=_pct(np.maximum(rec.lateness[answered], 1e-6)),
+        ttft_ms=ttft,
+        itl_ms=itl,
+        output_tokens_per_s=tokens_per_s,
+        error_kinds=dict(rec.errors),
+        valid=valid,
+        invalid_reason=invalid_reason,
+        status="interrupted" if interrupted else "complete",
+        processes=processes,
+    )
