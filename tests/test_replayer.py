@@ -105,7 +105,10 @@ async def test_stop_marks_unsent_and_incomplete_requests() -> None:
     asyncio.get_running_loop().call_later(0.2, stop.set)
     progress = Progress()
     rec = await replay(
-        Fn(slow), even(1000, 1000.0), config=ReplayConfig(drain_s=0.05), stop=stop,
+        Fn(slow),
+        even(1000, 1000.0),
+        config=ReplayConfig(drain_s=0.05),
+        stop=stop,
         progress=progress,
     )
     sent = rec.count(Outcome.INCOMPLETE)

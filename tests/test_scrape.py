@@ -53,9 +53,22 @@ async def test_scraper_gives_windows_counter_deltas() -> None:
     assert len(scraper.samples) >= 5
     firsts = [s["served_total"] for _, s in scraper.samples]
     assert firsts == [5.0 * (i + 1) for i in range(len(firsts))]
-    w = Window.model_validate(dict(
-        index=0, start_s=0.0, end_s=0.3, offered=0, ok=0, failed=0, dropped=0,
-        completed_ok=0, offered_rps=0, achieved_rps=0, error_rate=0,
-        latency_ms={}, lateness_p99_ms=None))
+    w = Window.model_validate(
+        dict(
+            index=0,
+            start_s=0.0,
+            end_s=0.3,
+            offered=0,
+            ok=0,
+            failed=0,
+            dropped=0,
+            completed_ok=0,
+            offered_rps=0,
+            achieved_rps=0,
+            error_rate=0,
+            latency_ms={},
+            lateness_p99_ms=None,
+        )
+    )
     scraper.attach([w])
     assert w.server["served_total"] == 15.0  # samples near 0.0 s and 0.3 s

@@ -26,8 +26,9 @@ def sample_records() -> Records:
 
 def test_a_run_round_trips_with_its_steps_windows_and_requests(tmp_path: Path) -> None:
     rec = sample_records()
-    summary = summarize(rec, 2.0, valid=False, invalid_reason="interrupted before its end",
-                        interrupted=True)
+    summary = summarize(
+        rec, 2.0, valid=False, invalid_reason="interrupted before its end", interrupted=True
+    )
     with RunStore(tmp_path / "runs.sqlite") as store:
         run_id = store.create_run("run", "null://", {"rate": 10})
         step_id = store.add_step(run_id, 0, summary, windows(rec, 2.0), rec)

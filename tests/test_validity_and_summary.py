@@ -45,14 +45,30 @@ def test_unsent_requests_make_a_step_invalid() -> None:
 
 def test_summary_counts_errors_and_timeouts_in_latency_and_error_rate() -> None:
     sched = np.arange(10) / 10.0
-    outcome = [0, 0, 0, 0, 0, 0, int(Outcome.ERROR), int(Outcome.TIMEOUT),
-               int(Outcome.DROPPED), int(Outcome.NOT_SENT)]
+    outcome = [
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        int(Outcome.ERROR),
+        int(Outcome.TIMEOUT),
+        int(Outcome.DROPPED),
+        int(Outcome.NOT_SENT),
+    ]
     sent = np.where(np.arange(10) < 9, sched, np.nan)
     lat = np.array([0.010] * 6 + [0.002, 1.0, 0.001, np.nan])
-    s = summarize(records(sched, sent, sent + lat, outcome), 1.0, valid=True,
-                  invalid_reason=None)
+    s = summarize(records(sched, sent, sent + lat, outcome), 1.0, valid=True, invalid_reason=None)
     assert (s.scheduled, s.sent, s.ok, s.errors, s.timeouts, s.dropped, s.not_sent) == (
-        10, 9, 6, 1, 1, 1, 1)
+        10,
+        9,
+        6,
+        1,
+        1,
+        1,
+        1,
+    )
     assert s.error_rate == 2 / 9
     assert s.drop_rate == 1 / 9
     assert s.offered_rps == 10.0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -33,8 +32,10 @@ err = Console(stderr=True)
 
 DbOption = Annotated[
     str | None,
-    typer.Option("--db", help=f"run store: a SQLite file path (default {default_store_path()}, "
-                 "or $RIDGELINE_DB)"),
+    typer.Option(
+        "--db",
+        help=f"run store: a SQLite file path (default {default_store_path()}, or $RIDGELINE_DB)",
+    ),
 ]
 
 
@@ -62,27 +63,40 @@ def _target_options(model: str | None, header: list[str], token: str | None) -> 
 
 @app.command()
 def run(
-    target: Annotated[str, typer.Argument(help="endpoint URL, e.g. http://127.0.0.1:8000/v2/"
-                                          "models/NAME, grpc://127.0.0.1:8001/NAME, "
-                                          "openai+http://127.0.0.1:8000/v1, null://")],
+    target: Annotated[
+        str,
+        typer.Argument(
+            help="endpoint URL, e.g. http://127.0.0.1:8000/v2/"
+            "models/NAME, grpc://127.0.0.1:8001/NAME, "
+            "openai+http://127.0.0.1:8000/v1, null://"
+        ),
+    ],
     rate: Annotated[float | None, typer.Option(help="mean offered rate, requests/s")] = None,
     duration: Annotated[float, typer.Option(help="step length, seconds")] = 10.0,
-    arrival: Annotated[str, typer.Option(
-        help="constant | poisson | gamma:cv=2 | ramp:from=10,to=100 | steps:rates=10/20,step=5"
-             " | diurnal:amplitude=0.5,period=60")] = "poisson",
+    arrival: Annotated[
+        str,
+        typer.Option(
+            help="constant | poisson | gamma:cv=2 | ramp:from=10,to=100 | steps:rates=10/20,step=5"
+            " | diurnal:amplitude=0.5,period=60"
+        ),
+    ] = "poisson",
     trace: Annotated[Path | None, typer.Option(help="replay a recorded trace (CSV/JSONL)")] = None,
-    target_rate: Annotated[float | None, typer.Option(
-        help="time-scale the trace to this mean rate, keeping its relative gaps")] = None,
+    target_rate: Annotated[
+        float | None,
+        typer.Option(help="time-scale the trace to this mean rate, keeping its relative gaps"),
+    ] = None,
     trace_start: Annotated[float, typer.Option(help="start of the trace window, s")] = 0.0,
     seed: Annotated[int, typer.Option(help="seed of the arrival schedule")] = 0,
     processes: Annotated[int, typer.Option(help="local generator processes")] = 1,
     timeout: Annotated[float, typer.Option(help="per-request timeout, s")] = 30.0,
     max_outstanding: Annotated[int, typer.Option(help="requests in flight at most")] = 10_000,
-    lateness_bound_ms: Annotated[float, typer.Option(
-        help="p99 send lateness above which the step is invalid")] = 1.0,
+    lateness_bound_ms: Annotated[
+        float, typer.Option(help="p99 send lateness above which the step is invalid")
+    ] = 1.0,
     window: Annotated[float, typer.Option(help="telemetry window, s")] = 1.0,
-    metrics_url: Annotated[str | None, typer.Option(
-        help="Prometheus endpoint of the server, scraped beside the load")] = None,
+    metrics_url: Annotated[
+        str | None, typer.Option(help="Prometheus endpoint of the server, scraped beside the load")
+    ] = None,
     model: Annotated[str | None, typer.Option(help="model name (OpenAI targets)")] = None,
     header: Annotated[list[str], typer.Option(help="extra header 'Name: value'")] = [],  # noqa: B006
     token: Annotated[str | None, typer.Option(help="bearer token for the endpoint")] = None,
@@ -94,16 +108,23 @@ def run(
     try:
         schedule = _schedule(rate, duration, arrival, trace, target_rate, trace_start, seed)
         cfg = StepConfig(
-            processes=processes, window_s=window, metrics_url=metrics_url,
+            processes=processes,
+            window_s=window,
+            metrics_url=metrics_url,
             store_requests=store_requests,
             replay=ReplayConfig(timeout_s=timeout, max_outstanding=max_outstanding),
             validity=ValidityConfig(lateness_p99_bound_s=lateness_bound_ms / 1000.0),
         )
         progress = Progress()
         with RunStore(db) as store, live_progress(progress, err, err.is_terminal):
-            result = run_step(target, schedule, cfg, store=store,
-                              target_options=_target_options(model, header, token),
-                              progress=progress)
+            result = run_step(
+                target,
+                schedule,
+                cfg,
+                store=store,
+                target_options=_target_options(model, header, token),
+                progress=progress,
+            )
     except RidgelineError as exc:
         _fail(exc)
     except ValueError as exc:  # pydantic validation of the options
@@ -114,17 +135,25 @@ def run(
         out.print(step_table(result.summary, f"{target} — {schedule.description}"))
 
 
-def _schedule(rate: float | None, duration: float, arrival: str, trace: Path | None,
-              target_rate: float | None, trace_start: float, seed: int) -> Schedule:
+def _schedule(
+    rate: float | None,
+    duration: float,
+    arrival: str,
+    trace: Path | None,
+    target_rate: float | None,
+    trace_start: float,
+    seed: int,
+) -> Schedule:
     if trace is not None:
-        return from_trace(trace, target_rate=target_rate or rate, start_s=trace_start,
-                          duration_s=duration)
+        return from_trace(
+            trace, target_rate=target_rate or rate, start_s=trace_start, duration_s=duration
+        )
     return from_arrival(parse_arrival(arrival, rate), duration, seed)
 
 
 @app.command("fake-server")
 def fake_server(
-    port: Annotated[int, typer.Option(help="HTTP port (v2, OpenAI, /metrics); 0 = any free")] = 8000,
+    port: Annotated[int, typer.Option(help="HTTP port (v2, OpenAI, /metrics); 0: any")] = 8000,
     grpc_port: Annotated[int | None, typer.Option(help="gRPC port; 0 = any free")] = 8001,
     preset: Annotated[str | None, typer.Option(help="a built-in latency model")] = None,
     config: Annotated[Path | None, typer.Option(help="a latency model YAML file")] = None,
@@ -145,8 +174,9 @@ def fake_server(
 
 
 @runs_app.command("list")
-def runs_list(db: DbOption = None,
-              limit: Annotated[int, typer.Option(help="newest N runs")] = 20) -> None:
+def runs_list(
+    db: DbOption = None, limit: Annotated[int, typer.Option(help="newest N runs")] = 20
+) -> None:
     """List the newest runs."""
     try:
         with RunStore(db) as store:
@@ -156,8 +186,9 @@ def runs_list(db: DbOption = None,
 
 
 @runs_app.command("show")
-def runs_show(run_id: int, db: DbOption = None,
-              as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+def runs_show(
+    run_id: int, db: DbOption = None, as_json: Annotated[bool, typer.Option("--json")] = False
+) -> None:
     """Show one run: its steps and their windows."""
     from ridgeline.telemetry.summary import StepSummary
 
@@ -195,4 +226,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

@@ -1,13 +1,13 @@
 """One rooted exception tree. Every error a user can meet says what was wrong and how to fix it.
 
-    RidgelineError
-    ├── ConfigError              a setting, spec or command-line value is invalid
-    │   ├── UnknownKindError     a name (arrival kind, preset, target scheme) is not one of the valid ones
-    │   └── TraceFormatError     a trace file is malformed (names file, line, column)
-    ├── TargetError              talking to an inference endpoint failed
-    │   └── TargetUnreachableError   the endpoint did not answer the connect check
-    ├── StoreError               the run store could not be read or written
-    └── RunInterrupted           a run was stopped (Ctrl-C); its partial results are stored
+RidgelineError
+├── ConfigError              a setting, spec or command-line value is invalid
+│   ├── UnknownKindError     a name (arrival kind, preset, scheme) is not a valid one
+│   └── TraceFormatError     a trace file is malformed (names file, line, column)
+├── TargetError              talking to an inference endpoint failed
+│   └── TargetUnreachableError   the endpoint did not answer the connect check
+├── StoreError               the run store could not be read or written
+└── RunInterrupted           a run was stopped (Ctrl-C); its partial results are stored
 """
 
 from __future__ import annotations
@@ -30,9 +30,7 @@ class UnknownKindError(ConfigError):
         self.what = what
         self.name = name
         self.valid = sorted(valid)
-        super().__init__(
-            f"unknown {what} {name!r}; valid {what}s are: {', '.join(self.valid)}"
-        )
+        super().__init__(f"unknown {what} {name!r}; valid {what}s are: {', '.join(self.valid)}")
 
 
 class TraceFormatError(ConfigError):

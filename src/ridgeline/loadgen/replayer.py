@@ -37,11 +37,14 @@ class ReplayConfig(BaseModel):
     )
     timeout_s: float = Field(30.0, gt=0, description="per-request timeout, from the actual send")
     drain_s: float | None = Field(
-        None, gt=0, description="after a stop, how long to wait for in-flight requests "
-        "(default: timeout_s)"
+        None,
+        gt=0,
+        description="after a stop, how long to wait for in-flight requests (default: timeout_s)",
     )
     spin_s: float = Field(
-        0.0015, ge=0, le=0.05,
+        0.0015,
+        ge=0,
+        le=0.05,
         description="sleep on the event loop's timer until this close to a send, then poll",
     )
 

@@ -57,8 +57,12 @@ def from_trace(
         )
     span = duration_s if duration_s is not None else float(tr.times[-1]) + _last_gap(tr.times)
     scaled = f", scaled to {target_rate:g}/s" if target_rate is not None else ""
-    return Schedule(np.asarray(tr.times, dtype=np.float64), shapes_from_trace(tr), span,
-                    f"trace {tr.source}{scaled}, {span:g} s from {start_s:g} s")
+    return Schedule(
+        np.asarray(tr.times, dtype=np.float64),
+        shapes_from_trace(tr),
+        span,
+        f"trace {tr.source}{scaled}, {span:g} s from {start_s:g} s",
+    )
 
 
 def _last_gap(times: NDArray[np.float64]) -> float:

@@ -95,8 +95,14 @@ async def replay_sharded(
         shard_shapes = list(shapes[k::processes]) if shapes is not None else None
         p = ctx.Process(
             target=_shard_main,
-            args=(child, target_url, target_options, times[k::processes], shard_shapes,
-                  per_shard_cfg),
+            args=(
+                child,
+                target_url,
+                target_options,
+                times[k::processes],
+                shard_shapes,
+                per_shard_cfg,
+            ),
             daemon=True,
         )
         p.start()
@@ -117,8 +123,9 @@ async def replay_sharded(
             progress.total = int(times.shape[0])
         results = asyncio.gather(*(loop.run_in_executor(None, c.recv) for c in conns))
         if stop is not None:
-            stopper = loop.create_task(stop.wait())
-            await asyncio.wait({results, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            stopper: asyncio.Future[Any] = loop.create_task(stop.wait())
+            waiting: list[asyncio.Future[Any]] = [results, stopper]
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             if stop.is_set():
                 for c in conns:
                     c.send(("stop", None))

@@ -77,13 +77,24 @@ async def measure_step(
             scrape_task = asyncio.get_running_loop().create_task(scraper.run(t0, scrape_stop))
         if cfg.processes == 1:
             records = await replay(
-                target, schedule.times, schedule.shapes, cfg.replay,
-                start_at=t0 + 0.005, stop=stop, progress=progress,
+                target,
+                schedule.times,
+                schedule.shapes,
+                cfg.replay,
+                start_at=t0 + 0.005,
+                stop=stop,
+                progress=progress,
             )
         else:
             records = await replay_sharded(
-                target_url, opts, schedule.times, schedule.shapes, cfg.replay, cfg.processes,
-                stop=stop, progress=progress,
+                target_url,
+                opts,
+                schedule.times,
+                schedule.shapes,
+                cfg.replay,
+                cfg.processes,
+                stop=stop,
+                progress=progress,
             )
     finally:
         scrape_stop.set()
@@ -94,14 +105,19 @@ async def measure_step(
     interrupted = stop.is_set()
     valid, reason = assess_validity(records, cfg.validity, interrupted=interrupted)
     summary = summarize(
-        records, schedule.duration_s, valid=valid, invalid_reason=reason,
-        interrupted=interrupted, processes=cfg.processes,
+        records,
+        schedule.duration_s,
+        valid=valid,
+        invalid_reason=reason,
+        interrupted=interrupted,
+        processes=cfg.processes,
     )
     wins = windows(records, schedule.duration_s, cfg.window_s)
     if scraper is not None:
         scraper.attach(wins)
-    return StepResult(summary, wins, records, interrupted,
-                      scraper.failures if scraper is not None else 0)
+    return StepResult(
+        summary, wins, records, interrupted, scraper.failures if scraper is not None else 0
+    )
 
 
 def run_step(
@@ -126,18 +142,26 @@ def run_step(
         try:
             config = {"schedule": schedule.description, "step": cfg.model_dump()}
             result = await measure_step(
-                target_url, schedule, cfg, target_options=target_options, stop=stop,
+                target_url,
+                schedule,
+                cfg,
+                target_options=target_options,
+                stop=stop,
                 progress=progress,
             )
             run_id = store.create_run("run", target_url, config)
             step_id = store.add_step(
-                run_id, 0, result.summary, result.windows,
+                run_id,
+                0,
+                result.summary,
+                result.windows,
                 result.records if cfg.store_requests else None,
             )
             result.summary.run_id, result.summary.step_id = run_id, step_id
             status = "interrupted" if result.interrupted else "complete"
-            store.finish_run(run_id, status, result.summary.invalid_reason,
-                             result.summary.model_dump())
+            store.finish_run(
+                run_id, status, result.summary.invalid_reason, result.summary.model_dump()
+            )
         finally:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(signal.SIGINT)

@@ -79,8 +79,7 @@ class Scraper:
             if before is after:
                 continue
             w.server = {
-                k: (v - before.get(k, 0.0)) if k in self.counters else v
-                for k, v in after.items()
+                k: (v - before.get(k, 0.0)) if k in self.counters else v for k, v in after.items()
             }
 
 

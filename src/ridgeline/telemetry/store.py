@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ridgeline.errors import StoreError
 from ridgeline.loadgen.records import Records
@@ -76,7 +77,7 @@ def default_store_path() -> Path:
     return Path(base) / "ridgeline" / "runs.sqlite"
 
 
-def _nullable(a: np.ndarray) -> list[float | None]:  # type: ignore[type-arg]
+def _nullable(a: NDArray[np.float64]) -> list[float | None]:
     return [None if not np.isfinite(x) else float(x) for x in a.tolist()]
 
 
@@ -119,25 +120,46 @@ class RunStore:
         return int(cur.lastrowid or 0)
 
     def finish_run(
-        self, run_id: int, status: str, reason: str | None = None,
+        self,
+        run_id: int,
+        status: str,
+        reason: str | None = None,
         summary: dict[str, Any] | None = None,
     ) -> None:
         self._db.execute(
             "UPDATE runs SET status=?, status_reason=?, summary=?, finished_at=? WHERE id=?",
-            (status, reason, json.dumps(summary) if summary is not None else None,
-             time.time(), run_id),
+            (
+                status,
+                reason,
+                json.dumps(summary) if summary is not None else None,
+                time.time(),
+                run_id,
+            ),
         )
 
     def add_step(
-        self, run_id: int, index: int, summary: StepSummary, windows: list[Window],
+        self,
+        run_id: int,
+        index: int,
+        summary: StepSummary,
+        windows: list[Window],
         records: Records | None = None,
     ) -> int:
         with self._tx():
             cur = self._db.execute(
                 "INSERT INTO steps (run_id, idx, offered_rps, achieved_rps, valid, invalid_reason,"
                 " status, summary, created_at) VALUES (?,?,?,?,?,?,?,?,?)",
-                (run_id, index, summary.offered_rps, summary.achieved_rps, int(summary.valid),
-                 summary.invalid_reason, summary.status, summary.model_dump_json(), time.time()),
+                (
+                    run_id,
+                    index,
+                    summary.offered_rps,
+                    summary.achieved_rps,
+                    int(summary.valid),
+                    summary.invalid_reason,
+                    summary.status,
+                    summary.model_dump_json(),
+                    time.time(),
+                ),
             )
             step_id = int(cur.lastrowid or 0)
             self._db.executemany(
@@ -147,11 +169,17 @@ class RunStore:
             if records is not None:
                 self._db.executemany(
                     "INSERT INTO requests VALUES (?,?,?,?,?,?,?,?)",
-                    zip([step_id] * len(records), range(len(records)),
-                        records.scheduled.tolist(), _nullable(records.sent),
-                        _nullable(records.done), records.outcome.tolist(),
-                        _nullable(records.first_token), records.output_tokens.tolist(),
-                        strict=True),
+                    zip(
+                        [step_id] * len(records),
+                        range(len(records)),
+                        records.scheduled.tolist(),
+                        _nullable(records.sent),
+                        _nullable(records.done),
+                        records.outcome.tolist(),
+                        _nullable(records.first_token),
+                        records.output_tokens.tolist(),
+                        strict=True,
+                    ),
                 )
         return step_id
 
@@ -165,8 +193,16 @@ class RunStore:
             " GROUP BY r.id ORDER BY r.id DESC LIMIT ?",
             (limit,),
         ).fetchall()
-        keys = ("id", "kind", "target", "status", "status_reason", "started_at",
-                "finished_at", "steps")
+        keys = (
+            "id",
+            "kind",
+            "target",
+            "status",
+            "status_reason",
+            "started_at",
+            "finished_at",
+            "steps",
+        )
         return [dict(zip(keys, row, strict=True)) for row in rows]
 
     def get_run(self, run_id: int) -> dict[str, Any]:
@@ -177,8 +213,17 @@ class RunStore:
         ).fetchone()
         if row is None:
             raise StoreError(f"no run {run_id} in {self.path}; `ridgeline runs list` shows them")
-        keys = ("id", "kind", "target", "config", "status", "status_reason", "summary",
-                "started_at", "finished_at")
+        keys = (
+            "id",
+            "kind",
+            "target",
+            "config",
+            "status",
+            "status_reason",
+            "summary",
+            "started_at",
+            "finished_at",
+        )
         run = dict(zip(keys, row, strict=True))
         run["config"] = json.loads(run["config"])
         run["summary"] = json.loads(run["summary"]) if run["summary"] else None
@@ -186,11 +231,13 @@ class RunStore:
         for sid, idx, summary in self._db.execute(
             "SELECT id, idx, summary FROM steps WHERE run_id=? ORDER BY idx", (run_id,)
         ).fetchall():
-            wins = [json.loads(d) for (d,) in self._db.execute(
-                "SELECT data FROM windows WHERE step_id=? ORDER BY idx", (sid,)
-            ).fetchall()]
-            steps.append({"id": sid, "index": idx, "summary": json.loads(summary),
-                          "windows": wins})
+            wins = [
+                json.loads(d)
+                for (d,) in self._db.execute(
+                    "SELECT data FROM windows WHERE step_id=? ORDER BY idx", (sid,)
+                ).fetchall()
+            ]
+            steps.append({"id": sid, "index": idx, "summary": json.loads(summary), "windows": wins})
         run["steps"] = steps
         return run
 

@@ -9,6 +9,7 @@ request could not meet its SLO) are counted apart, in ``drop_rate``.
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import NDArray
 from pydantic import BaseModel, Field
 
 from ridgeline.loadgen.records import FAILED, Outcome, Records
@@ -54,7 +55,7 @@ class StepSummary(BaseModel):
     step_id: int | None = None
 
 
-def _pct(seconds: np.ndarray) -> Percentiles:  # type: ignore[type-arg]
+def _pct(seconds: NDArray[np.float64]) -> Percentiles:
     return Percentiles(**summary_ms(histogram_of(seconds)))
 
 

@@ -3,11 +3,27 @@
 A ``RequestShape`` is the target-independent description of one request (rows of a
 tensor batch, prompt and output tokens); each target encodes it for its protocol and
 caches the encoding, so the hot path sends prepared bytes.
+
+Shapes for a run come from a recorded trace (``shapes_from_trace``), one fixed shape
+(``fixed_shapes``), or seeded draws from small size distributions (``sampled_shapes``
+with ``FixedSize``, ``UniformSize`` or ``LognormalSize`` per field).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+
+from ridgeline.errors import ConfigError, UnknownKindError
+from ridgeline.workload.traces import Trace
+
+Counts = NDArray[np.int64]
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,3 +37,130 @@ class RequestShape:
 
 
 DEFAULT_SHAPE = RequestShape()
+
+
+class FixedSize(BaseModel):
+    """Every request gets ``value``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    kind: Literal["fixed"] = "fixed"
+    value: int = Field(ge=0, description="the size of every request")
+
+    def draw(self, n: int, rng: np.random.Generator) -> Counts:
+        return np.full(n, self.value, dtype=np.int64)
+
+    def smallest(self) -> int:
+        return self.value
+
+
+class UniformSize(BaseModel):
+    """Sizes drawn uniformly from the integers ``low..high`` (both included)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    kind: Literal["uniform"] = "uniform"
+    low: int = Field(ge=0, description="smallest size")
+    high: int = Field(ge=0, description="largest size (≥ low)")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> UniformSize:
+        if self.high < self.low:
+            raise ValueError(f"high ({self.high}) must be ≥ low ({self.low})")
+        return self
+
+    def draw(self, n: int, rng: np.random.Generator) -> Counts:
+        return rng.integers(self.low, self.high, size=n, endpoint=True, dtype=np.int64)
+
+    def smallest(self) -> int:
+        return self.low
+
+
+class LognormalSize(BaseModel):
+    """Lognormal sizes with the given mean and coefficient of variation, rounded to
+    integers and clipped to ``[low, high]`` (the long right tail of prompt lengths)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    kind: Literal["lognormal"] = "lognormal"
+    mean: float = Field(gt=0, allow_inf_nan=False, description="mean size before clipping")
+    cv: float = Field(gt=0, allow_inf_nan=False, description="std / mean before clipping")
+    low: int = Field(1, ge=0, description="smallest size kept")
+    high: int | None = Field(None, ge=0, description="largest size kept (none: no cap)")
+
+    def draw(self, n: int, rng: np.random.Generator) -> Counts:
+        sigma2 = math.log1p(self.cv**2)
+        raw = rng.lognormal(math.log(self.mean) - sigma2 / 2, math.sqrt(sigma2), size=n)
+        return np.clip(np.rint(raw), self.low, self.high).astype(np.int64)
+
+    def smallest(self) -> int:
+        return self.low
+
+
+SizeSpec = Annotated[FixedSize | UniformSize | LognormalSize, Field(discriminator="kind")]
+"""A distribution of one per-request size; ``kind`` selects the class."""
+
+SizeLike = int | FixedSize | UniformSize | LognormalSize | Mapping[str, Any]
+"""A size: a constant, a spec, or a spec as a mapping (from YAML)."""
+
+_SIZE_ADAPTER: TypeAdapter[SizeSpec] = TypeAdapter(SizeSpec)
+_SIZE_KINDS = ("fixed", "uniform", "lognormal")
+_MINIMUM = {"items": 1, "prompt_tokens": 0, "output_tokens": 0}
+
+
+def fixed_shapes(n: int, shape: RequestShape = DEFAULT_SHAPE) -> list[RequestShape]:
+    """``n`` requests all of one shape."""
+    return [shape] * n
+
+
+def shapes_from_trace(trace: Trace) -> list[RequestShape]:
+    """One shape per request of a trace, from its ``items``, ``prompt_tokens`` and
+    ``output_tokens`` columns (``RequestShape``'s defaults where a column is absent)."""
+    n = len(trace)
+    columns = {
+        name: trace.columns[name].tolist() if name in trace.columns else [default] * n
+        for name, default in (("items", 1), ("prompt_tokens", 0), ("output_tokens", 0))
+    }
+    rows = zip(columns["items"], columns["prompt_tokens"], columns["output_tokens"], strict=True)
+    return [RequestShape(items, prompt, output) for items, prompt, output in rows]
+
+
+def sampled_shapes(
+    n: int,
+    seed: int = 0,
+    items: SizeLike = 1,
+    prompt_tokens: SizeLike = 0,
+    output_tokens: SizeLike = 0,
+) -> list[RequestShape]:
+    """``n`` shapes with sizes drawn independently per request from seeded distributions.
+
+    Each size field has its own random stream (from ``seed`` and the field), so changing
+    one field's spec leaves the others' draws as they were.
+    """
+    if n < 0 or seed < 0:
+        raise ConfigError(f"n and seed must be ≥ 0, got n={n}, seed={seed}")
+    drawn = []
+    for stream, (name, like) in enumerate(
+        (("items", items), ("prompt_tokens", prompt_tokens), ("output_tokens", output_tokens))
+    ):
+        spec = _size_spec(name, like)
+        drawn.append(spec.draw(n, np.random.default_rng([seed, stream])).tolist())
+    return [RequestShape(i, p, o) for i, p, o in zip(*drawn, strict=True)]
+
+
+def _size_spec(name: str, like: SizeLike) -> FixedSize | UniformSize | LognormalSize:
+    if isinstance(like, bool):
+        raise ConfigError(f"{name} must be an integer or a size spec, got {like!r}")
+    if isinstance(like, Mapping) and like.get("kind") not in _SIZE_KINDS:
+        raise UnknownKindError("size kind", str(like.get("kind")), _SIZE_KINDS)
+    try:
+        spec = (
+            FixedSize(value=like) if isinstance(like, int) else _SIZE_ADAPTER.validate_python(like)
+        )
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'][1:]))}: {e['msg']}" for e in exc.errors()
+        )
+        raise ConfigError(f"{name} size spec {like!r} is invalid: {problems}") from None
+    if spec.smallest() < _MINIMUM[name]:
+        raise ConfigError(
+            f"{name} must be ≥ {_MINIMUM[name]}, but its spec allows {spec.smallest()}: {spec!r}"
+        )
+    return spec

@@ -1,0 +1,29 @@
+"""Target adapters: one inference endpoint each, behind the three-method ``Target`` Protocol.
+
+``make_target(url)`` picks the adapter from the URL (``describe_target_urls()`` lists
+the forms); the adapter classes can also be built directly.
+"""
+
+from ridgeline.targets.base import OK, Reply, Target
+from ridgeline.targets.factory import describe_target_urls, make_target
+from ridgeline.targets.http import HttpTarget
+from ridgeline.targets.inprocess import InProcessTarget, null_target
+from ridgeline.targets.openai import OpenAITarget
+from ridgeline.targets.tensors import TensorSpec
+from ridgeline.targets.v2_grpc import V2GrpcTarget
+from ridgeline.targets.v2_http import V2HttpTarget
+
+__all__ = [
+    "OK",
+    "HttpTarget",
+    "InProcessTarget",
+    "OpenAITarget",
+    "Reply",
+    "Target",
+    "TensorSpec",
+    "V2GrpcTarget",
+    "V2HttpTarget",
+    "describe_target_urls",
+    "make_target",
+    "null_target",
+]

@@ -1,0 +1,94 @@
+"""Pieces the HTTP targets share: the pooled session, connect checks, error replies."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+
+from ridgeline.errors import ConfigError, TargetError, TargetUnreachableError
+from ridgeline.targets.base import Reply
+
+_MAX_ERROR_TEXT = 300
+
+
+def new_session(max_outstanding: int, headers: Mapping[str, str]) -> aiohttp.ClientSession:
+    """One keep-alive pool of at most ``max_outstanding`` connections, with no timeout.
+
+    The replayer times requests out itself, so the session has no total timeout.
+    """
+    if max_outstanding < 1:
+        raise ConfigError(f"max_outstanding is {max_outstanding}; it must be at least 1")
+    connector = aiohttp.TCPConnector(limit=max_outstanding, keepalive_timeout=60.0)
+    return aiohttp.ClientSession(
+        connector=connector, headers=dict(headers), timeout=aiohttp.ClientTimeout(total=None)
+    )
+
+
+async def fetch(
+    session: aiohttp.ClientSession, url: str, *, purpose: str, hint: str, timeout: float
+) -> bytes:
+    """GET ``url`` for a connect check; any failure or non-2xx is TargetUnreachableError."""
+    try:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+            body = await resp.read()
+    except TimeoutError as exc:
+        raise TargetUnreachableError(
+            f"{purpose}: GET {url} got no answer within {timeout:g} s; {hint}"
+        ) from exc
+    except (aiohttp.ClientError, OSError) as exc:
+        raise TargetUnreachableError(f"{purpose}: GET {url} failed ({exc}); {hint}") from exc
+    if not 200 <= resp.status < 300:
+        raise TargetUnreachableError(
+            f"{purpose}: GET {url} answered HTTP {resp.status}: {error_text(body)}; {hint}"
+        )
+    return body
+
+
+def parse_json(body: bytes, url: str) -> Any:
+    """The JSON document a connect check returned."""
+    try:
+        return json.loads(body)
+    except ValueError:
+        raise TargetUnreachableError(
+            f"GET {url} answered {body[:80]!r}, which is not JSON; "
+            "check that the URL points at the right kind of server"
+        ) from None
+
+
+def error_text(body: bytes) -> str:
+    """The server's error message: ``{"error": "..."}``, ``{"error": {"message": ...}}`` or text."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict):
+        error = doc.get("error")
+        if isinstance(error, dict):
+            error = error.get("message")
+        if isinstance(error, str):
+            return error
+    return body.decode("utf-8", "replace").strip()[:_MAX_ERROR_TEXT]
+
+
+def failed_reply(status: int, body: bytes) -> Reply:
+    """The reply for a non-success HTTP answer; an error text starting "dropped" is a drop."""
+    text = error_text(body)
+    return Reply(ok=False, dropped=text.startswith("dropped"), error=f"HTTP {status}: {text}")
+
+
+def not_connected(target: object) -> TargetError:
+    return TargetError(
+        f"{type(target).__name__}.send was called before connect(); "
+        "await target.connect(max_outstanding) first"
+    )
+
+
+def with_token(headers: Mapping[str, str] | None, token: str | None) -> dict[str, str]:
+    """``headers`` plus ``Authorization: Bearer <token>`` when a token is given."""
+    merged = dict(headers or {})
+    if token:
+        merged["Authorization"] = f"Bearer {token}"
+    return merged

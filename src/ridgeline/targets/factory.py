@@ -1,0 +1,177 @@
+"""One URL names a target: the scheme (and, for HTTP, the path) picks the adapter.
+
+Each scheme has a builder in ``_BUILDERS``; an unknown scheme lists the valid ones.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from urllib.parse import SplitResult, urlsplit
+
+from ridgeline.errors import ConfigError, UnknownKindError
+from ridgeline.targets._http import with_token
+from ridgeline.targets.base import Target
+from ridgeline.targets.http import HttpTarget
+from ridgeline.targets.inprocess import InProcessTarget, load_callable, null_target
+from ridgeline.targets.openai import OpenAIApi, OpenAITarget
+from ridgeline.targets.tensors import TensorSpec
+from ridgeline.targets.v2_grpc import V2GrpcTarget
+from ridgeline.targets.v2_http import V2HttpTarget
+
+_V2_MODEL = re.compile(
+    r"^(?P<prefix>.*?)/v2/models/(?P<name>[^/]+)(?:/versions/(?P<version>[^/]+))?(?:/infer)?/?$"
+)
+_V2_BARE = re.compile(r"^(?P<prefix>.*?)/v2(?:/models)?/?$")
+_GRPC_MODEL = re.compile(r"^/(?:v2/models/)?(?P<name>[^/]+)(?:/versions/(?P<version>[^/]+))?/?$")
+
+
+@dataclass(frozen=True, slots=True)
+class _Options:
+    model: str | None
+    headers: dict[str, str]
+    inputs: Sequence[TensorSpec] | None
+    openai_api: OpenAIApi
+    stream: bool
+    method: str
+    body: str | None
+
+
+def make_target(
+    url: str,
+    *,
+    model: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    inputs: Sequence[TensorSpec] | None = None,
+    openai_api: OpenAIApi = "completions",
+    stream: bool = True,
+    method: str = "POST",
+    body: str | None = None,
+    token: str | None = None,
+) -> Target:
+    """The target ``url`` names (see ``describe_target_urls``); nothing is contacted yet."""
+    scheme = url.partition("://")[0].lower() if "://" in url else ""
+    builder = _BUILDERS.get(scheme)
+    if builder is None:
+        raise UnknownKindError("target scheme", scheme or url, _BUILDERS)
+    options = _Options(model, with_token(headers, token), inputs, openai_api, stream, method, body)
+    return builder(url, options)
+
+
+def describe_target_urls() -> str:
+    """The URL forms ``make_target`` understands, for command-line help."""
+    return _DESCRIPTION
+
+
+def _split(url: str, form: str) -> SplitResult:
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        raise ConfigError(f"target URL {url!r} has a bad port; write {form}") from None
+    if not parts.hostname:
+        raise ConfigError(f"target URL {url!r} has no host; write {form}")
+    if port is None and parts.scheme.startswith("grpc"):
+        raise ConfigError(f"target URL {url!r} has no port; write {form}")
+    return parts
+
+
+def _http(url: str, options: _Options) -> Target:
+    parts = _split(url, "http://HOST:PORT/PATH")
+    if options.body is not None:  # a body template asks for the generic target
+        return HttpTarget(url, method=options.method, headers=options.headers, body=options.body)
+    root = f"{parts.scheme}://{parts.netloc}"
+    v2 = _V2_MODEL.match(parts.path)
+    if v2 is not None:
+        return V2HttpTarget(
+            root + v2["prefix"],
+            v2["name"],
+            version=v2["version"],
+            inputs=options.inputs,
+            headers=options.headers,
+        )
+    bare = _V2_BARE.match(parts.path)
+    if bare is not None:
+        if options.model is None:
+            raise ConfigError(
+                f"v2 target URL {url!r} names no model; write "
+                f"{root}{bare['prefix']}/v2/models/NAME[/versions/V], or give the model option"
+            )
+        return V2HttpTarget(
+            root + bare["prefix"], options.model, inputs=options.inputs, headers=options.headers
+        )
+    return HttpTarget(url, method=options.method, headers=options.headers, body=options.body)
+
+
+def _grpc(url: str, options: _Options) -> Target:
+    form = "grpc://HOST:PORT/MODEL[/versions/V] (or grpc://HOST:PORT/v2/models/MODEL)"
+    parts = _split(url, form)
+    path = parts.path.rstrip("/")
+    name, version = options.model, None
+    if path:
+        found = _GRPC_MODEL.match(path)
+        if found is None:
+            raise ConfigError(f"gRPC target URL {url!r} has path {path!r}; write {form}")
+        name, version = found["name"], found["version"]
+    if name is None:
+        raise ConfigError(f"gRPC target URL {url!r} names no model; write {form}")
+    return V2GrpcTarget(
+        parts.netloc,
+        name,
+        version=version,
+        inputs=options.inputs,
+        headers=options.headers,
+        tls=parts.scheme == "grpcs",
+    )
+
+
+def _openai(url: str, options: _Options) -> Target:
+    plain = url.split("+", 1)[1]
+    parts = _split(plain, "openai+http://HOST:PORT[/v1]")
+    path = parts.path.rstrip("/") or "/v1"
+    return OpenAITarget(
+        f"{parts.scheme}://{parts.netloc}{path}",
+        model=options.model,
+        api=options.openai_api,
+        stream=options.stream,
+        headers=options.headers,
+    )
+
+
+def _python(url: str, options: _Options) -> Target:
+    spec = url.split("://", 1)[1]
+    return InProcessTarget(load_callable(spec), name=spec)
+
+
+def _null(url: str, options: _Options) -> Target:
+    return null_target()
+
+
+_BUILDERS: dict[str, Callable[[str, _Options], Target]] = {
+    "http": _http,
+    "https": _http,
+    "grpc": _grpc,
+    "grpcs": _grpc,
+    "openai+http": _openai,
+    "openai+https": _openai,
+    "python": _python,
+    "null": _null,
+}
+
+_DESCRIPTION = """\
+Target URLs:
+  http(s)://HOST:PORT/v2/models/NAME[/versions/V]
+                                 Open Inference Protocol v2 over HTTP (KServe, Triton, MLServer)
+  grpc(s)://HOST:PORT/NAME[/versions/V]
+                                 v2 over gRPC (also grpc://HOST:PORT/v2/models/NAME)
+  openai+http(s)://HOST:PORT[/v1]
+                                 OpenAI-compatible completions or chat, streamed; the model
+                                 is the model option, or the first the server lists
+  http(s)://HOST:PORT/PATH       any other HTTP endpoint (or any URL given a body template):
+                                 method, headers and a body with {items}, {prompt_tokens},
+                                 {output_tokens}, {prompt} replaced per request; 2xx = ok
+  python://package.module:function
+                                 an in-process callable fn(shape) -> Reply | bool | None
+  null://                        answers at once: measures the load generator itself
+"""

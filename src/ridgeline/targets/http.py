@@ -1,0 +1,126 @@
+"""A generic HTTP endpoint: one method, one URL, a body template, success = 2xx.
+
+The body template is a string in which ``{items}``, ``{prompt_tokens}``,
+``{output_tokens}`` and ``{prompt}`` (that many words) are replaced per shape; any
+other brace is left alone, so JSON templates need no escaping. Each distinct shape's
+body is built once and cached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+import aiohttp
+import yarl
+
+from ridgeline.errors import ConfigError, TargetUnreachableError
+from ridgeline.targets._http import failed_reply, fetch, new_session, not_connected
+from ridgeline.targets.base import OK, Reply
+from ridgeline.targets.openai import prompt_words
+from ridgeline.workload.payloads import RequestShape
+
+PLACEHOLDERS = ("{items}", "{prompt_tokens}", "{output_tokens}", "{prompt}")
+
+
+def render(template: str, shape: RequestShape) -> str:
+    """``template`` with the placeholders replaced by ``shape``'s values."""
+    return (
+        template.replace("{items}", str(shape.items))
+        .replace("{prompt_tokens}", str(shape.prompt_tokens))
+        .replace("{output_tokens}", str(shape.output_tokens))
+        .replace("{prompt}", prompt_words(shape.prompt_tokens))
+    )
+
+
+class HttpTarget:
+    """``HttpTarget("http://host:8080/predict", body='{"n": {items}}')`` posts that body."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        method: str = "POST",
+        headers: Mapping[str, str] | None = None,
+        body: str | None = None,
+        health_url: str | None = None,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        self._url = yarl.URL(url)
+        if self._url.host is None or self._url.scheme not in ("http", "https"):
+            raise ConfigError(f"target URL {url!r} is not http(s)://HOST[:PORT]/PATH")
+        self._method = method.upper()
+        self._headers = dict(headers or {})
+        if body is not None and not any(k.lower() == "content-type" for k in self._headers):
+            self._headers["Content-Type"] = "application/json"
+        self._template = body
+        self._health_url = health_url
+        self._connect_timeout = connect_timeout
+        self._bodies: dict[RequestShape, bytes | None] = {}
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def url(self) -> str:
+        return str(self._url)
+
+    async def connect(self, max_outstanding: int) -> None:
+        await self.close()
+        session = new_session(max_outstanding, self._headers)
+        try:
+            if self._health_url is not None:
+                await fetch(
+                    session,
+                    self._health_url,
+                    purpose=f"health check of {self.url} failed",
+                    hint="check that the server is running and that the health URL is right",
+                    timeout=self._connect_timeout,
+                )
+            else:
+                await self._check_port()
+        except BaseException:
+            await session.close()
+            raise
+        self._session = session
+
+    async def send(self, shape: RequestShape) -> Reply:
+        try:
+            body = self._bodies[shape]
+        except KeyError:
+            body = self._encode(shape)
+        session = self._session
+        if session is None:
+            raise not_connected(self)
+        async with session.request(self._method, self._url, data=body) as resp:
+            answer = await resp.read()
+            if 200 <= resp.status < 300:
+                return OK
+        return failed_reply(resp.status, answer)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _check_port(self) -> None:
+        host, port = self._url.host, self._url.port
+        try:
+            _, writer = await asyncio.wait_for(
+                asyncio.open_connection(host, port), self._connect_timeout
+            )
+        except TimeoutError as exc:
+            raise TargetUnreachableError(
+                f"{self.url}: no TCP answer from {host}:{port} within "
+                f"{self._connect_timeout:g} s; check the host and any firewall"
+            ) from exc
+        except OSError as exc:
+            raise TargetUnreachableError(
+                f"{self.url}: cannot open a TCP connection to {host}:{port} ({exc}); "
+                "check that the server is running and that host and port are right"
+            ) from exc
+        writer.close()
+        await writer.wait_closed()
+
+    def _encode(self, shape: RequestShape) -> bytes | None:
+        body = None if self._template is None else render(self._template, shape).encode()
+        self._bodies[shape] = body
+        return body

@@ -1,0 +1,179 @@
+"""OpenAI-compatible completions and chat completions (vLLM, TGI, SGLang, llama.cpp).
+
+Streaming (the default) reads the server-sent events line by line: the first content
+token sets ``Reply.first_token_at``, each content chunk counts one token unless the
+final ``usage`` gives the figure, and the reply returns after ``data: [DONE]``. The
+request body is encoded once per distinct shape; the prompt is ``prompt_tokens``
+words (at least one), ``max_tokens`` the shape's ``output_tokens`` or a default.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import aiohttp
+import yarl
+
+from ridgeline.errors import TargetError, UnknownKindError
+from ridgeline.targets._http import failed_reply, fetch, new_session, not_connected, parse_json
+from ridgeline.targets.base import Reply
+from ridgeline.workload.payloads import RequestShape
+
+OpenAIApi = Literal["completions", "chat"]
+_ROUTES: dict[str, str] = {"completions": "/completions", "chat": "/chat/completions"}
+_WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "again")
+
+
+def prompt_words(count: int) -> str:
+    """A deterministic prompt of ``count`` words (at least one)."""
+    return " ".join(_WORDS[i % len(_WORDS)] for i in range(max(1, count)))
+
+
+class OpenAITarget:
+    """``OpenAITarget("http://127.0.0.1:8000/v1", model="llama")`` streams completions."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str | None = None,
+        api: OpenAIApi = "completions",
+        stream: bool = True,
+        headers: Mapping[str, str] | None = None,
+        default_max_tokens: int = 16,
+        extra_body: Mapping[str, Any] | None = None,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        if api not in _ROUTES:
+            raise UnknownKindError("OpenAI API", api, _ROUTES)
+        self._base = base_url.rstrip("/")
+        self._url = yarl.URL(self._base + _ROUTES[api])
+        self._chat = api == "chat"
+        self._stream = stream
+        self._headers = {"Content-Type": "application/json", **(headers or {})}
+        self._default_max_tokens = default_max_tokens
+        self._extra_body = dict(extra_body or {})
+        self._connect_timeout = connect_timeout
+        self.model = model
+        """The model asked for: given, or the first the server lists at connect."""
+        self._bodies: dict[RequestShape, bytes] = {}
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def url(self) -> str:
+        return self._base
+
+    async def connect(self, max_outstanding: int) -> None:
+        await self.close()
+        session = new_session(max_outstanding, self._headers)
+        models_url = f"{self._base}/models"
+        try:
+            body = await fetch(
+                session,
+                models_url,
+                purpose=f"OpenAI-compatible server at {self._base} does not answer",
+                hint="check that the server is running, that host and port are right "
+                "and that the URL ends in the API root (usually /v1)",
+                timeout=self._connect_timeout,
+            )
+            if self.model is None:
+                self.model = _first_model(parse_json(body, models_url), models_url)
+        except BaseException:
+            await session.close()
+            raise
+        self._bodies.clear()
+        self._session = session
+
+    async def send(self, shape: RequestShape) -> Reply:
+        body = self._bodies.get(shape)
+        if body is None:
+            body = self._encode(shape)
+        session = self._session
+        if session is None:
+            raise not_connected(self)
+        async with session.post(self._url, data=body) as resp:
+            if resp.status != 200:
+                return failed_reply(resp.status, await resp.read())
+            if not self._stream:
+                return _whole_reply(await resp.read())
+            return await self._read_stream(resp.content)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _read_stream(self, content: aiohttp.StreamReader) -> Reply:
+        reply = Reply()
+        chunks = 0
+        usage: int | None = None
+        async for line in content:
+            if not line.startswith(b"data:"):
+                continue  # blank separators, comments, event names
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                await content.read()  # the rest (normally nothing), so the connection is reused
+                reply.output_tokens = chunks if usage is None else usage
+                return reply
+            chunk = json.loads(data)
+            if chunk.get("error"):
+                return Reply(ok=False, error=f"stream error: {_message(chunk['error'])}")
+            if self._has_content(chunk):
+                if reply.first_token_at is None:
+                    reply.first_token_at = time.perf_counter()
+                chunks += 1
+            tokens = (chunk.get("usage") or {}).get("completion_tokens")
+            if isinstance(tokens, int):
+                usage = tokens
+        return Reply(ok=False, error="stream ended without data: [DONE]", output_tokens=chunks)
+
+    def _has_content(self, chunk: dict[str, Any]) -> bool:
+        choices = chunk.get("choices")
+        if not choices:
+            return False
+        if self._chat:
+            delta = choices[0].get("delta") or {}
+            return bool(delta.get("content") or delta.get("reasoning_content"))
+        return bool(choices[0].get("text"))
+
+    def _encode(self, shape: RequestShape) -> bytes:
+        if self.model is None:
+            raise not_connected(self)
+        prompt = prompt_words(shape.prompt_tokens)
+        doc: dict[str, Any] = {"model": self.model}
+        if self._chat:
+            doc["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            doc["prompt"] = prompt
+        doc["max_tokens"] = shape.output_tokens or self._default_max_tokens
+        doc["stream"] = self._stream
+        if self._stream:
+            doc["stream_options"] = {"include_usage": True}
+        doc.update(self._extra_body)
+        body = json.dumps(doc, separators=(",", ":")).encode()
+        self._bodies[shape] = body
+        return body
+
+
+def _whole_reply(body: bytes) -> Reply:
+    doc = json.loads(body)
+    tokens = (doc.get("usage") or {}).get("completion_tokens")
+    return Reply(output_tokens=tokens if isinstance(tokens, int) else 0)
+
+
+def _message(error: Any) -> str:
+    if isinstance(error, dict):
+        return str(error.get("message", error))
+    return str(error)
+
+
+def _first_model(doc: Any, url: str) -> str:
+    try:
+        return str(doc["data"][0]["id"])
+    except (KeyError, IndexError, TypeError):
+        raise TargetError(
+            f"GET {url} lists no models; pass the model name explicitly (model=...)"
+        ) from None
