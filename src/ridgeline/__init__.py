@@ -1,3 +1,78 @@
-"""ridgeline: what is the least GPU that serves demand D within my SLO, and does it really?"""
+"""ridgeline: what is the least GPU that serves demand D within my SLO, and does it really?
 
-__version__ = "0.1.0"
+The public API, in a few lines::
+
+    from ridgeline import StepConfig, from_arrival, parse_arrival, run_coroutine, measure_step
+
+    schedule = from_arrival(parse_arrival("poisson", 200.0), duration_s=10.0, seed=1)
+    result = run_coroutine(measure_step("http://127.0.0.1:8000/v2/models/m", schedule,
+                                        StepConfig()))
+    print(result.summary.latency_ms.p99, result.summary.valid)
+"""
+
+__version__ = "0.1.0"  # before the imports: submodules read it
+
+from ridgeline.errors import (
+    ConfigError,
+    RidgelineError,
+    RunInterrupted,
+    StoreError,
+    TargetError,
+    TargetUnreachableError,
+    TraceFormatError,
+    UnknownKindError,
+)
+from ridgeline.fakeserver import FakeServer, LatencyModel, capacity_rps, load_preset
+from ridgeline.loadgen.records import Outcome, Records
+from ridgeline.loadgen.replayer import Progress, ReplayConfig, replay
+from ridgeline.loadgen.runloop import run_coroutine
+from ridgeline.loadgen.schedule import Schedule, from_arrival, from_trace
+from ridgeline.loadgen.step import StepConfig, StepResult, measure_step, run_step
+from ridgeline.loadgen.validity import ValidityConfig, assess_validity
+from ridgeline.policies.batching import BatchingConfig
+from ridgeline.targets import Reply, Target, make_target
+from ridgeline.telemetry.store import RunStore
+from ridgeline.telemetry.summary import StepSummary
+from ridgeline.telemetry.windows import Window
+from ridgeline.workload import RequestShape, Trace, parse_arrival, read_trace
+
+__all__ = [
+    "BatchingConfig",
+    "ConfigError",
+    "FakeServer",
+    "LatencyModel",
+    "Outcome",
+    "Progress",
+    "Records",
+    "ReplayConfig",
+    "Reply",
+    "RequestShape",
+    "RidgelineError",
+    "RunInterrupted",
+    "RunStore",
+    "Schedule",
+    "StepConfig",
+    "StepResult",
+    "StepSummary",
+    "StoreError",
+    "Target",
+    "TargetError",
+    "TargetUnreachableError",
+    "Trace",
+    "TraceFormatError",
+    "UnknownKindError",
+    "ValidityConfig",
+    "Window",
+    "assess_validity",
+    "capacity_rps",
+    "from_arrival",
+    "from_trace",
+    "load_preset",
+    "make_target",
+    "measure_step",
+    "parse_arrival",
+    "read_trace",
+    "replay",
+    "run_coroutine",
+    "run_step",
+]

@@ -13,8 +13,9 @@ from ridgeline.telemetry.store import RunStore
 from ridgeline.workload.arrivals import parse_arrival
 
 
-def run_demo(duration_s: float = 5.0, db: str | None = None,
-             console: Console | None = None) -> None:
+def run_demo(
+    duration_s: float = 5.0, db: str | None = None, console: Console | None = None
+) -> None:
     con = console or Console()
     model = load_preset("default")
     capacity = capacity_rps(model)
@@ -24,7 +25,6 @@ def run_demo(duration_s: float = 5.0, db: str | None = None,
         for url in (srv.model_url, srv.grpc_url):
             schedule = from_arrival(parse_arrival("poisson", rate), duration_s, seed=1)
             con.print(f"driving {url} open-loop at {rate} req/s (Poisson) for {duration_s:g} s")
-            result = run_step(url, schedule, StepConfig(metrics_url=srv.metrics_url),
-                              store=store)
+            result = run_step(url, schedule, StepConfig(metrics_url=srv.metrics_url), store=store)
             con.print(step_table(result.summary, url))
     con.print(f"runs stored in {store.path}; `ridgeline runs list --db {store.path}` lists them")

@@ -1,0 +1,206 @@
+"""Open Inference Protocol v2 over gRPC (Triton's ``GRPCInferenceService``), on grpc.aio.
+
+The service definitions are the ones tritonclient ships, so ``tritonclient.grpc`` talks
+to this server as to Triton. Implemented: ServerLive, ServerReady, ModelReady,
+ServerMetadata, ModelMetadata, ModelConfig, ModelStatistics, RepositoryIndex and
+ModelInfer (typed ``contents`` or ``raw_input_contents`` in; ``raw_output_contents``
+out). Errors are status codes: INVALID_ARGUMENT (bad request), NOT_FOUND (unknown
+model), UNAVAILABLE (queue full), INTERNAL (injected error), UNAUTHENTICATED (token).
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
+
+from ridgeline.errors import ConfigError
+from ridgeline.fakeserver import _describe
+from ridgeline.fakeserver._tensors import (
+    InvalidRequest,
+    WireTensor,
+    compute_outputs,
+    decode_inputs,
+    to_raw,
+)
+from ridgeline.fakeserver.engine import BatchingEngine, Status
+from ridgeline.fakeserver.model import LatencyModel
+
+_CONTENTS_FIELD = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+
+
+class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
+    def __init__(self, model: LatencyModel, engine: BatchingEngine) -> None:
+        self.model, self.engine, self.stats = model, engine, engine.stats
+
+    async def _check_model(self, name: str, version: str, context: Any) -> None:
+        if name == self.model.name and version in ("", _describe.VERSION):
+            return
+        self.stats.finish("not_found")
+        await context.abort(
+            grpc.StatusCode.NOT_FOUND,
+            f"unknown model {name!r} version {version or _describe.VERSION}; this server "
+            f"serves {self.model.name!r} version {_describe.VERSION}",
+        )
+
+    async def ServerLive(self, request: Any, context: Any) -> Any:
+        return service_pb2.ServerLiveResponse(live=True)
+
+    async def ServerReady(self, request: Any, context: Any) -> Any:
+        return service_pb2.ServerReadyResponse(ready=True)
+
+    async def ModelReady(self, request: Any, context: Any) -> Any:
+        ready = request.name == self.model.name and request.version in ("", _describe.VERSION)
+        return service_pb2.ModelReadyResponse(ready=ready)
+
+    async def ServerMetadata(self, request: Any, context: Any) -> Any:
+        return json_format.ParseDict(
+            _describe.server_metadata(), service_pb2.ServerMetadataResponse()
+        )
+
+    async def ModelMetadata(self, request: Any, context: Any) -> Any:
+        await self._check_model(request.name, request.version, context)
+        return json_format.ParseDict(
+            _describe.model_metadata(self.model), service_pb2.ModelMetadataResponse()
+        )
+
+    async def ModelConfig(self, request: Any, context: Any) -> Any:
+        await self._check_model(request.name, request.version, context)
+        config = json_format.ParseDict(
+            _describe.model_config(self.model), model_config_pb2.ModelConfig()
+        )
+        return service_pb2.ModelConfigResponse(config=config)
+
+    async def ModelStatistics(self, request: Any, context: Any) -> Any:
+        if request.name:
+            await self._check_model(request.name, request.version, context)
+        doc = _describe.model_statistics(self.model, self.stats)
+        return json_format.ParseDict(doc, service_pb2.ModelStatisticsResponse())
+
+    async def RepositoryIndex(self, request: Any, context: Any) -> Any:
+        doc = {"models": _describe.repository_index(self.model)}
+        return json_format.ParseDict(doc, service_pb2.RepositoryIndexResponse())
+
+    async def ModelInfer(self, request: Any, context: Any) -> Any:
+        began = time.perf_counter()
+        await self._check_model(request.model_name, request.model_version, context)
+        try:
+            rows, arrays, wanted = self._decode(request)
+        except InvalidRequest as e:
+            self.stats.finish("invalid")
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        outcome = await self.engine.submit(rows)
+        if outcome.status is not Status.OK:
+            self.stats.finish(outcome.status.value, time.perf_counter() - began)
+            rejected = outcome.status is Status.REJECTED
+            code = grpc.StatusCode.UNAVAILABLE if rejected else grpc.StatusCode.INTERNAL
+            await context.abort(code, outcome.detail)
+        outputs = compute_outputs(self.model, rows, arrays)
+        response = service_pb2.ModelInferResponse(
+            model_name=self.model.name, model_version=_describe.VERSION, id=request.id
+        )
+        for i in wanted:
+            spec, arr = self.model.outputs[i], outputs[i]
+            response.outputs.add(name=spec.name, datatype=spec.datatype, shape=arr.shape)
+            response.raw_output_contents.append(to_raw(arr))
+        self.stats.finish("ok", time.perf_counter() - began)
+        return response
+
+    def _decode(self, request: Any) -> tuple[int, list[Any], list[int]]:
+        raw = request.raw_input_contents
+        if raw and len(raw) != len(request.inputs):
+            raise InvalidRequest(
+                f"raw_input_contents has {len(raw)} entries for {len(request.inputs)} inputs; "
+                "send one per input, in order"
+            )
+        tensors = []
+        for i, t in enumerate(request.inputs):
+            field = _CONTENTS_FIELD.get(t.datatype)
+            data = raw[i] if raw else (list(getattr(t.contents, field)) if field else None)
+            tensors.append(WireTensor(t.name, t.datatype, list(t.shape), data))
+        rows, arrays = decode_inputs(self.model, tensors)
+        index = {s.name: i for i, s in enumerate(self.model.outputs)}
+        names = [o.name for o in request.outputs] or list(index)
+        unknown = [n for n in names if n not in index]
+        if unknown:
+            raise InvalidRequest(
+                f"unknown outputs {unknown}; model {self.model.name!r} has outputs {sorted(index)}"
+            )
+        return rows, arrays, [index[n] for n in names]
+
+
+class _TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    def __init__(self, token: str, on_deny: Callable[[str], None]) -> None:
+        self._expected = f"Bearer {token}".encode()
+        self._on_deny = on_deny
+
+        async def deny(request: Any, context: Any) -> None:
+            await context.abort(
+                grpc.StatusCode.UNAUTHENTICATED,
+                "missing or wrong bearer token; send metadata authorization: Bearer <token>",
+            )
+
+        async def deny_stream(requests: Any, context: Any) -> None:
+            await deny(None, context)
+
+        self._deny = grpc.unary_unary_rpc_method_handler(deny)
+        self._deny_stream = grpc.stream_stream_rpc_method_handler(deny_stream)
+
+    async def intercept_service(
+        self, continuation: Callable[[Any], Awaitable[Any]], details: Any
+    ) -> Any:
+        meta = dict(details.invocation_metadata or ())
+        given = str(meta.get("authorization", "")).encode()
+        if hmac.compare_digest(given, self._expected):
+            return await continuation(details)
+        self._on_deny("unauthorized")
+        return self._deny_stream if details.method.endswith("StreamInfer") else self._deny
+
+
+async def start_grpc(
+    model: LatencyModel,
+    engine: BatchingEngine,
+    *,
+    host: str,
+    port: int,
+    token: str | None,
+    max_message_bytes: int,
+) -> tuple[Any, int]:
+    """Start a grpc.aio server on ``host:port`` (0 picks one); return (server, port)."""
+    interceptors = [] if token is None else [_TokenInterceptor(token, engine.stats.finish)]
+    server = grpc.aio.server(
+        interceptors=interceptors,
+        options=[
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", -1),
+            ("grpc.so_reuseport", 0),
+        ],
+    )
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(_Servicer(model, engine), server)
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError:
+        bound = 0
+    if bound == 0:
+        raise ConfigError(f"cannot bind gRPC to {address}; is the port taken? Pick another or 0")
+    await server.start()
+    return server, int(bound)

@@ -1,0 +1,269 @@
+"""Open Inference Protocol v2 over HTTP (KServe v2 / Triton), as an aiohttp app.
+
+Routes: ``/v2/health/{live,ready}``, ``/v2`` (server metadata), ``/v2/models/NAME``
+(metadata), ``.../ready``, ``.../config`` (Triton model config), ``.../stats`` (Triton
+statistics), ``.../infer`` (each also under ``/versions/1``), ``POST
+/v2/repository/index``, ``GET /metrics``, and the OpenAI routes of ``openai.py``.
+
+Infer takes JSON tensors or Triton's binary tensor extension: the body is the JSON
+header (``Inference-Header-Content-Length`` bytes) then each input with a
+``binary_data_size`` parameter, in order. Outputs come back binary when asked
+(``binary_data_output`` for all, ``binary_data`` per output), with the same header.
+Errors are ``{"error": "..."}``: 400 bad request, 401 bad token, 404 unknown model,
+413 body too large, 500 injected error, 503 queue full.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from ridgeline.fakeserver import _describe, openai
+from ridgeline.fakeserver._tensors import (
+    InvalidRequest,
+    WireTensor,
+    compute_outputs,
+    decode_inputs,
+    to_elements,
+    to_raw,
+)
+from ridgeline.fakeserver.engine import BatchingEngine, Status
+from ridgeline.fakeserver.metrics import METRICS_CONTENT_TYPE, MetricsExporter
+from ridgeline.fakeserver.model import LatencyModel
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+HEADER_LENGTH = "Inference-Header-Content-Length"
+
+
+def json_response(doc: Any, status: int = 200) -> web.Response:
+    body = json.dumps(doc, separators=(",", ":")).encode()
+    return web.Response(body=body, status=status, content_type="application/json")
+
+
+def error_response(message: str, status: int) -> web.Response:
+    return json_response({"error": message}, status)
+
+
+@dataclass(frozen=True, slots=True)
+class _InferRequest:
+    id: str | None
+    inputs: list[WireTensor]
+    outputs: list[tuple[int, bool]]
+    """(index into model.outputs, send binary) for each output to return."""
+
+
+class _V2Routes:
+    def __init__(
+        self, model: LatencyModel, engine: BatchingEngine, exporter: MetricsExporter, max_body: int
+    ) -> None:
+        self.model, self.engine, self.exporter, self.max_body = model, engine, exporter, max_body
+        self.stats = engine.stats
+
+    def _unknown(self, request: web.Request) -> web.Response | None:
+        name = request.match_info["name"]
+        version = request.match_info.get("version", _describe.VERSION)
+        if name == self.model.name and version == _describe.VERSION:
+            return None
+        self.stats.finish("not_found")
+        return error_response(
+            f"unknown model {name!r} version {version}; this server serves "
+            f"{self.model.name!r} version {_describe.VERSION}",
+            404,
+        )
+
+    async def live(self, request: web.Request) -> web.Response:
+        return json_response({"live": True})
+
+    async def ready(self, request: web.Request) -> web.Response:
+        return json_response({"ready": True})
+
+    async def server_metadata(self, request: web.Request) -> web.Response:
+        return json_response(_describe.server_metadata())
+
+    async def model_metadata(self, request: web.Request) -> web.Response:
+        return self._unknown(request) or json_response(_describe.model_metadata(self.model))
+
+    async def model_ready(self, request: web.Request) -> web.Response:
+        return self._unknown(request) or json_response({"name": self.model.name, "ready": True})
+
+    async def model_config(self, request: web.Request) -> web.Response:
+        return self._unknown(request) or json_response(_describe.model_config(self.model))
+
+    async def model_stats(self, request: web.Request) -> web.Response:
+        if "name" in request.match_info and (missing := self._unknown(request)):
+            return missing
+        return json_response(_describe.model_statistics(self.model, self.stats))
+
+    async def repository_index(self, request: web.Request) -> web.Response:
+        return json_response(_describe.repository_index(self.model))
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        resp = web.Response(body=self.exporter.render())
+        resp.headers["Content-Type"] = METRICS_CONTENT_TYPE
+        return resp
+
+    async def infer(self, request: web.Request) -> web.Response:
+        began = time.perf_counter()
+        if missing := self._unknown(request):
+            return missing
+        length = request.content_length
+        try:
+            if length is not None and length > self.max_body:
+                raise web.HTTPRequestEntityTooLarge(max_size=self.max_body, actual_size=length)
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            self.stats.finish("too_large")
+            return error_response(
+                f"request body over the server's bound of {self.max_body} bytes", 413
+            )
+        try:
+            req = _parse_infer(self.model, body, request.headers.get(HEADER_LENGTH))
+            rows, arrays = decode_inputs(self.model, req.inputs)
+        except InvalidRequest as e:
+            self.stats.finish("invalid")
+            return error_response(str(e), 400)
+        outcome = await self.engine.submit(rows)
+        if outcome.status is not Status.OK:
+            self.stats.finish(outcome.status.value, time.perf_counter() - began)
+            return error_response(outcome.detail, 503 if outcome.status is Status.REJECTED else 500)
+        resp = _infer_response(self.model, req, compute_outputs(self.model, rows, arrays))
+        self.stats.finish("ok", time.perf_counter() - began)
+        return resp
+
+
+def _parse_infer(model: LatencyModel, body: bytes, header_length: str | None) -> _InferRequest:
+    head, tail = body, memoryview(b"")
+    if header_length is not None:
+        try:
+            n = int(header_length)
+        except ValueError:
+            n = -1
+        if not 0 < n <= len(body):
+            raise InvalidRequest(
+                f"{HEADER_LENGTH} is {header_length!r}; it must be the JSON header's length "
+                f"in bytes, 1..{len(body)}"
+            )
+        head, tail = body[:n], memoryview(body)[n:]
+    try:
+        doc = json.loads(head)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise InvalidRequest(f"request header is not valid JSON: {e}") from e
+    if not isinstance(doc, dict) or not isinstance(doc.get("inputs"), list):
+        raise InvalidRequest('request must be a JSON object with an "inputs" list')
+    inputs, offset = [], 0
+    for t in doc["inputs"]:
+        if not isinstance(t, dict) or not isinstance(t.get("name"), str):
+            raise InvalidRequest('each input must be an object with a "name"')
+        name, shape = t["name"], t.get("shape")
+        if not isinstance(shape, list) or not all(type(d) is int for d in shape):
+            raise InvalidRequest(f"input {name!r} needs a shape, a list of integers")
+        size = _params(t).get("binary_data_size")
+        data: Any = t.get("data")
+        if size is not None:
+            if type(size) is not int or size < 0 or offset + size > len(tail):
+                raise InvalidRequest(
+                    f"input {name!r} declares binary_data_size {size!r} but only "
+                    f"{len(tail) - offset} bytes of binary data are left"
+                )
+            data, offset = tail[offset : offset + size], offset + size
+        elif data is not None and not isinstance(data, list):
+            raise InvalidRequest(f'input {name!r} "data" must be a list of elements')
+        inputs.append(WireTensor(name, str(t.get("datatype")), shape, data))
+    if offset != len(tail):
+        raise InvalidRequest(
+            f"request carries {len(tail)} bytes of binary data but its inputs declare {offset}"
+        )
+    binary_all = bool(_params(doc).get("binary_data_output", False))
+    index = {s.name: i for i, s in enumerate(model.outputs)}
+    wanted: list[tuple[int, bool]] = []
+    for o in doc.get("outputs") or [{"name": s.name} for s in model.outputs]:
+        name = o.get("name") if isinstance(o, dict) else None
+        if name not in index:
+            raise InvalidRequest(
+                f"unknown output {name!r}; model {model.name!r} has outputs {sorted(index)}"
+            )
+        binary = _params(o).get("binary_data", binary_all)
+        wanted.append((index[name], bool(binary)))
+    rid = doc.get("id")
+    return _InferRequest(str(rid) if rid is not None else None, inputs, wanted)
+
+
+def _params(obj: dict[str, Any]) -> dict[str, Any]:
+    params = obj.get("parameters")
+    return params if isinstance(params, dict) else {}
+
+
+def _infer_response(model: LatencyModel, req: _InferRequest, arrays: list[Any]) -> web.Response:
+    outputs, blobs = [], []
+    for i, binary in req.outputs:
+        spec, arr = model.outputs[i], arrays[i]
+        entry: dict[str, Any] = {"name": spec.name, "datatype": spec.datatype}
+        entry["shape"] = list(arr.shape)
+        if binary:
+            raw = to_raw(arr)
+            entry["parameters"] = {"binary_data_size": len(raw)}
+            blobs.append(raw)
+        else:
+            entry["data"] = to_elements(arr)
+        outputs.append(entry)
+    doc: dict[str, Any] = {"model_name": model.name, "model_version": _describe.VERSION}
+    if req.id is not None:
+        doc["id"] = req.id
+    doc["outputs"] = outputs
+    if not blobs:
+        return json_response(doc)
+    head = json.dumps(doc, separators=(",", ":")).encode()
+    resp = web.Response(body=b"".join([head, *blobs]), content_type="application/octet-stream")
+    resp.headers[HEADER_LENGTH] = str(len(head))
+    return resp
+
+
+def _auth_middleware(token: str, stats_finish: Callable[[str], None]) -> Any:
+    expected = f"Bearer {token}".encode()
+
+    @web.middleware
+    async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+        given = request.headers.get("Authorization", "").encode()
+        if not hmac.compare_digest(given, expected):
+            stats_finish("unauthorized")
+            resp = error_response("missing or wrong bearer token; send Authorization: Bearer", 401)
+            resp.headers["WWW-Authenticate"] = "Bearer"
+            return resp
+        return await handler(request)
+
+    return auth
+
+
+def build_app(
+    model: LatencyModel,
+    engine: BatchingEngine,
+    exporter: MetricsExporter,
+    *,
+    token: str | None,
+    max_body_bytes: int,
+) -> web.Application:
+    """The aiohttp app serving v2, metrics and OpenAI routes for one model."""
+    middlewares = [] if token is None else [_auth_middleware(token, engine.stats.finish)]
+    app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares)
+    r = _V2Routes(model, engine, exporter, max_body_bytes)
+    add = app.router
+    add.add_get("/v2/health/live", r.live)
+    add.add_get("/v2/health/ready", r.ready)
+    add.add_get("/v2", r.server_metadata)
+    add.add_get("/v2/models/stats", r.model_stats)
+    add.add_post("/v2/repository/index", r.repository_index)
+    add.add_get("/metrics", r.metrics)
+    for base in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
+        add.add_get(base, r.model_metadata)
+        add.add_get(base + "/ready", r.model_ready)
+        add.add_get(base + "/config", r.model_config)
+        add.add_get(base + "/stats", r.model_stats)
+        add.add_post(base + "/infer", r.infer)
+    openai.add_routes(app, model, engine)
+    return app

@@ -1,0 +1,235 @@
+"""The fake model: a latency model as a typed config, and the pure functions over it.
+
+A batch of ``n`` rows takes ``base_ms + per_item_ms·n`` milliseconds on one of
+``instances`` parallel executors, multiplied by a warm-up factor and by lognormal noise of
+mean 1. Everything here is a pure function of the config (and, for noise, of the random
+generator passed in): the engine schedules with them, tests assert exact values.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ridgeline.policies.batching import BatchingConfig
+
+Datatype = Literal[
+    "BOOL",
+    "UINT8",
+    "UINT16",
+    "UINT32",
+    "UINT64",
+    "INT8",
+    "INT16",
+    "INT32",
+    "INT64",
+    "FP16",
+    "FP32",
+    "FP64",
+    "BYTES",
+]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TensorSpec(_Frozen):
+    """One input or output tensor, as Triton's model metadata describes it."""
+
+    name: str = Field(min_length=1, description="tensor name, e.g. INPUT0")
+    datatype: Datatype = Field("FP32", description="Open Inference Protocol datatype")
+    shape: tuple[int, ...] = Field(
+        (-1, 16),
+        min_length=1,
+        description="dims with -1 first for the batch dim; a later -1 accepts any size",
+    )
+
+    @model_validator(mode="after")
+    def _batch_dim_first(self) -> TensorSpec:
+        if self.shape[0] != -1:
+            raise ValueError(
+                f"tensor {self.name!r}: shape {list(self.shape)} must start with -1, the batch "
+                "dim (the fake model always batches)"
+            )
+        bad = [d for d in self.shape[1:] if d < 1 and d != -1]
+        if bad:
+            raise ValueError(f"tensor {self.name!r}: dims {bad} must be ≥ 1 or -1 (any size)")
+        return self
+
+
+class Warmup(_Frozen):
+    """Service times start ``factor`` times slower and decay linearly to normal.
+
+    The factor falls linearly from ``factor`` to 1 over the first ``requests`` requests
+    served and over the first ``seconds`` after server start; with both set, warm-up
+    ends at whichever comes first.
+    """
+
+    factor: float = Field(3.0, ge=1.0, le=1000.0, description="slowdown of the first request")
+    requests: int | None = Field(None, ge=1, description="requests over which warm-up decays")
+    seconds: float | None = Field(None, gt=0.0, description="seconds over which warm-up decays")
+
+    @model_validator(mode="after")
+    def _has_horizon(self) -> Warmup:
+        if self.requests is None and self.seconds is None:
+            raise ValueError("warmup needs `requests`, `seconds` or both to say when it ends")
+        return self
+
+
+class Stall(_Frozen):
+    """All instances freeze: nothing completes in [at_s, at_s + duration_ms)."""
+
+    at_s: float = Field(ge=0.0, description="start of the stall, seconds after server start")
+    duration_ms: float = Field(gt=0.0, description="length of the stall")
+
+
+class PeriodicStall(_Frozen):
+    """A stall every ``every_s`` seconds (at every_s, 2·every_s, …) after server start."""
+
+    every_s: float = Field(gt=0.0, description="period between stall starts")
+    duration_ms: float = Field(gt=0.0, description="length of each stall")
+
+    @model_validator(mode="after")
+    def _shorter_than_period(self) -> PeriodicStall:
+        if self.duration_ms >= self.every_s * 1000.0:
+            raise ValueError(
+                f"periodic stall of {self.duration_ms} ms every {self.every_s} s never ends; "
+                "make duration_ms shorter than the period"
+            )
+        return self
+
+
+def _default_inputs() -> tuple[TensorSpec, ...]:
+    return (TensorSpec(name="INPUT0"),)
+
+
+def _default_outputs() -> tuple[TensorSpec, ...]:
+    return (TensorSpec(name="OUTPUT0"),)
+
+
+class LatencyModel(_Frozen):
+    """Everything the fake server needs to know about the model it pretends to serve.
+
+    Outputs are computed from inputs by position (output j from input j, or from the
+    last input): numeric outputs are 2·input when the element counts per row agree,
+    BYTES outputs echo BYTES inputs, anything else is zeros.
+    """
+
+    name: str = Field("fake", min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$", description="model name")
+    base_ms: float = Field(5.0, ge=0.0, description="fixed cost of one batch, a in a + b·n")
+    per_item_ms: float = Field(1.0, ge=0.0, description="cost per row of a batch, b in a + b·n")
+    batching: BatchingConfig = Field(
+        default_factory=BatchingConfig, description="dynamic batching policy"
+    )
+    instances: int = Field(1, ge=1, le=256, description="parallel batch executors")
+    warmup: Warmup | None = Field(None, description="slower service right after start")
+    noise_cv: float = Field(
+        0.0, ge=0.0, le=10.0, description="coefficient of variation of lognormal noise, mean 1"
+    )
+    error_rate: float = Field(
+        0.0, ge=0.0, le=1.0, description="fraction of requests answered with an injected error"
+    )
+    stalls: tuple[Stall, ...] = Field((), description="one-off stalls of all instances")
+    periodic_stall: PeriodicStall | None = Field(None, description="a stall repeating forever")
+    max_queue: int | None = Field(
+        None,
+        ge=0,
+        description="requests that may wait for a batch; more are refused at once with 503 / "
+        "UNAVAILABLE 'queue full' (0: refuse unless an instance takes it now; None: unbounded)",
+    )
+    inputs: tuple[TensorSpec, ...] = Field(
+        default_factory=_default_inputs, min_length=1, description="input tensors"
+    )
+    outputs: tuple[TensorSpec, ...] = Field(
+        default_factory=_default_outputs, min_length=1, description="output tensors"
+    )
+    seed: int = Field(0, description="seed of the noise and error draws")
+    ttft_ms: float = Field(
+        50.0, ge=0.0, description="OpenAI routes: first token this long after the engine answers"
+    )
+    per_token_ms: float = Field(10.0, ge=0.0, description="OpenAI routes: gap between tokens")
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> LatencyModel:
+        for kind, specs in (("input", self.inputs), ("output", self.outputs)):
+            names = [s.name for s in specs]
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            if dupes:
+                raise ValueError(f"{kind} names {dupes} appear more than once; rename them")
+        return self
+
+
+def warmup_factor(model: LatencyModel, since_start_s: float, served_before: int) -> float:
+    """Slowdown of a batch started ``since_start_s`` after start with ``served_before``
+    requests served before it: linear from ``warmup.factor`` down to 1."""
+    w = model.warmup
+    if w is None or w.factor == 1.0:
+        return 1.0
+    remaining = 1.0
+    if w.requests is not None:
+        remaining = min(remaining, max(0.0, 1.0 - served_before / w.requests))
+    if w.seconds is not None:
+        remaining = min(remaining, max(0.0, 1.0 - since_start_s / w.seconds))
+    return 1.0 + (w.factor - 1.0) * remaining
+
+
+def lognormal_params(cv: float) -> tuple[float, float]:
+    """(mu, sigma) of the lognormal with mean 1 and coefficient of variation ``cv``."""
+    sigma2 = math.log1p(cv * cv)
+    return -sigma2 / 2.0, math.sqrt(sigma2)
+
+
+def service_time_s(
+    model: LatencyModel,
+    rows: int,
+    since_start_s: float,
+    served_before: int,
+    rng: random.Random,
+) -> float:
+    """Seconds one instance takes for a batch of ``rows`` rows.
+
+    (base_ms + per_item_ms·rows) / 1000, times the warm-up factor, times one lognormal
+    draw from ``rng`` when ``noise_cv`` > 0 (no draw otherwise).
+    """
+    ms = model.base_ms + model.per_item_ms * rows
+    if ms == 0.0:
+        return 0.0
+    factor = warmup_factor(model, since_start_s, served_before)
+    if model.noise_cv > 0.0:
+        mu, sigma = lognormal_params(model.noise_cv)
+        factor *= rng.lognormvariate(mu, sigma)
+    return ms * factor / 1000.0
+
+
+def capacity_rps(model: LatencyModel) -> float:
+    """Requests of one row each per second under saturation, after warm-up:
+    instances·B / (a + b·B) with B = max_batch_size; infinite when service is free."""
+    b = model.batching.max_batch_size
+    batch_ms = model.base_ms + model.per_item_ms * b
+    if batch_ms == 0.0:
+        return math.inf
+    return model.instances * b * 1000.0 / batch_ms
+
+
+def stall_release(model: LatencyModel, t_s: float) -> float:
+    """The first moment at or after ``t_s`` (seconds since start) outside every stall:
+    a completion due at ``t_s`` happens then."""
+    periodic = model.periodic_stall
+    moved = True
+    while moved:
+        moved = False
+        for s in model.stalls:
+            end = s.at_s + s.duration_ms / 1000.0
+            if s.at_s <= t_s < end:
+                t_s, moved = end, True
+        if periodic is not None:
+            k = math.floor(t_s / periodic.every_s)
+            if k >= 1:
+                end = k * periodic.every_s + periodic.duration_ms / 1000.0
+                if t_s < end:
+                    t_s, moved = end, True
+    return t_s

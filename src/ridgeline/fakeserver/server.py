@@ -1,0 +1,345 @@
+"""The fake inference server: HTTP (v2 + OpenAI + metrics) and gRPC on one engine.
+
+``FakeServer`` runs on the caller's event loop (``async with FakeServer(model) as s``).
+Three ways to run one elsewhere: ``serve_forever`` for the command line (until SIGINT or
+SIGTERM), ``running_in_thread`` (its own event loop in a background thread, for
+synchronous tests) and ``running_in_process`` (a spawned process, for benchmarks where
+the server must not share the client's GIL). It binds 127.0.0.1 unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import multiprocessing
+import signal
+import threading
+from collections.abc import Callable, Coroutine, Iterator
+from multiprocessing.connection import Connection
+from types import TracebackType
+from typing import Any
+
+from aiohttp import web
+
+from ridgeline.clock import Clock
+from ridgeline.errors import ConfigError, RidgelineError
+from ridgeline.fakeserver.engine import BatchingEngine
+from ridgeline.fakeserver.grpc import start_grpc
+from ridgeline.fakeserver.http import build_app
+from ridgeline.fakeserver.metrics import MetricsExporter
+from ridgeline.fakeserver.model import LatencyModel
+
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+SHUTDOWN_GRACE_S = 0.25
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ServerUrls:
+    """Where a running fake server answers (what ``running_in_process`` yields)."""
+
+    http_port: int
+    grpc_port: int | None
+    http_url: str
+    model_url: str
+    grpc_url: str | None
+    metrics_url: str
+    openai_url: str
+
+
+class FakeServer:
+    """A fake Triton/KServe server for one ``LatencyModel``; ``start()`` then ``stop()``.
+
+    Port 0 picks a free port (read it back from ``http_port`` / ``grpc_port``);
+    ``grpc_port=None`` serves HTTP only. With ``token``, every HTTP route and gRPC method
+    needs ``Authorization: Bearer TOKEN``. Bodies and gRPC messages over
+    ``max_body_bytes`` are refused (413 / RESOURCE_EXHAUSTED).
+    """
+
+    def __init__(
+        self,
+        model: LatencyModel,
+        host: str = "127.0.0.1",
+        http_port: int = 0,
+        grpc_port: int | None = 0,
+        token: str | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        clock: Clock | None = None,
+    ) -> None:
+        if max_body_bytes < 1:
+            raise ValueError(f"max_body_bytes must be ≥ 1, not {max_body_bytes}")
+        self.model = model
+        self.host = host
+        self.token = token
+        self.max_body_bytes = max_body_bytes
+        self._want_http, self._want_grpc, self._clock = http_port, grpc_port, clock
+        self._engine: BatchingEngine | None = None
+        self._runner: web.AppRunner | None = None
+        self._grpc: Any = None
+        self._http_port: int | None = None
+        self._grpc_port: int | None = None
+
+    async def start(self) -> None:
+        """Bind and serve; the model's clock (stalls, warm-up) starts now."""
+        if self._engine is not None:
+            raise RidgelineError("this FakeServer is already started; stop() it first")
+        engine = self._engine = BatchingEngine(self.model, self._clock)
+        exporter = MetricsExporter(
+            self.model.name, engine.stats, lambda: (engine.queue_length, engine.pending)
+        )
+        app = build_app(
+            self.model, engine, exporter, token=self.token, max_body_bytes=self.max_body_bytes
+        )
+        try:
+            self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
+            await self._runner.setup()
+            site = web.TCPSite(self._runner, self.host, self._want_http, backlog=1024)
+            try:
+                await site.start()
+            except OSError as e:
+                raise ConfigError(
+                    f"cannot bind HTTP to {self.host}:{self._want_http}: {e.strerror}; "
+                    "pick another port, or 0 for any free one"
+                ) from e
+            self._http_port = int(self._runner.addresses[0][1])
+            if self._want_grpc is not None:
+                self._grpc, self._grpc_port = await start_grpc(
+                    self.model,
+                    engine,
+                    host=self.host,
+                    port=self._want_grpc,
+                    token=self.token,
+                    max_message_bytes=self.max_body_bytes,
+                )
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        """Answer what is queued as rejected, close the listeners; safe to call twice."""
+        if self._engine is not None:
+            self._engine.close()
+        if self._grpc is not None:
+            await self._grpc.stop(SHUTDOWN_GRACE_S)
+            self._grpc = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        self._engine = None
+
+    async def __aenter__(self) -> FakeServer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    @property
+    def engine(self) -> BatchingEngine:
+        if self._engine is None:
+            raise RidgelineError("the FakeServer is not running; call start() first")
+        return self._engine
+
+    @property
+    def http_port(self) -> int:
+        if self._http_port is None:
+            raise RidgelineError("the FakeServer has not started; call start() first")
+        return self._http_port
+
+    @property
+    def grpc_port(self) -> int:
+        if self._want_grpc is None:
+            raise RidgelineError("gRPC is off for this FakeServer; create it with grpc_port=0")
+        if self._grpc_port is None:
+            raise RidgelineError("the FakeServer has not started; call start() first")
+        return self._grpc_port
+
+    @property
+    def _netloc(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.http_port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self._netloc}"
+
+    @property
+    def model_url(self) -> str:
+        return f"{self.http_url}/v2/models/{self.model.name}"
+
+    @property
+    def grpc_url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"grpc://{host}:{self.grpc_port}/{self.model.name}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"{self.http_url}/metrics"
+
+    @property
+    def openai_url(self) -> str:
+        return f"{self.http_url}/v1"
+
+    def urls(self) -> ServerUrls:
+        grpc_on = self._want_grpc is not None
+        return ServerUrls(
+            http_port=self.http_port,
+            grpc_port=self.grpc_port if grpc_on else None,
+            http_url=self.http_url,
+            model_url=self.model_url,
+            grpc_url=self.grpc_url if grpc_on else None,
+            metrics_url=self.metrics_url,
+            openai_url=self.openai_url,
+        )
+
+
+def describe_urls(urls: ServerUrls) -> str:
+    """A few lines telling a person where the server answers."""
+    lines = [f"fake server: v2 HTTP  {urls.model_url}"]
+    if urls.grpc_url is not None:
+        lines.append(f"             v2 gRPC  {urls.grpc_url}")
+    lines.append(f"             OpenAI   {urls.openai_url}")
+    lines.append(f"             metrics  {urls.metrics_url}")
+    return "\n".join(lines)
+
+
+def run_coroutine(main: Coroutine[Any, Any, None]) -> None:
+    """Run ``main`` to completion on a fresh event loop, uvloop when installed."""
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        runner.run(main)
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A uvloop event loop when uvloop is installed, else asyncio's default."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+    return loop
+
+
+def serve_forever(
+    model: LatencyModel,
+    host: str = "127.0.0.1",
+    http_port: int = 8000,
+    grpc_port: int | None = 8001,
+    token: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    announce: Callable[[str], None] = print,
+) -> None:
+    """Serve ``model`` until SIGINT or SIGTERM; ``announce`` the URLs once bound."""
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        server = FakeServer(model, host, http_port, grpc_port, token, max_body_bytes)
+        async with server:
+            announce(describe_urls(server.urls()))
+            await stop.wait()
+
+    run_coroutine(main())
+
+
+@contextlib.contextmanager
+def running_in_thread(
+    model: LatencyModel,
+    host: str = "127.0.0.1",
+    http_port: int = 0,
+    grpc_port: int | None = 0,
+    token: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> Iterator[FakeServer]:
+    """Run a FakeServer on its own event loop (uvloop when installed) in a daemon
+    thread; yield it started, stop it on exit."""
+    loop = new_event_loop()
+    thread = threading.Thread(
+        target=_run_loop, args=(loop,), name=f"fakeserver-{model.name}", daemon=True
+    )
+    thread.start()
+    server = FakeServer(model, host, http_port, grpc_port, token, max_body_bytes)
+    try:
+        asyncio.run_coroutine_threadsafe(server.start(), loop).result()
+        yield server
+    finally:
+        try:
+            asyncio.run_coroutine_threadsafe(server.stop(), loop).result()
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join()
+            loop.close()
+
+
+def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
+    asyncio.set_event_loop(loop)
+    loop.run_forever()
+    loop.run_until_complete(loop.shutdown_asyncgens())
+
+
+@contextlib.contextmanager
+def running_in_process(
+    model: LatencyModel,
+    host: str = "127.0.0.1",
+    http_port: int = 0,
+    grpc_port: int | None = 0,
+    token: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    start_timeout_s: float = 60.0,
+) -> Iterator[ServerUrls]:
+    """Run a FakeServer in a spawned process; yield its URLs, stop it on exit."""
+    ctx = multiprocessing.get_context("spawn")
+    ours, theirs = ctx.Pipe()
+    options = {"host": host, "http_port": http_port, "grpc_port": grpc_port, "token": token}
+    options["max_body_bytes"] = max_body_bytes
+    proc = ctx.Process(
+        target=_child_main,
+        args=(model.model_dump(mode="json"), options, theirs),
+        name=f"fakeserver-{model.name}",
+        daemon=True,
+    )
+    proc.start()
+    theirs.close()
+    try:
+        if not ours.poll(start_timeout_s):
+            raise RidgelineError(f"the fake server process did not start in {start_timeout_s} s")
+        try:
+            kind, payload = ours.recv()
+        except EOFError:
+            kind, payload = "error", f"it exited with code {proc.exitcode}"
+        if kind != "ok":
+            raise RidgelineError(f"the fake server process failed to start: {payload}")
+        yield ServerUrls(**payload)
+    finally:
+        with contextlib.suppress(OSError):
+            ours.send("stop")
+        proc.join(10.0)
+        if proc.is_alive():
+            proc.terminate()
+            proc.join()
+        ours.close()
+
+
+def _child_main(model_doc: dict[str, Any], options: dict[str, Any], conn: Connection) -> None:
+    async def main() -> None:
+        server = FakeServer(LatencyModel.model_validate(model_doc), **options)
+        try:
+            await server.start()
+        except Exception as e:
+            conn.send(("error", f"{type(e).__name__}: {e}"))
+            return
+        try:
+            conn.send(("ok", dataclasses.asdict(server.urls())))
+            with contextlib.suppress(EOFError, OSError):
+                await asyncio.get_running_loop().run_in_executor(None, conn.recv)
+        finally:
+            await server.stop()
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent's Ctrl-C stops us via the pipe
+    run_coroutine(main())

@@ -1,0 +1,174 @@
+"""The command line, run for real as a subprocess against loopback servers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ridgeline.fakeserver import load_preset, running_in_process
+from ridgeline.telemetry.store import RunStore
+from ridgeline.workload import bundled_trace_path, read_trace
+
+
+def ridgeline(*args: str, db: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ridgeline", *args, "--db", str(db)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_run_json_against_the_fake_server_over_http_and_grpc(tmp_path: Path) -> None:
+    db = tmp_path / "runs.sqlite"
+    with running_in_process(load_preset("default")) as srv:
+        for url in (srv.model_url, srv.grpc_url):
+            assert url is not None
+            res = ridgeline(
+                "run",
+                url,
+                "--rate",
+                "100",
+                "--duration",
+                "2",
+                "--json",
+                "--metrics-url",
+                srv.metrics_url,
+                db=db,
+            )
+            assert res.returncode == 0, res.stderr
+            out = json.loads(res.stdout)
+            for key in (
+                "offered_rps",
+                "achieved_rps",
+                "latency_ms",
+                "error_rate",
+                "lateness_ms",
+                "valid",
+                "invalid_reason",
+                "run_id",
+            ):
+                assert key in out
+            assert set(out["latency_ms"]) >= {"p50", "p90", "p99", "max"}
+            assert set(out["lateness_ms"]) >= {"p50", "p99"}
+            assert out["error_rate"] == 0.0
+            assert out["sent"] == out["scheduled"] == out["ok"]
+            assert out["offered_rps"] == out["scheduled"] / 2.0
+    with RunStore(db) as store:
+        runs = store.list_runs()
+        assert [r["status"] for r in runs] == ["complete", "complete"]
+        windows = store.get_run(runs[0]["id"])["steps"][0]["windows"]
+        # server metrics scraped beside the load reached the windows
+        assert any(any(k.startswith("nv_inference_count") for k in w["server"]) for w in windows)
+    listed = ridgeline("runs", "list", db=db)
+    assert listed.returncode == 0 and "complete" in listed.stdout
+    shown = ridgeline("runs", "show", str(runs[0]["id"]), db=db)
+    assert shown.returncode == 0 and "from schedule" in shown.stdout
+
+
+def test_a_recorded_trace_replays_time_scaled(tmp_path: Path) -> None:
+    res = ridgeline(
+        "run",
+        "null://",
+        "--trace",
+        str(bundled_trace_path()),
+        "--target-rate",
+        "200",
+        "--duration",
+        "2",
+        "--json",
+        db=tmp_path / "r.sqlite",
+    )
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    expected = read_trace(bundled_trace_path()).scaled_to_rate(200.0).window(0.0, 2.0)
+    assert out["scheduled"] == len(expected) > 0  # the CLI replays the library's window
+    assert out["ok"] == out["scheduled"]
+
+
+def test_an_unreachable_target_fails_before_the_step(tmp_path: Path) -> None:
+    port = free_port()
+    t = time.perf_counter()
+    res = ridgeline(
+        "run",
+        f"http://127.0.0.1:{port}/v2/models/m",
+        "--rate",
+        "10",
+        "--duration",
+        "1",
+        db=tmp_path / "r.sqlite",
+    )
+    assert res.returncode == 2
+    assert f"127.0.0.1:{port}" in res.stderr
+    assert time.perf_counter() - t < 20
+    with RunStore(tmp_path / "r.sqlite") as store:
+        assert store.list_runs() == []
+
+
+def test_bad_inputs_name_what_was_wrong(tmp_path: Path) -> None:
+    db = tmp_path / "r.sqlite"
+    res = ridgeline("run", "null://", "--rate", "10", "--arrival", "zipf", db=db)
+    assert res.returncode == 2
+    assert "zipf" in res.stderr and "poisson" in res.stderr and "gamma" in res.stderr
+    bad = tmp_path / "bad.csv"
+    bad.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:17:03.9799600,10,2\n2023-11-16 18:17:04.0,x,3\n"
+    )
+    res = ridgeline("run", "null://", "--trace", str(bad), db=db)
+    assert res.returncode == 2
+    assert "bad.csv" in res.stderr and "line 3" in res.stderr and "ContextTokens" in res.stderr
+    res = ridgeline("run", "ftp://127.0.0.1/x", "--rate", "10", db=db)
+    assert res.returncode == 2 and "grpc" in res.stderr
+
+
+@pytest.mark.slow
+def test_ctrl_c_stores_the_partial_step_marked_interrupted(tmp_path: Path) -> None:
+    db = tmp_path / "r.sqlite"
+    with running_in_process(load_preset("default"), grpc_port=None) as srv:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "ridgeline",
+                "run",
+                srv.model_url,
+                "--rate",
+                "50",
+                "--duration",
+                "30",
+                "--json",
+                "--db",
+                str(db),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        time.sleep(3.0)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr and "runs show" in stderr
+    with RunStore(db) as store:
+        (run,) = store.list_runs()
+        assert run["status"] == "interrupted"
+        step = store.get_run(run["id"])["steps"][0]["summary"]
+    assert step["status"] == "interrupted" and not step["valid"]
+    assert 0 < step["sent"] < step["scheduled"]
+    assert step["ok"] == step["sent"]  # in-flight requests were waited for, not dropped

@@ -1,0 +1,72 @@
+"""Honest measurement on loopback against the fake server (real time, real sockets)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ridgeline.fakeserver import LatencyModel, capacity_rps, running_in_process
+from ridgeline.fakeserver.model import Stall
+from ridgeline.loadgen.replayer import ReplayConfig
+from ridgeline.loadgen.runloop import run_coroutine
+from ridgeline.loadgen.schedule import from_arrival
+from ridgeline.loadgen.step import StepConfig, measure_step
+from ridgeline.policies.batching import BatchingConfig
+from ridgeline.workload.arrivals import parse_arrival
+
+
+@pytest.mark.slow
+def test_coordinated_omission_is_shown_and_avoided() -> None:
+    """A 200 ms stall, and a client that can keep only one request in flight (as a
+    closed-loop tool does): timed from the actual send the stall all but vanishes; timed
+    from the schedule it is there, and the step is refused as the generator's."""
+    model = LatencyModel(base_ms=2.0, per_item_ms=0.0, stalls=(Stall(at_s=1.5, duration_ms=200.0),))
+    with running_in_process(model, grpc_port=None) as srv:
+        sched = from_arrival(parse_arrival("constant", 100.0), 3.0)
+        # the server's clock starts before the step: put the stall inside the step
+        cfg = StepConfig(replay=ReplayConfig(max_outstanding=1, timeout_s=5.0))
+        res = run_coroutine(measure_step(srv.model_url, sched, cfg)).summary
+    assert res.errors == 0 and res.ok == 300
+    p99_schedule = res.latency_ms.p99
+    p99_send = res.latency_from_send_ms.p99
+    assert p99_schedule is not None and p99_send is not None
+    assert p99_schedule >= 150.0, res.latency_ms
+    assert p99_send < 50.0, res.latency_from_send_ms
+    assert res.latency_from_send_ms.max is not None and res.latency_from_send_ms.max >= 100.0
+    assert not res.valid
+    assert res.invalid_reason is not None and "lateness" in res.invalid_reason
+
+
+@pytest.mark.slow
+def test_open_loop_keeps_sending_through_a_stall() -> None:
+    """Open loop with room in flight: sends stay on schedule during the stall, so both
+    timings see it and the step is valid (the stall is the server's, not ours)."""
+    model = LatencyModel(base_ms=2.0, per_item_ms=0.0, stalls=(Stall(at_s=1.5, duration_ms=200.0),))
+    with running_in_process(model, grpc_port=None) as srv:
+        sched = from_arrival(parse_arrival("constant", 100.0), 3.0)
+        res = run_coroutine(measure_step(srv.model_url, sched, StepConfig())).summary
+    assert res.valid, res.invalid_reason
+    assert res.lateness_ms.p99 is not None and res.lateness_ms.p99 <= 1.0
+    assert res.latency_ms.p99 is not None and res.latency_ms.p99 >= 100.0
+    assert res.latency_from_send_ms.p99 is not None and res.latency_from_send_ms.p99 >= 100.0
+
+
+@pytest.mark.slow
+def test_the_fake_servers_measured_capacity_matches_its_latency_model() -> None:
+    """Offered twice its capacity, the server completes at its modelled capacity."""
+    model = LatencyModel(
+        base_ms=20.0,
+        per_item_ms=2.0,
+        instances=2,
+        batching=BatchingConfig(max_batch_size=4, max_queue_delay_s=0.002),
+    )
+    expected = capacity_rps(model)  # 2 · 4 / 28 ms = 285.7/s
+    assert expected == pytest.approx(285.714, rel=1e-4)
+    with running_in_process(model, grpc_port=None) as srv:
+        sched = from_arrival(parse_arrival("poisson", 2 * expected), 6.0, seed=3)
+        cfg = StepConfig(replay=ReplayConfig(timeout_s=30.0))
+        res = run_coroutine(measure_step(srv.model_url, sched, cfg))
+    # the queue fills, so steady completions run at capacity; skip the first window
+    steady = [w.achieved_rps for w in res.windows[1:]]
+    measured = sum(steady) / len(steady)
+    assert measured == pytest.approx(expected, rel=0.05), steady
+    assert res.summary.errors == 0
