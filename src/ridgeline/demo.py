@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from ridgeline.display import step_table
-from ridgeline.fakeserver import capacity_rps, load_preset, running_in_thread
+from ridgeline.fakeserver import capacity_rps, load_preset, running_in_process
 from ridgeline.loadgen.schedule import from_arrival
 from ridgeline.loadgen.step import StepConfig, run_step
 from ridgeline.telemetry.store import RunStore
@@ -21,7 +21,7 @@ def run_demo(
     capacity = capacity_rps(model)
     rate = round(0.7 * capacity)
     con.print(f"[bold]fake server[/]: preset 'default', modelled capacity {capacity:.0f} req/s")
-    with running_in_thread(model) as srv, RunStore(db) as store:
+    with running_in_process(model) as srv, RunStore(db) as store:
         for url in (srv.model_url, srv.grpc_url):
             schedule = from_arrival(parse_arrival("poisson", rate), duration_s, seed=1)
             con.print(f"driving {url} open-loop at {rate} req/s (Poisson) for {duration_s:g} s")
