@@ -21,11 +21,13 @@ import json
 import os
 import platform
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+import urllib.request
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -178,42 +180,79 @@ def machine() -> str:
     return f"{os.cpu_count()} cores, {cpu}, Python {platform.python_version()}, {platform.system()}"
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def stub_server() -> Iterator[str]:
+    """benchmarks/stub_server.py in its own process; yields its base URL once ready."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "benchmarks" / "stub_server.py"), str(port)]
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(100):
+            try:
+                with urllib.request.urlopen(f"{url}/v2/health/ready", timeout=1):
+                    break
+            except OSError:
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def compare(
+    label: str, base: str, model_url: str, duration: float, processes: tuple[int, ...]
+) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for p in processes:
+        print(f"{label}: ridgeline, {p} generator process(es)", flush=True)
+        out[f"ours_{p}p"], _ = highest_held(lambda r, p=p: ours(model_url, r, duration, p), 1000)
+    print(f"{label}: locust FastHttpUser constant_throughput, 1 process", flush=True)
+    out["locust"], _ = highest_held(lambda r: locust(base, r, duration), 1000)
+    print(f"{label}: wrk, 1 thread, 32 connections (closed loop)", flush=True)
+    out["wrk"] = wrk(model_url, duration) or float("nan")
+    return out
+
+
 def main() -> None:
     duration = float(os.environ.get("RIDGELINE_BENCH_DURATION", "4"))
     print("1. null in-process target, 1 process", flush=True)
-    null_rate, _ = highest_held(lambda r: ours("null://", r, duration), 25_000, bisections=3)
-    results = {"null_rps": null_rate}
+    null_rate, _ = highest_held(lambda r: ours("null://", r, duration), 50_000, bisections=3)
     with running_in_process(load_preset("fast"), grpc_port=None) as srv:
-        for p in (1, 2):
-            print(f"2. v2 HTTP, fake server, {p} generator process(es)", flush=True)
-            results[f"http_{p}p_rps"], _ = highest_held(
-                lambda r, p=p: ours(srv.model_url, r, duration, p), 500
-            )
-        print("3. locust FastHttpUser constant_throughput, 1 process", flush=True)
-        results["locust_rps"], _ = highest_held(lambda r: locust(srv.http_url, r, duration), 500)
-        print("3. wrk, 1 thread, 32 connections (closed loop)", flush=True)
-        results["wrk_rps"] = wrk(srv.model_url, duration) or float("nan")
-    locust_rps = results["locust_rps"]
-    ratio = results["http_1p_rps"] / locust_rps if locust_rps else float("inf")
+        fake = compare("2. fake server", srv.http_url, srv.model_url, duration, (1, 2))
+    with stub_server() as base:
+        stub = compare("3. v2 stub server", base, f"{base}/v2/models/fake", duration, (1,))
     date = datetime.now(UTC).strftime("%Y-%m-%d")
+
+    def ratio(a: float, b: float) -> str:
+        return f"{a / b:.2f}×" if b else "n/a"
+
     rows = [
-        f"| {date} | loadgen | schedule rate, null in-process target, 1 process,"
-        " p99 lateness ≤ 1 ms"
-        f" | {results['null_rps']:,.0f}/s | goal ≥ 100,000/s |",
-        f"| {date} | loadgen | v2 HTTP to fake server (own process), 1 generator process,"
-        " held"
-        f" | {results['http_1p_rps']:,.0f}/s | locust {results['locust_rps']:,.0f}/s:"
-        f" **{ratio:.2f}×** (goal ≥ 2×) |",
-        f"| {date} | loadgen | v2 HTTP to fake server, 2 generator processes, held"
-        f" | {results['http_2p_rps']:,.0f}/s | wrk (closed loop, 32 conns) "
-        f"{results['wrk_rps']:,.0f}/s |",
+        f"| {date} | loadgen | schedule rate, null in-process target, 1 process, p99 lateness"
+        f" ≤ 1 ms | {null_rate:,.0f}/s | (goal ≥ 100,000/s) |",
+        f"| {date} | loadgen | v2 HTTP, fake server `--preset fast` (own process), held,"
+        f" 1 generator process | {fake['ours_1p']:,.0f}/s | locust {fake['locust']:,.0f}/s:"
+        f" **{ratio(fake['ours_1p'], fake['locust'])}**; wrk (closed loop) {fake['wrk']:,.0f}/s"
+        " = the server's ceiling |",
+        f"| {date} | loadgen | same, 2 generator processes | {fake['ours_2p']:,.0f}/s |"
+        f" {ratio(fake['ours_2p'], fake['ours_1p'])} of 1 process |",
+        f"| {date} | loadgen | v2 HTTP, minimal v2 stub (`benchmarks/stub_server.py`), held,"
+        f" 1 generator process | {stub['ours_1p']:,.0f}/s | locust {stub['locust']:,.0f}/s:"
+        f" **{ratio(stub['ours_1p'], stub['locust'])}** (goal ≥ 2×); wrk {stub['wrk']:,.0f}/s |",
     ]
     print("\n".join(rows))
-    print(json.dumps(results))
+    print(json.dumps({"null": null_rate, "fake": fake, "stub": stub}))
     doc = ROOT / "docs" / "benchmarks.md"
     if os.environ.get("RIDGELINE_BENCH_NO_WRITE") != "1" and doc.exists():
         with doc.open("a") as f:
-            f.write(f"\n<!-- make bench, {date}, {machine()} -->\n" + "\n".join(rows) + "\n")
+            f.write(f"<!-- make bench, {date}, {machine()} -->\n" + "\n".join(rows) + "\n")
 
 
 if __name__ == "__main__":

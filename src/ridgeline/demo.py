@@ -22,7 +22,7 @@ def run_demo(
     rate = round(0.7 * capacity)
     con.print(f"[bold]fake server[/]: preset 'default', modelled capacity {capacity:.0f} req/s")
     with running_in_process(model) as srv, RunStore(db) as store:
-        for url in (srv.model_url, srv.grpc_url):
+        for url in (srv.model_url, srv.grpc_url or ""):
             schedule = from_arrival(parse_arrival("poisson", rate), duration_s, seed=1)
             con.print(f"driving {url} open-loop at {rate} req/s (Poisson) for {duration_s:g} s")
             result = run_step(url, schedule, StepConfig(metrics_url=srv.metrics_url), store=store)

@@ -16,12 +16,12 @@ Errors are ``{"error": "..."}``: 400 bad request, 401 bad token, 404 unknown mod
 from __future__ import annotations
 
 import hmac
-import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from ridgeline.fakeserver import _describe, openai
@@ -42,8 +42,7 @@ HEADER_LENGTH = "Inference-Header-Content-Length"
 
 
 def json_response(doc: Any, status: int = 200) -> web.Response:
-    body = json.dumps(doc, separators=(",", ":")).encode()
-    return web.Response(body=body, status=status, content_type="application/json")
+    return web.Response(body=orjson.dumps(doc), status=status, content_type="application/json")
 
 
 def error_response(message: str, status: int) -> web.Response:
@@ -151,7 +150,7 @@ def _parse_infer(model: LatencyModel, body: bytes, header_length: str | None) ->
             )
         head, tail = body[:n], memoryview(body)[n:]
     try:
-        doc = json.loads(head)
+        doc = orjson.loads(head)
     except (ValueError, UnicodeDecodeError) as e:
         raise InvalidRequest(f"request header is not valid JSON: {e}") from e
     if not isinstance(doc, dict) or not isinstance(doc.get("inputs"), list):
@@ -218,7 +217,7 @@ def _infer_response(model: LatencyModel, req: _InferRequest, arrays: list[Any]) 
     doc["outputs"] = outputs
     if not blobs:
         return json_response(doc)
-    head = json.dumps(doc, separators=(",", ":")).encode()
+    head = orjson.dumps(doc)
     resp = web.Response(body=b"".join([head, *blobs]), content_type="application/octet-stream")
     resp.headers[HEADER_LENGTH] = str(len(head))
     return resp
@@ -253,6 +252,8 @@ def build_app(
     app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares)
     r = _V2Routes(model, engine, exporter, max_body_bytes)
     add = app.router
+    # the router tries resources in order: the hot route first
+    add.add_post("/v2/models/{name}/infer", r.infer)
     add.add_get("/v2/health/live", r.live)
     add.add_get("/v2/health/ready", r.ready)
     add.add_get("/v2", r.server_metadata)
@@ -264,6 +265,7 @@ def build_app(
         add.add_get(base + "/ready", r.model_ready)
         add.add_get(base + "/config", r.model_config)
         add.add_get(base + "/stats", r.model_stats)
-        add.add_post(base + "/infer", r.infer)
+        if "version" in base:
+            add.add_post(base + "/infer", r.infer)
     openai.add_routes(app, model, engine)
     return app

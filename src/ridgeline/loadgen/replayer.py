@@ -13,8 +13,9 @@ import contextlib
 import math
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Coroutine, Generator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -25,6 +26,7 @@ from ridgeline.targets.base import Target
 from ridgeline.workload.payloads import DEFAULT_SHAPE, RequestShape
 
 _PENDING = -1
+_NAP_S = 0.0001
 _SWEEP_S = 0.005
 _MAX_ERROR_KINDS = 50
 
@@ -172,6 +174,7 @@ async def replay(
     sweeper = loop.create_task(sweep())
     create_task = loop.create_task
     limit = cfg.max_outstanding
+    spin = cfg.spin_s
     stopped = stop.is_set if stop is not None else (lambda: False)
     i = 0
     try:
@@ -179,7 +182,12 @@ async def replay(
             now = pc()
             if due[i] > now:
                 wait = due[i] - now
-                await asyncio.sleep(wait - cfg.spin_s if wait > 2 * cfg.spin_s else 0)
+                if wait > 2 * spin:
+                    await asyncio.sleep(wait - spin)  # the loop's timer: ~1 ms granular
+                else:
+                    if wait > 2 * _NAP_S:
+                        time.sleep(_NAP_S)  # idle without burning the core other work needs
+                    await asyncio.sleep(0)  # let answers in while we close in on the send
                 continue
             while i < n and due[i] <= now:
                 if len(tasks) >= limit:
@@ -192,7 +200,13 @@ async def replay(
                 sent[i] = t - start
                 outcome[i] = _PENDING
                 deadlines.append((t + timeout, i))
-                tasks[i] = create_task(one(i, DEFAULT_SHAPE if shapes is None else shapes[i]))
+                coro = one(i, DEFAULT_SHAPE if shapes is None else shapes[i])
+                try:  # start eagerly: the request leaves now; one answered at once costs no task
+                    first = coro.send(None)
+                except StopIteration:
+                    pass
+                else:
+                    tasks[i] = create_task(_resume(coro, first))
                 i += 1
                 prog.sent = i
             await asyncio.sleep(0)
@@ -227,3 +241,33 @@ async def replay(
     rec.errors.update(errors)
     rec.outstanding_limited = prog.outstanding_limited
     return rec
+
+
+class _Continue:
+    """Awaitable that carries on a coroutine already stepped once by hand (an eager
+    start), re-yielding what it yielded so the Task waits on the same future."""
+
+    __slots__ = ("_coro", "_first")
+
+    def __init__(self, coro: Coroutine[Any, Any, None], first: Any) -> None:
+        self._coro, self._first = coro, first
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        coro, value = self._coro, self._first
+        while True:
+            try:
+                sent = yield value
+            except BaseException as exc:  # cancellation and the like: pass it in
+                try:
+                    value = coro.throw(exc)
+                except StopIteration:
+                    return
+            else:
+                try:
+                    value = coro.send(sent)
+                except StopIteration:
+                    return
+
+
+async def _resume(coro: Coroutine[Any, Any, None], first: Any) -> None:
+    await _Continue(coro, first)

@@ -1,8 +1,8 @@
 """Open Inference Protocol v2 over HTTP/JSON (KServe, Triton, MLServer), with aiohttp.
 
-``connect`` opens one keep-alive pool, checks ``/v2/health/ready`` and reads the
-model's metadata (learning its inputs when none were given). ``send`` posts the JSON
-body encoded once per distinct ``items`` and cached.
+``connect`` checks ``/v2/health/ready`` and reads the model's metadata (learning its
+inputs when none were given) with aiohttp; ``send`` writes the whole infer request,
+prepared once per distinct ``items``, on a lean keep-alive pool (``_fastpool``).
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import aiohttp
 import yarl
 
 from ridgeline.errors import TargetUnreachableError
+from ridgeline.targets._fastpool import Http1Pool
 from ridgeline.targets._http import failed_reply, fetch, new_session, not_connected, parse_json
 from ridgeline.targets.base import OK, Reply
 from ridgeline.targets.tensors import TensorSpec, json_inputs
@@ -42,8 +42,8 @@ class V2HttpTarget:
         self._connect_timeout = connect_timeout
         self.inputs: tuple[TensorSpec, ...] | None = tuple(inputs) if inputs else None
         """The model's inputs: given, or learnt from its metadata at connect."""
-        self._bodies: dict[int, bytes] = {}
-        self._session: aiohttp.ClientSession | None = None
+        self._requests: dict[int, bytes] = {}
+        self._pool: Http1Pool | None = None
 
     @property
     def url(self) -> str:
@@ -69,36 +69,35 @@ class V2HttpTarget:
             )
             if self.inputs is None:
                 self.inputs = _inputs_of(parse_json(body, self._model_url), self._model_url)
-        except BaseException:
+        finally:
             await session.close()
-            raise
-        self._session = session
+        self._pool = Http1Pool(str(self._infer_url.origin()), max_outstanding)
 
     async def send(self, shape: RequestShape) -> Reply:
-        body = self._bodies.get(shape.items)
-        if body is None:
-            body = self._encode(shape.items)
-        session = self._session
-        if session is None:
+        pool = self._pool
+        if pool is None:
             raise not_connected(self)
-        async with session.post(self._infer_url, data=body) as resp:
-            answer = await resp.read()
-            if resp.status == 200:
-                return OK
-        return failed_reply(resp.status, answer)
+        raw = self._requests.get(shape.items)
+        if raw is None:
+            raw = self._prepare(shape.items)
+        status, answer = await pool.request(raw)
+        if status == 200:
+            return OK
+        return failed_reply(status, answer)
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
 
-    def _encode(self, items: int) -> bytes:
-        if self.inputs is None:
+    def _prepare(self, items: int) -> bytes:
+        if self.inputs is None or self._pool is None:
             raise not_connected(self)
         doc = {"inputs": json_inputs(self.inputs, items)}
         body = json.dumps(doc, separators=(",", ":")).encode()
-        self._bodies[items] = body
-        return body
+        raw = self._pool.prepare("POST", self._infer_url.raw_path_qs, self._headers, body)
+        self._requests[items] = raw
+        return raw
 
 
 def _inputs_of(metadata: Any, url: str) -> tuple[TensorSpec, ...]:
