@@ -8,10 +8,11 @@ from ridgeline.fakeserver import LatencyModel, capacity_rps, running_in_process
 from ridgeline.fakeserver.model import Stall
 from ridgeline.loadgen.replayer import ReplayConfig
 from ridgeline.loadgen.runloop import run_coroutine
-from ridgeline.loadgen.schedule import from_arrival
+from ridgeline.loadgen.schedule import Schedule, from_arrival
 from ridgeline.loadgen.step import StepConfig, measure_step
 from ridgeline.policies.batching import BatchingConfig
 from ridgeline.workload.arrivals import parse_arrival
+from ridgeline.workload.payloads import RequestShape
 
 
 @pytest.mark.slow
@@ -70,3 +71,21 @@ def test_the_fake_servers_measured_capacity_matches_its_latency_model() -> None:
     measured = sum(steady) / len(steady)
     assert measured == pytest.approx(expected, rel=0.05), steady
     assert res.summary.errors == 0
+
+
+@pytest.mark.slow
+def test_streaming_llm_step_reports_ttft_inter_token_latency_and_tokens() -> None:
+    """OpenAI-compatible streaming, sizes from a trace-like shape list: time to first
+    token, inter-token latency and token counts come out of the same step."""
+    model = LatencyModel(base_ms=5.0, per_item_ms=0.0, ttft_ms=20.0, per_token_ms=5.0)
+    with running_in_process(model, grpc_port=None) as srv:
+        sched = from_arrival(parse_arrival("poisson", 20.0), 2.0, seed=2)
+        shapes = [RequestShape(prompt_tokens=50, output_tokens=8)] * len(sched.times)
+        sched = Schedule(sched.times, shapes, sched.duration_s, "llm")
+        url = srv.http_url.replace("http://", "openai+http://") + "/v1"
+        res = run_coroutine(measure_step(url, sched, StepConfig())).summary
+    assert res.errors == 0 and res.ok == len(shapes)
+    assert res.ttft_ms is not None and res.itl_ms is not None
+    assert res.ttft_ms.p50 is not None and res.ttft_ms.p50 >= 25.0  # engine 5 ms + ttft 20 ms
+    assert res.itl_ms.p50 == pytest.approx(5.0, abs=1.5)
+    assert res.output_tokens_per_s == pytest.approx(8 * res.ok / 2.0)

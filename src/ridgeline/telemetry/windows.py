@@ -33,6 +33,12 @@ class Window(BaseModel):
     lateness_p99_ms: float | None
     server: dict[str, float] = {}
     """Server metrics scraped during the window (counter deltas, gauge values)."""
+    state: str | None = None
+    """Health state after hysteresis, when a probe assessed the window."""
+    score: float | None = None
+    """Combined distance to the SLO boundary (< 1 inside), when assessed."""
+    excluded: bool = False
+    """Before steady state (warmup): left out of the step's verdict."""
 
 
 def windows(rec: Records, duration_s: float, width_s: float = 1.0) -> list[Window]:

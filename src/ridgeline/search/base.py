@@ -1,0 +1,76 @@
+"""The ask/tell contract of every search strategy, and the data it exchanges.
+
+A strategy proposes the next step (``propose``), is told the step's assessed result
+(``observe``), and reports its estimate (``result``). It never runs load itself: the
+orchestrator runs the step — over the network in real time or against a simulated server
+in virtual time — and the health engine assesses it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ridgeline.health.state import HealthState
+
+
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    rate: float
+    """Offered rate, requests/s."""
+    duration_s: float
+    purpose: str = ""
+    """Why this step: bracket, bisect, probe, confirm, sweep, stability, warmup."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepVerdict:
+    """A step's assessed result, as a strategy sees it."""
+
+    rate: float
+    duration_s: float
+    state: HealthState
+    """The step's state after hysteresis over its (steady) windows."""
+    score: float
+    """Combined distance to the SLO boundary over the step: < 1 inside, > 1 past."""
+    valid: bool = True
+    """False when the generator could not hold the step: never an estimate."""
+    achieved_rps: float = 0.0
+    p99_ms: float | None = None
+    excluded_warmup_s: float = 0.0
+    reason: str = ""
+    purpose: str = ""
+
+    @property
+    def sustainable(self) -> bool:
+        return self.valid and self.state.sustainable
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityEstimate:
+    capacity_rps: float | None
+    """Highest sustainable rate found; None when none at or above the lowest rate tried."""
+    ci_low: float | None
+    ci_high: float | None
+    strategy: str
+    steps: int
+    test_seconds: float
+    converged: bool
+    reason: str = ""
+    trajectory: tuple[StepVerdict, ...] = field(default_factory=tuple)
+
+
+class Strategy(Protocol):
+    name: str
+
+    def propose(self) -> StepPlan | None:
+        """The next step to run, or None when the search is over."""
+        ...
+
+    def observe(self, verdict: StepVerdict) -> None:
+        """The assessed result of the step last proposed."""
+        ...
+
+    def result(self) -> CapacityEstimate:
+        """The estimate so far (final once ``propose`` returned None)."""
+        ...
