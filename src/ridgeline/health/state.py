@@ -7,10 +7,10 @@ search strategies and the report all speak it; none of it reads a clock or a soc
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 
-class HealthState(str, Enum):
+class HealthState(StrEnum):
     HEALTHY = "healthy"
     """Every metric comfortably inside its bound."""
     WARN = "warn"
