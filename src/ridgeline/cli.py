@@ -9,12 +9,14 @@ from typing import Annotated, Any, NoReturn
 import typer
 from rich.console import Console
 
+from ridgeline.capacity.cli import allocate_command, registry_app
 from ridgeline.display import live_progress, runs_table, step_table
 from ridgeline.errors import RidgelineError, RunInterrupted
 from ridgeline.loadgen.replayer import Progress, ReplayConfig
 from ridgeline.loadgen.schedule import Schedule, from_arrival, from_trace
 from ridgeline.loadgen.step import StepConfig, run_step
 from ridgeline.loadgen.validity import ValidityConfig
+from ridgeline.report.cli import report_command
 from ridgeline.telemetry.store import RunStore, default_store_path
 from ridgeline.workload.arrivals import parse_arrival
 
@@ -26,6 +28,9 @@ app = typer.Typer(
 )
 runs_app = typer.Typer(help="Runs kept in the run store.", no_args_is_help=True)
 app.add_typer(runs_app, name="runs")
+app.command("allocate")(allocate_command)
+app.add_typer(registry_app, name="registry")
+app.command("report")(report_command)
 
 out = Console()
 err = Console(stderr=True)
@@ -149,6 +154,91 @@ def _schedule(
             trace, target_rate=target_rate or rate, start_s=trace_start, duration_s=duration
         )
     return from_arrival(parse_arrival(arrival, rate), duration, seed)
+
+
+@app.command()
+def probe(
+    target: Annotated[
+        str,
+        typer.Argument(
+            help="endpoint URL (as for `run`), or sim:PRESET / sim:FILE.yaml for a simulated "
+            "server in virtual time (presets: recommendation, ranking, vision, nlp, "
+            "vision-warmup)"
+        ),
+    ],
+    slo: Annotated[
+        str | None,
+        typer.Option(
+            help="e.g. 'p99<100ms,errors<0.1%'; default: the sim preset's, else "
+            "'p99<100ms,errors<1%'"
+        ),
+    ] = None,
+    strategy: Annotated[
+        str, typer.Option(help="adaptive | binary | sweep | stability")
+    ] = "adaptive",
+    min_rate: Annotated[float, typer.Option(help="lowest rate to try, req/s")] = 1.0,
+    max_rate: Annotated[float | None, typer.Option(help="highest rate to try")] = None,
+    start_rate: Annotated[float | None, typer.Option(help="first rate (default min-rate)")] = None,
+    rate: Annotated[float | None, typer.Option(help="the rate, for --strategy stability")] = None,
+    step_duration: Annotated[float, typer.Option(help="seconds per step")] = 10.0,
+    precision: Annotated[float, typer.Option(help="relative width of the answer")] = 0.02,
+    warmup: Annotated[bool, typer.Option(help="warmup phase and steady-state exclusion")] = True,
+    confirm: Annotated[bool, typer.Option(help="a stability run at the estimate")] = True,
+    arrival: Annotated[str, typer.Option(help="arrival process of every step")] = "poisson",
+    trace: Annotated[
+        Path | None,
+        typer.Option(help="replay this trace in every step, time-scaled to the step's rate"),
+    ] = None,
+    processes: Annotated[int, typer.Option(help="local generator processes")] = 1,
+    window: Annotated[float, typer.Option(help="health window, s")] = 1.0,
+    metrics_url: Annotated[
+        str | None, typer.Option(help="Prometheus endpoint of the server (batch sizes, queue, GPU)")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="seed of the schedules")] = 0,
+    db: DbOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Find the maximum sustainable throughput of TARGET under an SLO."""
+    from ridgeline.display import probe_line, probe_table
+    from ridgeline.probe.api import default_slo, make_driver, run_probe
+    from ridgeline.probe.orchestrator import ProbeConfig
+
+    options: dict[str, Any] = {
+        "min_rate": min_rate,
+        "step_duration_s": step_duration,
+        "precision": precision,
+    }
+    if max_rate is not None:
+        options["max_rate"] = max_rate
+    if start_rate is not None:
+        options["start_rate"] = start_rate
+    if rate is not None:
+        options["rate"] = rate
+    try:
+        cfg = ProbeConfig(
+            slo=slo or default_slo(target) or "p99<100ms,errors<1%",
+            strategy=strategy,
+            strategy_options=options,
+            warmup=warmup,
+            confirm=confirm,
+            seed=seed,
+        )
+        step = StepConfig(processes=processes, window_s=window, metrics_url=metrics_url)
+        driver = make_driver(target, step=step, arrival=arrival, trace=trace)
+        with RunStore(db) as store:
+            result = run_probe(
+                driver, cfg, store=store, on_step=None if as_json else probe_line(err)
+            )
+    except RidgelineError as exc:
+        _fail(exc)
+    except ValueError as exc:
+        _fail(RidgelineError(str(exc)))
+    if as_json:
+        print(result.model_dump_json(indent=2))
+    else:
+        out.print(probe_table(result))
+    if result.status != "complete":
+        raise typer.Exit(130 if result.status == "interrupted" else 1)
 
 
 @app.command("fake-server")

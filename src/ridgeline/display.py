@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
 from ridgeline.loadgen.replayer import Progress
 from ridgeline.telemetry.summary import Percentiles, StepSummary
+
+if TYPE_CHECKING:
+    from ridgeline.probe.orchestrator import ProbeResult
+    from ridgeline.search.base import StepPlan, StepVerdict
 
 
 def _ms(v: float | None) -> str:
@@ -81,3 +85,42 @@ def live_progress(progress: Progress, console: Console, enabled: bool) -> Iterat
         done.set()
         th.join(timeout=1)
         time.sleep(0)
+
+
+def probe_line(console: Console) -> Callable[[int, StepPlan, StepVerdict], None]:
+    """A progress line per finished step: step, purpose, rate, state, p99."""
+
+    def show(index: int, plan: StepPlan, v: StepVerdict) -> None:
+        colour = {"healthy": "green", "warn": "yellow"}.get(v.state.value, "red")
+        p99 = "-" if v.p99_ms is None else f"{v.p99_ms:.1f} ms"
+        console.print(
+            f"step {index:>3}  {plan.purpose or 'step':<9} {plan.rate:>10.1f}/s  "
+            f"[{colour}]{v.state.value:<10}[/] score {v.score:5.2f}  p99 {p99}"
+            + ("" if v.valid else "  [red]invalid[/]"),
+            highlight=False,
+        )
+
+    return show
+
+
+def probe_table(r: ProbeResult) -> Table:
+    t = Table(title=f"probe {r.target} — {r.slo}", title_justify="left", show_header=False)
+    cap = "none" if r.capacity_rps is None else f"{r.capacity_rps:,.1f} req/s"
+    ci = "-" if r.ci_low is None or r.ci_high is None else f"[{r.ci_low:,.1f}, {r.ci_high:,.1f}]"
+    rows = [
+        ("capacity", cap),
+        ("interval", ci),
+        ("strategy", r.strategy),
+        ("steps", str(r.steps)),
+        ("test-seconds", f"{r.test_seconds:,.0f}"),
+        ("warmup excluded", f"{r.warmup_excluded_s:,.0f} s"),
+        ("confirmed", "-" if r.confirmed is None else str(r.confirmed).lower()),
+        ("valid", str(r.valid).lower()),
+        ("status", r.status),
+        ("run", str(r.run_id)),
+    ]
+    if r.reason:
+        rows.append(("reason", r.reason))
+    for k, v in rows:
+        t.add_row(k, v)
+    return t

@@ -30,7 +30,15 @@ class UnknownKindError(ConfigError):
         self.what = what
         self.name = name
         self.valid = sorted(valid)
-        super().__init__(f"unknown {what} {name!r}; valid {what}s are: {', '.join(self.valid)}")
+        super().__init__(
+            f"unknown {what} {name!r}; valid {_plural(what)} are: {', '.join(self.valid)}"
+        )
+
+
+def _plural(noun: str) -> str:
+    if noun.endswith("y") and not noun.endswith(("ay", "ey", "oy", "uy")):
+        return noun[:-1] + "ies"
+    return noun + "s"
 
 
 class TraceFormatError(ConfigError):
@@ -42,6 +50,14 @@ class TraceFormatError(ConfigError):
         self.column = column
         self.problem = problem
         super().__init__(f"{path}, line {line}, column {column}: {problem}")
+
+
+class GpuUnavailableError(ConfigError):
+    """No GPU can be monitored this way; ``reason`` says why in a few words."""
+
+    def __init__(self, reason: str, fix: str) -> None:
+        self.reason = reason
+        super().__init__(f"{reason}; {fix}")
 
 
 class TargetError(RidgelineError):

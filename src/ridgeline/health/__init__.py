@@ -1,0 +1,47 @@
+"""Health: is a window, a step, a server inside its SLO — and does it stay there?
+
+``assess`` scores one window against an ``SLOPolicy`` (``parse_slo``); ``smooth`` applies
+hysteresis across windows; ``steady_start`` / ``warmup_step`` find where warmup ends.
+"""
+
+from ridgeline.health.engine import assess, observation_from_window, severity
+from ridgeline.health.hysteresis import HysteresisConfig, HysteresisState, smooth
+from ridgeline.health.slo import (
+    LatencyBound,
+    ScoreWeights,
+    SLOPolicy,
+    format_slo,
+    parse_slo,
+)
+from ridgeline.health.state import Assessment, HealthState, Observation
+from ridgeline.health.warmup import (
+    WarmupConfig,
+    WarmupState,
+    mser5,
+    steady_start,
+    warmup_expired,
+    warmup_step,
+)
+
+__all__ = [
+    "Assessment",
+    "HealthState",
+    "HysteresisConfig",
+    "HysteresisState",
+    "LatencyBound",
+    "Observation",
+    "SLOPolicy",
+    "ScoreWeights",
+    "WarmupConfig",
+    "WarmupState",
+    "assess",
+    "format_slo",
+    "mser5",
+    "observation_from_window",
+    "parse_slo",
+    "severity",
+    "smooth",
+    "steady_start",
+    "warmup_expired",
+    "warmup_step",
+]

@@ -60,3 +60,6 @@ class Assessment:
     metric_scores: dict[str, float] = field(default_factory=dict)
     """Per metric: its value over its bound (1.0 = on the bound)."""
     reason: str = ""
+    all_failed: bool = False
+    """Every answered request in the window failed: the server is dying or dead
+    (hysteresis moves to Critical at once on such a window)."""

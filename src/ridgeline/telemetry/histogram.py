@@ -49,13 +49,22 @@ def decode(text: str) -> HdrHistogram:
     return HdrHistogram.decode(text.encode("ascii"))
 
 
-def summary_ms(h: HdrHistogram) -> dict[str, float | None]:
-    """p50 … p99.9, max and mean in milliseconds; None throughout for an empty histogram."""
+def summary_ms(h: HdrHistogram, mean_ms: float | None = None) -> dict[str, float | None]:
+    """p50 … p99.9 and max in milliseconds (None throughout for an empty histogram), and
+    ``mean_ms`` as given: hdrh's own mean walks every bucket in Python (~60 ms), so
+    callers that hold the raw values pass their exact mean instead."""
     if h.get_total_count() == 0:
         return {**dict.fromkeys(PERCENTILES), "max": None, "mean": None}
     out: dict[str, float | None] = {
         k: h.get_value_at_percentile(p) / 1000.0 for k, p in PERCENTILES.items()
     }
     out["max"] = h.get_max_value() / 1000.0
-    out["mean"] = h.get_mean_value() / 1000.0
+    out["mean"] = mean_ms
     return out
+
+
+def latency_summary_ms(seconds: NDArray[np.float64]) -> dict[str, float | None]:
+    """``summary_ms`` of the finite values of ``seconds``, with their exact mean."""
+    finite = seconds[np.isfinite(seconds)]
+    mean = float(finite.mean()) * 1000.0 if finite.size else None
+    return summary_ms(histogram_of(finite), mean)

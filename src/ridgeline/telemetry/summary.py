@@ -13,7 +13,7 @@ from numpy.typing import NDArray
 from pydantic import BaseModel, Field
 
 from ridgeline.loadgen.records import FAILED, Outcome, Records
-from ridgeline.telemetry.histogram import histogram_of, summary_ms
+from ridgeline.telemetry.histogram import latency_summary_ms
 
 
 class Percentiles(BaseModel):
@@ -56,7 +56,7 @@ class StepSummary(BaseModel):
 
 
 def _pct(seconds: NDArray[np.float64]) -> Percentiles:
-    return Percentiles(**summary_ms(histogram_of(seconds)))
+    return Percentiles(**latency_summary_ms(seconds))
 
 
 def summarize(

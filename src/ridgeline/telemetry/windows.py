@@ -13,7 +13,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from ridgeline.loadgen.records import FAILED, Outcome, Records
-from ridgeline.telemetry.histogram import histogram_of, summary_ms
+from ridgeline.telemetry.histogram import latency_summary_ms
 from ridgeline.telemetry.summary import Percentiles
 
 
@@ -42,40 +42,43 @@ class Window(BaseModel):
 
 
 def windows(rec: Records, duration_s: float, width_s: float = 1.0) -> list[Window]:
+    """Cut a step into windows; ``rec`` is in schedule order (as replays and merges are)."""
     if width_s <= 0:
         raise ValueError("window width must be > 0 s")
     count = max(1, math.ceil(duration_s / width_s - 1e-9))
     edges = np.arange(count + 1) * width_s
-    by_sched = np.clip(np.searchsorted(edges, rec.scheduled, side="right") - 1, 0, count - 1)
-    ok = rec.outcome == int(Outcome.OK)
-    failed = np.isin(rec.outcome, [int(o) for o in FAILED])
-    dropped = rec.outcome == int(Outcome.DROPPED)
-    answered = rec.outcome != int(Outcome.NOT_SENT)
-    done_ok = rec.done[ok]
-    completed_ok, _ = np.histogram(done_ok, bins=edges)
+    bounds = np.searchsorted(rec.scheduled, edges, side="left")
+    bounds[0], bounds[-1] = 0, len(rec)  # anything outside [0, duration) joins the ends
+    outcome = rec.outcome
+    ok = outcome == int(Outcome.OK)
+    failed = np.isin(outcome, [int(o) for o in FAILED])
+    dropped = outcome == int(Outcome.DROPPED)
+    answered = outcome != int(Outcome.NOT_SENT)
+    completed_ok, _ = np.histogram(rec.done[ok], bins=edges)
     latency = rec.latency_from_schedule
     lateness = rec.lateness
     out: list[Window] = []
     for w in range(count):
-        mine = by_sched == w
-        n_answered = int((mine & answered).sum())
-        n_failed = int((mine & failed).sum())
-        late = lateness[mine & answered]
+        a, b = int(bounds[w]), int(bounds[w + 1])
+        mine_answered = answered[a:b]
+        n_answered = int(mine_answered.sum())
+        n_failed = int(failed[a:b].sum())
+        late = lateness[a:b][mine_answered]
         width = float(edges[w + 1] - edges[w])
         out.append(
             Window(
                 index=w,
                 start_s=float(edges[w]),
                 end_s=float(edges[w + 1]),
-                offered=int(mine.sum()),
-                ok=int((mine & ok).sum()),
+                offered=b - a,
+                ok=int(ok[a:b].sum()),
                 failed=n_failed,
-                dropped=int((mine & dropped).sum()),
+                dropped=int(dropped[a:b].sum()),
                 completed_ok=int(completed_ok[w]),
-                offered_rps=float(mine.sum()) / width,
+                offered_rps=(b - a) / width,
                 achieved_rps=float(completed_ok[w]) / width,
                 error_rate=n_failed / n_answered if n_answered else 0.0,
-                latency_ms=Percentiles(**summary_ms(histogram_of(latency[mine & answered]))),
+                latency_ms=Percentiles(**latency_summary_ms(latency[a:b][mine_answered])),
                 lateness_p99_ms=float(np.percentile(late, 99)) * 1e3 if late.size else None,
             )
         )

@@ -1,0 +1,202 @@
+"""Capacity-search benchmarks (issue: the Vanguard method). Not a test: `make bench`.
+
+1. Simulated servers for four architecture classes (virtual time). Ground truth per class:
+   long constant-rate simulated runs (TRUTH_S each) on a fine rate grid around the
+   boundary, each judged by the same health engine; truth = the highest sustainable rate.
+   Then every strategy probes a fresh simulated server: its estimate's error against the
+   truth and the test-seconds it spent; the ratio of adaptive's test-seconds to binary's
+   and sweep's.
+2. Warmup: the `vision-warmup` preset (3× slower for its first 20 s), probed by adaptive
+   with warmup handling on and off, against the truth of its steady state (`vision`).
+3. Real time, on loopback: adaptive against the fake server, and the capacity measured
+   by long constant-rate runs (bisection, LONG_S each) under the same SLO.
+Rows are printed as Markdown and appended to docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ridgeline.fakeserver import load_preset, running_in_process
+from ridgeline.fakeserver.model import capacity_rps
+from ridgeline.health.hysteresis import HysteresisConfig
+from ridgeline.health.slo import parse_slo
+from ridgeline.loadgen.runloop import run_coroutine
+from ridgeline.loadgen.step import StepConfig
+from ridgeline.probe.assess import assess_step
+from ridgeline.probe.drivers import Driver, NetworkDriver, SimDriver
+from ridgeline.probe.orchestrator import ProbeConfig, ProbeResult, probe
+from ridgeline.search.base import StepPlan
+from ridgeline.sim import load_sim_preset
+
+ROOT = Path(__file__).resolve().parent.parent
+TRUTH_S = float(os.environ.get("RIDGELINE_BENCH_TRUTH_S", "120"))
+CLASSES = ("recommendation", "ranking", "vision", "nlp")
+STRATEGIES = ("adaptive", "binary", "sweep")
+
+
+def sustainable(driver: Driver, slo: str, rate: float, duration: float, seed: int) -> bool:
+    async def once() -> bool:
+        plan = StepPlan(rate, duration, "truth")
+        result = await driver.run(plan, seed, asyncio.Event())
+        a = assess_step(
+            result, plan, parse_slo(slo), HysteresisConfig(), warmup=False, step_index=0, t0_s=0.0
+        )
+        return a.verdict.sustainable
+
+    return run_coroutine(once())
+
+
+def truth_by_bisection(
+    make: callable, slo: str, lo: float, hi: float, duration: float, rel: float
+) -> float:  # type: ignore[valid-type]
+    """Highest rate whose long run is sustainable, to relative width ``rel``: bisection to
+    narrow it, then a fine grid (rel/4 spacing) across the last bracket."""
+    while sustainable(make(), slo, hi, duration, 1):
+        lo, hi = hi, hi * 2
+    while (hi - lo) / lo > rel:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if sustainable(make(), slo, mid, duration, 1) else (lo, mid)
+    grid = [lo + k * (hi - lo) / 4 for k in range(5)]
+    ok = [r for r in grid if sustainable(make(), slo, r, duration, 1)]
+    return max(ok) if ok else lo
+
+
+def sim_probe(
+    preset: str,
+    strategy: str,
+    slo: str,
+    min_rate: float,
+    max_rate: float,
+    warmup: bool = True,
+    step: float = 10.0,
+) -> ProbeResult:
+    """Every strategy gets the same range [min_rate, max_rate] (max_rate: 1.2 × the
+    modelled capacity, a ceiling a user knows roughly), precision 2 %, 10 s steps."""
+    driver = SimDriver(load_sim_preset(preset), label=preset)
+    cfg = ProbeConfig(
+        slo=slo,
+        strategy=strategy,
+        warmup=warmup,
+        strategy_options={
+            "min_rate": min_rate,
+            "max_rate": max_rate,
+            "step_duration_s": step,
+            "precision": 0.02,
+            "max_steps": 1000,
+            "max_test_seconds": 1e6,
+        },
+    )
+    return run_coroutine(probe(driver, cfg))
+
+
+@dataclass
+class Row:
+    cls: str
+    truth: float
+    results: dict[str, ProbeResult]
+
+
+def err(r: ProbeResult, truth: float) -> str:
+    if r.capacity_rps is None:
+        return "none"
+    return f"{(r.capacity_rps - truth) / truth:+.1%}"
+
+
+def main() -> None:
+    date = datetime.now(UTC).strftime("%Y-%m-%d")
+    rows: list[str] = []
+    t_start = time.time()
+    for cls in CLASSES:
+        preset = load_sim_preset(cls)
+        cap = capacity_rps(preset.model) * preset.speed
+        min_rate = max(cap / 50, 0.5)
+        truth = truth_by_bisection(
+            lambda cls=cls: SimDriver(load_sim_preset(cls), label=cls),
+            preset.slo,
+            min_rate,
+            cap,
+            TRUTH_S,
+            0.01,
+        )
+        res = {s: sim_probe(cls, s, preset.slo, min_rate, 1.2 * cap) for s in STRATEGIES}
+        a, b, sw = (res[s] for s in STRATEGIES)
+        print(
+            cls,
+            truth,
+            {s: (r.capacity_rps, r.test_seconds, r.steps) for s, r in res.items()},
+            flush=True,
+        )
+        rows.append(
+            f"| {date} | search (sim) | {cls}: `{preset.slo}`, truth {truth:,.1f}/s"
+            f" | adaptive {err(a, truth)} in {a.test_seconds:,.0f} s ({a.steps} steps)"
+            f" | binary {err(b, truth)} in {b.test_seconds:,.0f} s; sweep {err(sw, truth)} in"
+            f" {sw.test_seconds:,.0f} s; adaptive/binary **{a.test_seconds / b.test_seconds:.2f}**,"
+            f" adaptive/sweep **{a.test_seconds / sw.test_seconds:.2f}** |"
+        )
+    # warmup on/off
+    vision = load_sim_preset("vision")
+    truth = truth_by_bisection(
+        lambda: SimDriver(load_sim_preset("vision"), label="vision"),
+        vision.slo,
+        1.0,
+        1000.0,
+        TRUTH_S,
+        0.01,
+    )
+    cap = 1.2 * capacity_rps(vision.model)
+    on = sim_probe("vision-warmup", "adaptive", vision.slo, 20.0, cap, warmup=True)
+    off = sim_probe("vision-warmup", "adaptive", vision.slo, 20.0, cap, warmup=False)
+    rows.append(
+        f"| {date} | search (sim) | vision-warmup, adaptive, truth (steady) {truth:,.1f}/s"
+        f" | warmup handling on: {err(on, truth)} ({on.warmup_excluded_s:.0f} s excluded)"
+        f" | off: {err(off, truth)} |"
+    )
+    rows += real_time(date)
+    print("\n".join(rows))
+    print(f"took {time.time() - t_start:.0f} s")
+    doc = ROOT / "docs" / "benchmarks.md"
+    if os.environ.get("RIDGELINE_BENCH_NO_WRITE") != "1" and doc.exists():
+        with doc.open("a") as f:
+            f.write(f"<!-- benchmarks/search.py, {date} -->\n" + "\n".join(rows) + "\n")
+
+
+LONG_S = float(os.environ.get("RIDGELINE_BENCH_LONG_S", "30"))
+REAL_SLO = "p99<50ms,errors<1%"
+
+
+def real_time(date: str) -> list[str]:
+    """Adaptive on loopback vs long constant-rate runs, same SLO, same server."""
+    model = load_preset("default")
+    with running_in_process(model, grpc_port=None) as srv:
+
+        def make() -> NetworkDriver:
+            return NetworkDriver(srv.model_url, StepConfig())
+
+        t = time.time()
+        truth = truth_by_bisection(make, REAL_SLO, 100.0, 800.0, LONG_S, 0.03)
+        truth_s = time.time() - t
+        cfg = ProbeConfig(
+            slo=REAL_SLO,
+            strategy="adaptive",
+            strategy_options={"min_rate": 50.0, "step_duration_s": 5.0, "precision": 0.03},
+        )
+        t = time.time()
+        res = run_coroutine(probe(make(), cfg))
+        probe_s = time.time() - t
+    print("real", truth, res.capacity_rps, res.test_seconds, flush=True)
+    return [
+        f"| {date} | search (real time, loopback) | fake server `default`, `{REAL_SLO}`:"
+        f" long constant-rate runs ({LONG_S:.0f} s each) {truth:,.0f}/s in {truth_s:.0f} s"
+        f" | adaptive {res.capacity_rps or 0:,.0f}/s, {err(res, truth)}, in"
+        f" {res.test_seconds:.0f} test-s ({probe_s:.0f} s wall) | goal ±10 % |"
+    ]
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""From a telemetry window (and its scraped server metrics) to the engine's Observation.
+
+Server metrics come keyed ``name`` or ``name{label="v",...}`` (``telemetry.scrape``),
+counters as deltas over the window, gauges as values. The queue is the fake server's
+``fakeserver_queue_length``, else Triton's ``nv_inference_pending_request_count``
+(summed over models); the mean batch size is Δ``nv_inference_count`` (rows) over
+Δ``nv_inference_exec_count`` (batches), summed over models.
+"""
+
+from __future__ import annotations
+
+from ridgeline.health.state import Observation
+from ridgeline.telemetry.windows import Window
+
+_QUEUE_NAMES = ("fakeserver_queue_length", "nv_inference_pending_request_count")
+
+
+def observation_from_window(
+    w: Window, *, gpu_utilisation: float | None = None, gpu_problems: tuple[str, ...] = ()
+) -> Observation:
+    """What the health engine reads from ``w``; GPU readings come from a ``GpuMonitor``."""
+    rows = _total(w.server, "nv_inference_count")
+    batches = _total(w.server, "nv_inference_exec_count")
+    return Observation(
+        start_s=w.start_s,
+        end_s=w.end_s,
+        offered_rps=w.offered_rps,
+        achieved_rps=w.achieved_rps,
+        error_rate=w.error_rate,
+        latency_ms=w.latency_ms.model_dump(),
+        answered=w.ok + w.failed + w.dropped,
+        queue_length=next(
+            (q for name in _QUEUE_NAMES if (q := _total(w.server, name)) is not None), None
+        ),
+        mean_batch_size=rows / batches if rows is not None and batches else None,
+        gpu_utilisation=gpu_utilisation,
+        gpu_problems=gpu_problems,
+    )
+
+
+def _total(server: dict[str, float], name: str) -> float | None:
+    """Sum of every series of metric ``name`` (also spelled ``name_total``); None if absent."""
+    found = [v for k, v in server.items() if k.split("{", 1)[0] in (name, f"{name}_total")]
+    return sum(found) if found else None

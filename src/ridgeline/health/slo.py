@@ -1,0 +1,198 @@
+"""The SLO a probe judges against, and its one-line text form.
+
+``parse_slo("p99<100ms,errors<0.1%")`` reads the form a user types; ``format_slo`` writes
+it back (``parse_slo(format_slo(p)) == p`` for every policy whose non-textual settings
+are the defaults). Parts, separated by commas, in any order:
+
+- ``p50<20ms``, ``p99.9<1s``, ``max<250us``, ``mean<=40ms`` — a latency percentile
+  (p50, p90, p95, p99, p99.9 = p999, max, mean) under a bound in us, ms or s;
+- ``errors<0.1%`` or ``errors<0.001`` — the largest tolerated error rate;
+- ``attainment>95%`` or ``attainment>0.95`` — the least achieved/offered throughput.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ridgeline.errors import ConfigError
+
+Percentile = Literal["p50", "p90", "p95", "p99", "p999", "max", "mean"]
+PERCENTILES: tuple[Percentile, ...] = ("p50", "p90", "p95", "p99", "p999", "max", "mean")
+
+EXAMPLE = "p99<100ms,errors<0.1%"
+
+
+class LatencyBound(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    percentile: Percentile = Field(description="which latency statistic is bounded")
+    bound_ms: float = Field(gt=0, allow_inf_nan=False, description="its largest allowed value, ms")
+
+
+class ScoreWeights(BaseModel):
+    """Weights of the metrics in the combined score (the state rules ignore them)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    latency: float = Field(1.0, ge=0, description="each latency bound: what the SLO is about")
+    errors: float = Field(1.0, ge=0, description="the error rate: as much an SLO term as latency")
+    attainment: float = Field(
+        1.0, ge=0, description="achieved/offered: the direct sign that demand exceeds capacity"
+    )
+    trend: float = Field(
+        0.5, ge=0, description="latency growth: a slope fitted to a few noisy windows, half weight"
+    )
+    gpu: float = Field(
+        0.5, ge=0, description="GPU problems: a cause rather than an SLO term, half weight"
+    )
+
+
+class SLOPolicy(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    latency: tuple[LatencyBound, ...] = Field((), description="latency bounds, one per statistic")
+    max_error_rate: float = Field(0.01, gt=0, le=1, description="largest tolerated error rate")
+    min_attainment: float = Field(
+        0.95, gt=0, le=1, description="least achieved/offered throughput in a window"
+    )
+    warn_fraction: float = Field(
+        0.8, gt=0, lt=1, description="a metric above this fraction of its bound is Warn"
+    )
+    critical_factor: float = Field(
+        3.0, gt=1, description="a latency or error metric this many times its bound is Critical"
+    )
+    weights: ScoreWeights = Field(default_factory=ScoreWeights)
+    trend_windows: int = Field(
+        5, ge=3, description="recent windows (this one included) the latency trend is fitted to"
+    )
+    trend_growth: float = Field(
+        0.05,
+        gt=0,
+        description="latency growth per window, as a fraction of the latency bound, that "
+        "signals Overloaded (latency growing without bound)",
+    )
+    trend_percentile: Literal["p50", "p99"] = Field(
+        "p50", description="the statistic whose trend is fitted (p50: the least noisy)"
+    )
+
+    @model_validator(mode="after")
+    def _one_bound_per_statistic(self) -> Self:
+        seen = [b.percentile for b in self.latency]
+        dup = sorted({p for p in seen if seen.count(p) > 1})
+        if dup:
+            raise ValueError(f"{', '.join(dup)} bounded twice; keep one bound per statistic")
+        return self
+
+
+_PART = re.compile(
+    r"^(?P<metric>[a-z_]+[0-9.]*)\s*(?P<op><=|>=|<|>)\s*"
+    r"(?P<num>[0-9]*\.?[0-9]+(?:e[-+]?[0-9]+)?)\s*(?P<unit>us|µs|ms|s|%)?$",
+    re.IGNORECASE,
+)
+_PCT_NAMES: dict[str, Percentile] = {
+    "p50": "p50",
+    "p90": "p90",
+    "p95": "p95",
+    "p99": "p99",
+    "p99.9": "p999",
+    "p999": "p999",
+    "max": "max",
+    "mean": "mean",
+}
+_MS_PER = {"us": 1e-3, "µs": 1e-3, "ms": 1.0, "s": 1e3}
+_ERROR_NAMES = ("errors", "error", "error_rate")
+
+
+def parse_slo(text: str) -> SLOPolicy:
+    """Read an SLO such as ``"p99<100ms,errors<0.1%"`` (see the module docstring)."""
+    latency: list[LatencyBound] = []
+    fields: dict[str, float] = {}
+    pos = 0
+    for i, raw in enumerate(text.split(","), start=1):
+        part = raw.strip()
+        where = f"part {i} {part!r} (at character {pos + len(raw) - len(raw.lstrip()) + 1})"
+        pos += len(raw) + 1
+        m = _PART.match(part)
+        if m is None:
+            raise ConfigError(
+                f"SLO {text!r}: cannot read {where}; write statistic, '<' or '>', value and "
+                f"unit, e.g. {EXAMPLE!r} or 'attainment>95%'"
+            )
+        name, op, num, unit = m["metric"].lower(), m["op"], float(m["num"]), m["unit"]
+        if name in _PCT_NAMES:
+            _expect(op, "<", text, where, f"{name}<100ms")
+            if unit is None or unit == "%":
+                raise ConfigError(
+                    f"SLO {text!r}: {where} needs a time unit (us, ms or s), e.g. '{name}<100ms'"
+                )
+            latency.append(_bound(_PCT_NAMES[name], num * _MS_PER[unit.lower()], text, where))
+        elif name in _ERROR_NAMES:
+            _expect(op, "<", text, where, "errors<0.1%")
+            fields["max_error_rate"] = _fraction(num, unit, text, where, "errors<0.1%")
+        elif name == "attainment":
+            _expect(op, ">", text, where, "attainment>95%")
+            fields["min_attainment"] = _fraction(num, unit, text, where, "attainment>95%")
+        else:
+            valid = ", ".join([*_PCT_NAMES, "errors", "attainment"])
+            raise ConfigError(
+                f"SLO {text!r}: unknown statistic {m['metric']!r} in {where}; valid ones are: "
+                f"{valid} (e.g. {EXAMPLE!r})"
+            )
+    names = [b.percentile for b in latency]
+    dup = sorted({p for p in names if names.count(p) > 1})
+    if dup:
+        raise ConfigError(f"SLO {text!r}: {', '.join(dup)} bounded twice; keep one bound each")
+    return SLOPolicy(latency=tuple(latency), **fields)
+
+
+def format_slo(policy: SLOPolicy) -> str:
+    """The text form of ``policy``'s bounds, error rate and attainment."""
+    parts = [f"{b.percentile}<{_duration(b.bound_ms)}" for b in policy.latency]
+    parts.append(f"errors<{_percent(policy.max_error_rate)}")
+    parts.append(f"attainment>{_percent(policy.min_attainment)}")
+    return ",".join(parts)
+
+
+def _expect(op: str, want: str, text: str, where: str, example: str) -> None:
+    if not op.startswith(want):
+        raise ConfigError(f"SLO {text!r}: {where} must use '{want}', e.g. {example!r}")
+
+
+def _bound(pct: Percentile, ms: float, text: str, where: str) -> LatencyBound:
+    if ms <= 0:
+        raise ConfigError(f"SLO {text!r}: {where} must be a bound above 0, e.g. 'p99<100ms'")
+    return LatencyBound(percentile=pct, bound_ms=ms)
+
+
+def _fraction(num: float, unit: str | None, text: str, where: str, example: str) -> float:
+    if unit is not None and unit != "%":
+        raise ConfigError(f"SLO {text!r}: {where} takes a fraction or a percent, e.g. {example!r}")
+    value = num / 100 if unit == "%" else num
+    if not 0 < value <= 1:
+        raise ConfigError(
+            f"SLO {text!r}: {where} must lie in (0, 1] (or (0%, 100%]), e.g. {example!r}"
+        )
+    return value
+
+
+def _num(x: float) -> str:
+    s = repr(x)
+    return s[:-2] if s.endswith(".0") else s
+
+
+def _duration(ms: float) -> str:
+    """The shortest exact spelling: s or us when that unit reads back to the same float."""
+    if ms >= 1000 and float(_num(ms / 1e3)) * 1e3 == ms:
+        return f"{_num(ms / 1e3)}s"
+    if ms < 1 and float(_num(ms * 1e3)) * 1e-3 == ms:
+        return f"{_num(ms * 1e3)}us"
+    return f"{_num(ms)}ms"
+
+
+def _percent(x: float) -> str:
+    if float(_num(x * 100)) / 100 == x:
+        return f"{_num(x * 100)}%"
+    return _num(x)

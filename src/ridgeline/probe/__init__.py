@@ -1,0 +1,1 @@
+"""Capacity probing: connect check → warmup → search → confirm → stop."""

@@ -1,0 +1,71 @@
+"""``ridgeline probe`` as a library call: pick the driver from the target, run the probe
+on an event loop with Ctrl-C turned into a clean, stored stop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from pathlib import Path
+
+from ridgeline.loadgen.runloop import run_coroutine
+from ridgeline.loadgen.step import StepConfig
+from ridgeline.probe.drivers import Driver, NetworkDriver, SimDriver
+from ridgeline.probe.orchestrator import ProbeConfig, ProbeResult, ProgressFn, probe
+from ridgeline.sim import load_sim_config, load_sim_preset
+from ridgeline.telemetry.store import RunStore
+from ridgeline.workload.traces import Trace, read_trace
+
+
+def make_driver(
+    target: str,
+    *,
+    step: StepConfig | None = None,
+    arrival: str = "poisson",
+    trace: str | Path | None = None,
+    target_options: dict[str, object] | None = None,
+) -> Driver:
+    """``sim:PRESET`` or ``sim:FILE.yaml`` → a simulated server (virtual time);
+    anything else → the endpoint at that URL (real time)."""
+    tr: Trace | None = read_trace(trace) if trace is not None else None
+    if target.startswith("sim:"):
+        name = target.removeprefix("sim:")
+        preset = (
+            load_sim_config(Path(name))
+            if name.endswith((".yaml", ".yml"))
+            else (load_sim_preset(name))
+        )
+        return SimDriver(
+            preset, label=name, arrival=arrival, trace=tr, window_s=(step or StepConfig()).window_s
+        )
+    return NetworkDriver(
+        target, step or StepConfig(), arrival, dict(target_options or {}), trace=tr
+    )
+
+
+def default_slo(target: str) -> str | None:
+    """A simulated preset carries its own SLO; None for real targets."""
+    if target.startswith("sim:") and not target.endswith((".yaml", ".yml")):
+        return load_sim_preset(target.removeprefix("sim:")).slo
+    return None
+
+
+def run_probe(
+    driver: Driver,
+    cfg: ProbeConfig,
+    *,
+    store: RunStore | None = None,
+    on_step: ProgressFn | None = None,
+) -> ProbeResult:
+    async def main() -> ProbeResult:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGINT, stop.set)
+        try:
+            return await probe(driver, cfg, store=store, stop=stop, on_step=on_step)
+        finally:
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(signal.SIGINT)
+
+    return run_coroutine(main())

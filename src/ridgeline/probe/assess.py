@@ -1,0 +1,135 @@
+"""From a step's records to its verdict: warmup exclusion, window health with
+hysteresis (the timeline), and one step-level assessment (what the strategy is told).
+
+The timeline is window by window: each window is assessed, then smoothed (a state moves
+only after K agreeing windows; a short spike does not move it). The step's verdict rests
+on the step as a whole — every request scheduled after steady state, outside tolerated
+spike windows — so a p99 bound is judged on the step's own p99, not on the p99 of
+one-second samples, and is the worse of that and the state the timeline settled in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ridgeline.health.engine import assess, observation_from_window, severity
+from ridgeline.health.hysteresis import HysteresisConfig, HysteresisState, smooth
+from ridgeline.health.slo import SLOPolicy
+from ridgeline.health.state import HealthState, Observation
+from ridgeline.health.warmup import steady_start
+from ridgeline.loadgen.records import FAILED, Outcome
+from ridgeline.loadgen.step import StepResult
+from ridgeline.search.base import StepPlan, StepVerdict
+from ridgeline.telemetry.histogram import latency_summary_ms
+
+_EPS = 1e-3
+
+
+@dataclass
+class StepAssessment:
+    verdict: StepVerdict
+    timeline: list[dict[str, object]] = field(default_factory=list)
+    """One entry per window: t_s (from the probe's start), step, state, score, reason."""
+
+
+def assess_step(
+    result: StepResult,
+    plan: StepPlan,
+    policy: SLOPolicy,
+    hysteresis: HysteresisConfig,
+    *,
+    warmup: bool,
+    step_index: int,
+    t0_s: float,
+    gpu_problems: tuple[str, ...] = (),
+) -> StepAssessment:
+    wins = result.windows
+    obs = [observation_from_window(w, gpu_problems=gpu_problems) for w in wins]
+    p50 = [o.latency_ms.get("p50") or 0.0 for o in obs]
+    start = steady_start(p50) if warmup and len(wins) >= 4 else 0
+    hs = HysteresisState.initial()
+    timeline: list[dict[str, object]] = []
+    spike_windows: list[int] = []
+    smoothed = HealthState.HEALTHY
+    for k, (w, o) in enumerate(zip(wins, obs, strict=True)):
+        if k < start:
+            w.excluded = True
+            continue
+        a = assess(o, policy, obs[start:k])
+        smoothed, hs = smooth(hs, a, hysteresis)
+        w.state, w.score = smoothed.value, a.score
+        if hs.spike:
+            spike_windows.append(k)
+        timeline.append(
+            {
+                "t_s": t0_s + w.start_s,
+                "step": step_index,
+                "state": smoothed.value,
+                "score": a.score,
+                "reason": a.reason,
+            }
+        )
+    grace = max((b.bound_ms for b in policy.latency), default=0.0) / 1000.0
+    step_obs = _step_observation(result, start, spike_windows, grace)
+    a = assess(step_obs, policy, obs[start:])
+    state = max(a.state, smoothed, key=severity)
+    score = a.score
+    if not state.sustainable and score <= 1.0:
+        score = 1.0 + _EPS
+    elif state.sustainable and score > 1.0:
+        score = 1.0
+    s = result.summary
+    reason = a.reason
+    if state != a.state:
+        reason = f"windows settled {smoothed.value}: {hs_reason(timeline)}"
+    if not s.valid:
+        reason = f"invalid step: {s.invalid_reason}"
+    verdict = StepVerdict(
+        rate=plan.rate,
+        duration_s=plan.duration_s,
+        state=state,
+        score=score,
+        valid=s.valid,
+        achieved_rps=step_obs.achieved_rps,
+        p99_ms=step_obs.latency_ms.get("p99"),
+        excluded_warmup_s=sum(w.end_s - w.start_s for w in wins[:start]),
+        reason=reason,
+        purpose=plan.purpose,
+    )
+    return StepAssessment(verdict, timeline)
+
+
+def hs_reason(timeline: list[dict[str, object]]) -> str:
+    return str(timeline[-1]["reason"]) if timeline else ""
+
+
+def _step_observation(
+    result: StepResult, start: int, spikes: list[int], grace_s: float
+) -> Observation:
+    """The step as one observation: requests scheduled after steady state, outside
+    tolerated spike windows; throughput from successful answers that came by the step's
+    end plus ``grace_s`` (the SLO's latency bound: a request scheduled near the end may
+    still answer in time)."""
+    rec, wins = result.records, result.windows
+    duration = result.summary.duration_s
+    lo = wins[start].start_s if wins else 0.0
+    keep = rec.scheduled >= lo
+    for k in spikes:
+        keep &= ~((rec.scheduled >= wins[k].start_s) & (rec.scheduled < wins[k].end_s))
+    span = max(duration - lo - sum(wins[k].end_s - wins[k].start_s for k in spikes), 1e-9)
+    answered = keep & (rec.outcome != int(Outcome.NOT_SENT))
+    failed = keep & np.isin(rec.outcome, [int(o) for o in FAILED])
+    ok = keep & (rec.outcome == int(Outcome.OK))
+    in_span_ok = ok & (rec.done <= duration + grace_s)
+    n_answered = int(answered.sum())
+    return Observation(
+        start_s=lo,
+        end_s=duration,
+        offered_rps=float(keep.sum()) / span,
+        achieved_rps=float(in_span_ok.sum()) / span,
+        error_rate=float(failed.sum()) / n_answered if n_answered else 0.0,
+        latency_ms=latency_summary_ms(rec.latency_from_schedule[answered]),
+        answered=n_answered,
+    )

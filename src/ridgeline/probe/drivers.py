@@ -1,0 +1,108 @@
+"""Drivers run one proposed step and hand back its records: over the network in real
+time, or against a simulated server in virtual time. Everything after the records —
+windows, health, warmup, the strategy — is the same code for both."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ridgeline.loadgen.schedule import Schedule, from_arrival, from_trace
+from ridgeline.loadgen.step import StepConfig, StepResult, measure_step
+from ridgeline.loadgen.validity import assess_validity
+from ridgeline.search.base import StepPlan
+from ridgeline.sim import SimPreset, SimState, shapes_for, simulate
+from ridgeline.telemetry.summary import summarize
+from ridgeline.telemetry.windows import windows
+from ridgeline.workload.arrivals import parse_arrival
+from ridgeline.workload.traces import Trace
+
+
+def step_schedule(plan: StepPlan, seed: int, arrival: str, trace: Trace | None) -> Schedule:
+    """A step's schedule: the arrival process at the step's rate, or the trace
+    time-scaled to it (its relative gaps and request sizes kept)."""
+    if trace is not None:
+        return from_trace(trace, target_rate=plan.rate, duration_s=plan.duration_s)
+    return from_arrival(parse_arrival(arrival, plan.rate), plan.duration_s, seed)
+
+
+class Driver(Protocol):
+    name: str
+
+    async def run(self, plan: StepPlan, seed: int, stop: asyncio.Event) -> StepResult:
+        """Run one step at ``plan.rate`` for ``plan.duration_s``."""
+        ...
+
+    def describe(self) -> str:
+        """One line: what is being probed."""
+        ...
+
+
+@dataclass
+class NetworkDriver:
+    """A real endpoint, in real time, through the open-loop replayer."""
+
+    url: str
+    step: StepConfig = field(default_factory=StepConfig)
+    arrival: str = "poisson"
+    target_options: dict[str, Any] = field(default_factory=dict)
+    trace: Trace | None = None
+    """When set, each step replays this trace time-scaled to the step's rate."""
+    name: str = "network"
+
+    def schedule(self, plan: StepPlan, seed: int) -> Schedule:
+        return step_schedule(plan, seed, self.arrival, self.trace)
+
+    async def run(self, plan: StepPlan, seed: int, stop: asyncio.Event) -> StepResult:
+        return await measure_step(
+            self.url,
+            self.schedule(plan, seed),
+            self.step,
+            target_options=self.target_options,
+            stop=stop,
+        )
+
+    def describe(self) -> str:
+        return self.url
+
+
+@dataclass
+class SimDriver:
+    """A simulated server (virtual time): a whole search runs in seconds, exactly."""
+
+    preset: SimPreset
+    label: str = "sim"
+    arrival: str = "poisson"
+    window_s: float = 1.0
+    timeout_s: float = 30.0
+    state: SimState = field(default_factory=SimState.fresh)
+    gap_s: float = 1.0
+    """Idle server time between steps (the real driver's connect and set-up)."""
+    trace: Trace | None = None
+    name: str = "sim"
+
+    async def run(self, plan: StepPlan, seed: int, stop: asyncio.Event) -> StepResult:
+        sched = step_schedule(plan, seed, self.arrival, self.trace)
+        times = sched.times
+        shapes = sched.shapes or shapes_for(self.preset, len(times), seed)
+        records, self.state = simulate(
+            self.preset.model,
+            times,
+            shapes,
+            state=self.state,
+            seed=seed,
+            timeout_s=self.timeout_s,
+            speed=self.preset.speed,
+            interference=self.preset.interference,
+            span_s=plan.duration_s,
+        )
+        self.state = self.state.advance(self.gap_s)
+        valid, reason = assess_validity(records, StepConfig().validity)
+        summary = summarize(records, plan.duration_s, valid=valid, invalid_reason=reason)
+        return StepResult(
+            summary, windows(records, plan.duration_s, self.window_s), records, interrupted=False
+        )
+
+    def describe(self) -> str:
+        return f"sim:{self.label} ({self.preset.description})"

@@ -1,0 +1,119 @@
+"""One self-contained HTML file telling a run's story; it opens offline.
+
+plotly.js is embedded once, inline, with the first figure; the others reuse it. For a
+probe: latency and throughput against offered rate per step, the health state of every
+window in time order (warmup shaded), and the search trajectory with the estimate and
+its confidence interval. For a plain run: throughput and latency over its windows.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from html import escape
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go  # type: ignore[import-untyped]
+
+from ridgeline.errors import ConfigError
+from ridgeline.report import _figures
+from ridgeline.report._view import RunView, StepView, facts, view_of
+
+PROBE_FIGURES = ("latency-vs-rate", "throughput-vs-rate", "health-timeline", "search-trajectory")
+"""The div ids of a probe run's figures, in page order."""
+RUN_FIGURES = ("throughput-over-time", "latency-over-time")
+"""The div ids of a plain run's figures, in page order."""
+
+_CSS = """
+body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1100px; color: #212121; }
+h1 { font-size: 1.4rem; margin-bottom: .2rem; }
+.sub { color: #616161; margin-top: 0; }
+dl { display: grid; grid-template-columns: max-content auto; gap: .25rem 1.2rem; }
+dt { color: #616161; } dd { margin: 0; font-weight: 600; }
+table { border-collapse: collapse; margin-top: 1rem; font-size: .9rem; }
+th, td { border-bottom: 1px solid #e0e0e0; padding: .25rem .6rem; text-align: right; }
+th { background: #fafafa; } .bad { color: #c62828; }
+"""
+
+
+def _figures_of(view: RunView) -> list[tuple[str, go.Figure]]:
+    if view.probe is not None:
+        figs = [
+            _figures.latency_vs_rate(view),
+            _figures.throughput_vs_rate(view),
+            _figures.health_timeline(view),
+            _figures.trajectory(view),
+        ]
+        return list(zip(PROBE_FIGURES, figs, strict=True))
+    return list(zip(RUN_FIGURES, _figures.over_time(view), strict=True))
+
+
+def _settled_state(view: RunView, step: StepView) -> str:
+    states = [w.state for w in view.windows if w.step == step.index and w.state is not None]
+    return states[-1] if states else "-"
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.2f}"
+
+
+def _steps_table(view: RunView) -> str:
+    head = ["step", "offered req/s", "achieved req/s", "p50 ms", "p99 ms", "errors", "valid"]
+    if view.probe is not None:
+        head.append("settled state")
+    rows = []
+    for s in view.steps:
+        m = s.summary
+        cells = [
+            str(s.index),
+            f"{m.offered_rps:,.1f}",
+            f"{m.achieved_rps:,.1f}",
+            _ms(m.latency_ms.p50),
+            _ms(m.latency_ms.p99),
+            f"{m.error_rate:.2%}",
+            "yes" if m.valid else f"<span class=bad>no: {escape(m.invalid_reason or '')}</span>",
+        ]
+        if view.probe is not None:
+            cells.append(escape(_settled_state(view, s)))
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    header = "<tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr>"
+    return f"<table>{header}{''.join(rows)}</table>"
+
+
+def render(run: dict[str, Any]) -> str:
+    """The report page for ``run`` (as ``RunStore.get_run`` returns it), as text."""
+    view = view_of(run)
+    header = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in facts(view))
+    plots = "".join(
+        str(
+            fig.to_html(
+                full_html=False,
+                include_plotlyjs=k == 0,
+                div_id=div_id,
+                config={"displaylogo": False},
+            )
+        )
+        for k, (div_id, fig) in enumerate(_figures_of(view))
+    )
+    title = f"ridgeline {view.kind} {view.id}"
+    started = datetime.fromtimestamp(view.started_at, UTC)
+    return (
+        f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{escape(title)}"
+        f"</title><style>{_CSS}</style></head><body><h1>{escape(title)}</h1>"
+        f"<p class=sub>started {started:%Y-%m-%d %H:%M:%S} UTC</p><dl>{header}</dl>{plots}"
+        f"<h2>Steps</h2>{_steps_table(view)}</body></html>\n"
+    )
+
+
+def write_report(run: dict[str, Any], path: Path) -> Path:
+    """Write ``run``'s report to ``path`` (one self-contained HTML file) and return it."""
+    page = render(run)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot write the report to {path}: {exc.strerror or exc}; "
+            "pass --out with a writable path"
+        ) from exc
+    return path

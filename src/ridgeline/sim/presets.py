@@ -1,0 +1,158 @@
+"""Simulated servers by architecture class: the shipped presets, or a YAML file of the user's.
+
+A preset is a latency model plus what a simulated search needs besides: the sizes of the
+requests it serves, a default SLO, a hardware speed factor and optional interference. A
+file holds ``SimPreset`` fields; it may also name ``preset: NAME`` to start from a shipped
+preset and override some fields (nested mappings such as ``model.batching`` are merged key
+by key).
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ridgeline.errors import ConfigError, UnknownKindError
+from ridgeline.fakeserver.model import LatencyModel
+from ridgeline.sim.interference import Interference
+from ridgeline.workload.payloads import (
+    FixedSize,
+    LognormalSize,
+    RequestShape,
+    SizeSpec,
+    UniformSize,
+    sampled_shapes,
+)
+
+_PRESETS = resources.files("ridgeline.sim").joinpath("presets")
+
+
+def _one_row() -> FixedSize:
+    return FixedSize(value=1)
+
+
+class SimPreset(BaseModel):
+    """A simulated server: its latency model and the workload and SLO that go with it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    description: str = Field(min_length=1, description="what it stands for, in a few words")
+    model: LatencyModel = Field(description="the server's latency model")
+    sizes: SizeSpec = Field(
+        default_factory=_one_row,
+        description="rows per request: an integer or a size spec ({kind: lognormal, ...})",
+    )
+    slo: str = Field(
+        "p99<100ms,errors<0.1%", min_length=1, description="the default SLO of a search"
+    )
+    speed: float = Field(
+        1.0, gt=0.0, allow_inf_nan=False, description="hardware speed factor: service ÷ speed"
+    )
+    interference: Interference | None = Field(None, description="a co-located tenant")
+
+    @field_validator("sizes", mode="before")
+    @classmethod
+    def _constant(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return {"kind": "fixed", "value": value}
+        return value
+
+    @model_validator(mode="after")
+    def _sizes_fit_a_batch(self) -> SimPreset:
+        biggest = self.model.batching.max_batch_size
+        top = _largest(self.sizes)
+        if self.sizes.smallest() < 1 or top is None or top > biggest:
+            raise ValueError(
+                f"sizes {self.sizes!r} allow requests outside 1..{biggest} rows "
+                "(max_batch_size); set low ≥ 1 and high ≤ max_batch_size"
+            )
+        return self
+
+
+def _largest(spec: FixedSize | UniformSize | LognormalSize) -> int | None:
+    if isinstance(spec, FixedSize):
+        return spec.value
+    return spec.high
+
+
+def shapes_for(preset: SimPreset, n: int, seed: int) -> list[RequestShape] | None:
+    """Shapes of ``n`` requests drawn from the preset's sizes; None when every request
+    is one row (the simulator's fast default)."""
+    if isinstance(preset.sizes, FixedSize) and preset.sizes.value == 1:
+        return None
+    return sampled_shapes(n, seed, items=preset.sizes)
+
+
+def sim_preset_names() -> list[str]:
+    """Names of the shipped presets, sorted."""
+    return sorted(
+        p.name.removesuffix(".yaml") for p in _PRESETS.iterdir() if p.name.endswith(".yaml")
+    )
+
+
+def load_sim_preset(name: str) -> SimPreset:
+    """The shipped preset ``name``; UnknownKindError (listing the presets) if none."""
+    return _validate(_preset_mapping(name), f"simulated server preset {name!r}")
+
+
+def load_sim_config(path: str | Path) -> SimPreset:
+    """A simulated server from a YAML file, optionally layered over ``preset: NAME``."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(
+            f"cannot read simulated server config {p}: {e.strerror}; check the path"
+        ) from e
+    mapping = _parse(text, str(p))
+    base = mapping.pop("preset", None)
+    if base is not None:
+        mapping = _merge(_preset_mapping(str(base)), mapping)
+    return _validate(mapping, str(p))
+
+
+def _preset_mapping(name: str) -> dict[str, Any]:
+    names = sim_preset_names()
+    if name not in names:
+        raise UnknownKindError("simulated server preset", name, names)
+    text = _PRESETS.joinpath(f"{name}.yaml").read_text(encoding="utf-8")
+    return _parse(text, f"simulated server preset {name!r}")
+
+
+def _parse(text: str, where: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{where} is not valid YAML: {e}") from e
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{where} must hold a mapping of SimPreset fields (description, model, sizes, "
+            f"slo, speed, interference), not {type(data).__name__}"
+        )
+    return data
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _validate(mapping: dict[str, Any], where: str) -> SimPreset:
+    try:
+        return SimPreset.model_validate(mapping)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(x) for x in err['loc']) or '(top)'}: {err['msg']}" for err in e.errors()
+        )
+        raise ConfigError(f"{where}: invalid simulated server config: {problems}") from e
