@@ -24,6 +24,7 @@ bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	command -v wrk >/dev/null || apt-get install -y -qq wrk >/dev/null 2>&1 || echo "wrk not installed: its rows will say n/a"
 	$(BIN)/python benchmarks/loadgen.py
+	$(BIN)/python benchmarks/search.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -3,9 +3,10 @@
 1. Simulated servers for four architecture classes (virtual time). Ground truth per class:
    long constant-rate simulated runs (TRUTH_S each) on a fine rate grid around the
    boundary, each judged by the same health engine; truth = the highest sustainable rate.
-   Then every strategy probes a fresh simulated server: its estimate's error against the
-   truth and the test-seconds it spent; the ratio of adaptive's test-seconds to binary's
-   and sweep's.
+   Then every strategy probes a fresh simulated server, once per seed (SEEDS): the
+   largest error of its estimates against the truth and its mean test-seconds; the
+   ratio of adaptive's test-seconds to binary's and sweep's. Every strategy gets the same
+   range, precision (2 %) and step length (10 s), and the orchestrator's confirmation.
 2. Warmup: the `vision-warmup` preset (3× slower for its first 20 s), probed by adaptive
    with warmup handling on and off, against the truth of its steady state (`vision`).
 3. Real time, on loopback: adaptive against the fake server, and the capacity measured
@@ -18,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -75,31 +75,39 @@ def sim_probe(
     max_rate: float,
     warmup: bool = True,
     step: float = 10.0,
+    seed: int = 0,
 ) -> ProbeResult:
     """Every strategy gets the same range [min_rate, max_rate] (max_rate: 1.2 × the
-    modelled capacity, a ceiling a user knows roughly), precision 2 %, 10 s steps."""
+    modelled capacity, a ceiling a user knows roughly), precision 2 %, 10 s steps, and
+    the same confirmation rule (≥ 30 s and ≥ 10,000 requests, backing off by how far it
+    failed): adaptive runs its own, the others the probe's."""
     driver = SimDriver(load_sim_preset(preset), label=preset)
+    options: dict[str, object] = {
+        "min_rate": min_rate,
+        "max_rate": max_rate,
+        "step_duration_s": step,
+        "precision": 0.02,
+        "max_steps": 1000,
+        "max_test_seconds": 1e6,
+    }
     cfg = ProbeConfig(
         slo=slo,
         strategy=strategy,
         warmup=warmup,
-        strategy_options={
-            "min_rate": min_rate,
-            "max_rate": max_rate,
-            "step_duration_s": step,
-            "precision": 0.02,
-            "max_steps": 1000,
-            "max_test_seconds": 1e6,
-        },
+        seed=seed,
+        strategy_options=options,
+        confirm_retries=3,
     )
     return run_coroutine(probe(driver, cfg))
 
 
-@dataclass
-class Row:
-    cls: str
-    truth: float
-    results: dict[str, ProbeResult]
+SEEDS = range(int(os.environ.get("RIDGELINE_BENCH_SEEDS", "3")))
+
+
+def summarise(rs: list[ProbeResult], truth: float) -> dict[str, float]:
+    """Over seeds: the error of largest magnitude, and the mean test-seconds."""
+    errors = [((r.capacity_rps or 0.0) - truth) / truth for r in rs]
+    return {"worst": max(errors, key=abs), "seconds": sum(r.test_seconds for r in rs) / len(rs)}
 
 
 def err(r: ProbeResult, truth: float) -> str:
@@ -124,20 +132,19 @@ def main() -> None:
             TRUTH_S,
             0.01,
         )
-        res = {s: sim_probe(cls, s, preset.slo, min_rate, 1.2 * cap) for s in STRATEGIES}
-        a, b, sw = (res[s] for s in STRATEGIES)
-        print(
-            cls,
-            truth,
-            {s: (r.capacity_rps, r.test_seconds, r.steps) for s, r in res.items()},
-            flush=True,
-        )
+        runs = {
+            s: [sim_probe(cls, s, preset.slo, min_rate, 1.2 * cap, seed=k) for k in SEEDS]
+            for s in STRATEGIES
+        }
+        stats = {s: summarise(rs, truth) for s, rs in runs.items()}
+        print(cls, truth, stats, flush=True)
+        a, b, sw = (stats[s] for s in STRATEGIES)
         rows.append(
             f"| {date} | search (sim) | {cls}: `{preset.slo}`, truth {truth:,.1f}/s"
-            f" | adaptive {err(a, truth)} in {a.test_seconds:,.0f} s ({a.steps} steps)"
-            f" | binary {err(b, truth)} in {b.test_seconds:,.0f} s; sweep {err(sw, truth)} in"
-            f" {sw.test_seconds:,.0f} s; adaptive/binary **{a.test_seconds / b.test_seconds:.2f}**,"
-            f" adaptive/sweep **{a.test_seconds / sw.test_seconds:.2f}** |"
+            f" | adaptive: worst error {a['worst']:+.1%}, {a['seconds']:,.0f} test-s"
+            f" | binary {b['worst']:+.1%}, {b['seconds']:,.0f} s; sweep {sw['worst']:+.1%},"
+            f" {sw['seconds']:,.0f} s; adaptive/binary **{a['seconds'] / b['seconds']:.2f}**,"
+            f" adaptive/sweep **{a['seconds'] / sw['seconds']:.2f}** |"
         )
     # warmup on/off
     vision = load_sim_preset("vision")

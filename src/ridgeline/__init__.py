@@ -12,6 +12,7 @@ The public API, in a few lines::
 
 __version__ = "0.1.0"  # before the imports: submodules read it
 
+from ridgeline.capacity import allocate
 from ridgeline.errors import (
     ConfigError,
     RidgelineError,
@@ -23,6 +24,7 @@ from ridgeline.errors import (
     UnknownKindError,
 )
 from ridgeline.fakeserver import FakeServer, LatencyModel, capacity_rps, load_preset
+from ridgeline.health import HealthState, SLOPolicy, parse_slo
 from ridgeline.loadgen.records import Outcome, Records
 from ridgeline.loadgen.replayer import Progress, ReplayConfig, replay
 from ridgeline.loadgen.runloop import run_coroutine
@@ -30,6 +32,10 @@ from ridgeline.loadgen.schedule import Schedule, from_arrival, from_trace
 from ridgeline.loadgen.step import StepConfig, StepResult, measure_step, run_step
 from ridgeline.loadgen.validity import ValidityConfig, assess_validity
 from ridgeline.policies.batching import BatchingConfig
+from ridgeline.probe.api import make_driver, run_probe
+from ridgeline.probe.drivers import NetworkDriver, SimDriver
+from ridgeline.probe.orchestrator import ProbeConfig, ProbeResult, probe
+from ridgeline.search import CapacityEstimate, parse_strategy
 from ridgeline.targets import Reply, Target, make_target
 from ridgeline.telemetry.store import RunStore
 from ridgeline.telemetry.summary import StepSummary
@@ -38,10 +44,15 @@ from ridgeline.workload import RequestShape, Trace, parse_arrival, read_trace
 
 __all__ = [
     "BatchingConfig",
+    "CapacityEstimate",
     "ConfigError",
     "FakeServer",
+    "HealthState",
     "LatencyModel",
+    "NetworkDriver",
     "Outcome",
+    "ProbeConfig",
+    "ProbeResult",
     "Progress",
     "Records",
     "ReplayConfig",
@@ -50,7 +61,9 @@ __all__ = [
     "RidgelineError",
     "RunInterrupted",
     "RunStore",
+    "SLOPolicy",
     "Schedule",
+    "SimDriver",
     "StepConfig",
     "StepResult",
     "StepSummary",
@@ -63,16 +76,22 @@ __all__ = [
     "UnknownKindError",
     "ValidityConfig",
     "Window",
+    "allocate",
     "assess_validity",
     "capacity_rps",
     "from_arrival",
     "from_trace",
     "load_preset",
+    "make_driver",
     "make_target",
     "measure_step",
     "parse_arrival",
+    "parse_slo",
+    "parse_strategy",
+    "probe",
     "read_trace",
     "replay",
     "run_coroutine",
+    "run_probe",
     "run_step",
 ]

@@ -21,6 +21,7 @@ from ridgeline.loadgen.step import StepResult
 from ridgeline.probe.assess import assess_step
 from ridgeline.probe.drivers import Driver
 from ridgeline.search import parse_strategy
+from ridgeline.search.adaptive import backoff
 from ridgeline.search.base import CapacityEstimate, StepPlan, StepVerdict
 from ridgeline.telemetry.store import RunStore
 
@@ -38,8 +39,12 @@ class ProbeConfig(BaseModel):
     hysteresis: HysteresisConfig = Field(default_factory=HysteresisConfig)
     confirm: bool = Field(True, description="a stability run at the estimate after the search")
     confirm_factor: float = Field(3.0, gt=0, description="confirmation length in step lengths")
-    confirm_retries: int = Field(
-        2, ge=0, le=10, description="back-offs by the precision when a confirmation fails"
+    confirm_retries: int = Field(3, ge=0, le=10, description="back-offs when a confirmation fails")
+    confirm_requests: int = Field(
+        10_000,
+        ge=0,
+        description="a confirmation lasts long enough for this many requests "
+        "(the p99 tail needs samples: 10,000 leave 100 beyond it)",
     )
     seed: int = 0
 
@@ -230,7 +235,11 @@ async def probe(
 ) -> ProbeResult:
     """Find the maximum sustainable throughput of ``driver``'s endpoint under the SLO."""
     stop = stop or asyncio.Event()
-    strategy = parse_strategy(cfg.strategy, **cfg.strategy_options)
+    options = dict(cfg.strategy_options)
+    if cfg.strategy == "adaptive":  # adaptive confirms itself: the same rule as ours
+        options.setdefault("confirm_requests", cfg.confirm_requests)
+        options.setdefault("confirm_factor", cfg.confirm_factor)
+    strategy = parse_strategy(cfg.strategy, **options)
     run = _Run(driver, cfg, store)
     status, reason, confirmed = "complete", "", None
     try:
@@ -285,7 +294,8 @@ async def _confirm(
     precision = float(cfg.strategy_options.get("precision", 0.02))
     reason = est.reason
     for attempt in range(cfg.confirm_retries + 1):
-        plan = StepPlan(rate, strategy_step_s(cfg) * cfg.confirm_factor, "confirm")
+        duration = max(strategy_step_s(cfg) * cfg.confirm_factor, cfg.confirm_requests / rate)
+        plan = StepPlan(rate, duration, "confirm")
         verdict = await run.step(plan, stop, warmup=True)
         run.trajectory.append(verdict)
         if on_step is not None:
@@ -300,7 +310,7 @@ async def _confirm(
             return _replace(est, capacity_rps=rate, ci_low=low, ci_high=ceiling), True, reason
         ceiling = rate
         reason = f"the estimate did not hold a confirmation run: {verdict.reason}"
-        rate = rate * (1 - precision)
+        rate = rate * (1 - backoff(verdict.score, precision))
     return est, False, reason
 
 

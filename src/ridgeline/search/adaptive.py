@@ -138,8 +138,8 @@ def _confirmation_rate(
 
 
 def _backoff(cfg: AdaptiveConfig, state: AdaptiveState) -> float | None:
-    """After a failed confirmation, the next confirmation one precision lower — the
-    boundary is just below, and a long run is the evidence that counts there — at most
+    """After a failed confirmation, the next confirmation lower (``backoff``) — the
+    boundary is below, and a long run is the evidence that counts there — at most
     ``MAX_BACKOFFS`` times in a row before searching again."""
     failed = 0
     for p in reversed(state.points):
@@ -148,15 +148,25 @@ def _backoff(cfg: AdaptiveConfig, state: AdaptiveState) -> float | None:
         failed += 1
     if not 0 < failed <= MAX_BACKOFFS:
         return None
-    rate = round_rate(state.points[-1].rate * (1 - cfg.precision), cfg.precision)
+    rate = round_rate(
+        state.points[-1].rate * (1 - backoff(state.points[-1].score, cfg.precision)), cfg.precision
+    )
     return rate if rate >= cfg.min_rate else None
 
 
-MAX_BACKOFFS = 2
+MAX_BACKOFFS = 3
+
+
+def backoff(score: float, precision: float) -> float:
+    """How far below a failed confirmation to confirm again: further the further past
+    the boundary it scored, (score − 1)/2, between the precision and 4 % (a larger step
+    would overshoot on a system whose latency rises steeply near the boundary)."""
+    return min(max((score - 1.0) / 2.0, precision), 0.04)
 
 
 def _confirm(cfg: AdaptiveConfig, rate: float) -> StepPlan:
-    return StepPlan(rate, cfg.confirm_factor * cfg.step_duration_s, "confirm")
+    duration = max(cfg.confirm_factor * cfg.step_duration_s, cfg.confirm_requests / rate)
+    return StepPlan(rate, duration, "confirm")
 
 
 def _converged(state: AdaptiveState) -> Finished:

@@ -204,6 +204,12 @@ class AdaptiveConfig(SearchConfig):
     confirm_factor: float = Field(
         3.0, ge=1, le=100, description="the confirmation step lasts this × step_duration_s"
     )
+    confirm_requests: int = Field(
+        0,
+        ge=0,
+        description="the confirmation lasts long enough for this many requests (the p99 "
+        "tail needs samples: 10,000 leave 100 beyond it); 0: confirm_factor alone",
+    )
 
     @model_validator(mode="after")
     def _explore_not_longer(self) -> Self:
