@@ -9,6 +9,7 @@ Linux); their records, timed from that same instant, merge exactly.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing as mp
 import signal
 import threading
@@ -114,7 +115,8 @@ async def replay_sharded(
         failed = [m for kind, m in hellos if kind != "ready"]
         if failed:
             for c in conns:
-                c.send(("abort", None))
+                with contextlib.suppress(OSError):  # a shard that failed may be gone already
+                    c.send(("abort", None))
             raise TargetError(f"a generator process could not start: {failed[0]}")
         start_at = time.perf_counter() + _START_LEAD_S
         for c in conns:
@@ -128,7 +130,8 @@ async def replay_sharded(
             await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             if stop.is_set():
                 for c in conns:
-                    c.send(("stop", None))
+                    with contextlib.suppress(OSError):
+                        c.send(("stop", None))
             stopper.cancel()
         parts = await results
     finally:
