@@ -423,13 +423,13 @@ def test_recommendation_stays_fast_to_simulate() -> None:
 
 def test_vision_warmup_is_vision_until_warm() -> None:
     vision, warmup = load_sim_preset("vision"), load_sim_preset("vision-warmup")
-    t = arr(0.0, 30.0)
+    t = arr(0.0, 70.0)
     cold, _ = simulate(warmup.model, t)
     warm, _ = simulate(vision.model, t)
     delay = vision.model.batching.max_queue_delay_s  # a lone request waits this long
-    slowdown = 1.0 + 2.0 * (1.0 - delay / 20.0)  # its batch starts `delay` into the warm-up
+    slowdown = 1.0 + 2.0 * (1.0 - delay / 60.0)  # its batch starts `delay` into the warm-up
     assert cold.done[0] - delay == pytest.approx(slowdown * (warm.done[0] - delay), rel=1e-12)
-    assert cold.done[1] == warm.done[1]  # the same noise draws; warm by 20 s
+    assert cold.done[1] == warm.done[1]  # the same noise draws; warm by 60 s
 
 
 def test_shapes_follow_the_preset_sizes() -> None:

@@ -58,7 +58,7 @@ def test_steady_start_on_a_short_series_waits_for_the_settled_level() -> None:
     assert steady_start([]) == 0 and steady_start([5.0]) == 0
 
 
-CFG = WarmupConfig(min_windows=5, cv_threshold=0.1)
+CFG = WarmupConfig(min_windows=5, cv_threshold=0.1, max_drop=0.1)
 
 
 def feed(values: list[float], cfg: WarmupConfig = CFG) -> list[bool]:

@@ -65,18 +65,18 @@ class WarmupConfig(BaseModel):
 
     window_s: float = Field(1.0, gt=0, description="width of a warmup window, s")
     min_windows: int = Field(
-        5, ge=2, description="consecutive stable windows that make the server steady"
+        10, ge=2, description="consecutive stable windows that make the server steady"
     )
     cv_threshold: float = Field(
-        0.1, gt=0, description="largest coefficient of variation (sd/mean) of those p50s"
+        0.15, gt=0, description="largest coefficient of variation (sd/mean) of those p50s"
     )
     max_drop: float = Field(
-        0.1,
+        0.03,
         gt=0,
         description="largest fall of the p50 fitted across those windows, as a fraction of "
         "their mean, still steady (more: the server is still warming up)",
     )
-    max_s: float = Field(60.0, gt=0, description="warmup gives up after this long, s")
+    max_s: float = Field(90.0, gt=0, description="warmup gives up after this long, s")
     rate: float | None = Field(
         None, gt=0, description="explicit warmup rate, req/s; default rate_fraction × first rate"
     )
