@@ -233,3 +233,59 @@ def test_the_same_engine_runs_a_custom_latency_model(tmp_path: Path) -> None:
 
 
 _ = (asyncio, LatencyModel)
+
+
+def _dcgm_endpoint(throttle: int) -> tuple[str, object]:
+    """A real DCGM-exporter-style endpoint on 127.0.0.1 (stdlib HTTP server, port 0)."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    body = (
+        "# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n"
+        'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-x"} 90\n'
+        "# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n"
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-x"} 70\n'
+        "# TYPE DCGM_FI_DEV_CLOCK_THROTTLE_REASONS gauge\n"
+        f'DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{{gpu="0",UUID="GPU-x"}} {throttle}\n'
+    ).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}/metrics", server
+
+
+@pytest.mark.parametrize(("throttle", "sustainable"), [(0, True), (0x20, False)])
+def test_a_throttling_gpu_makes_steps_unhealthy_with_the_reason(
+    throttle: int, sustainable: bool
+) -> None:
+    from ridgeline.telemetry.gpu import PrometheusGpuMonitor
+
+    url, server = _dcgm_endpoint(throttle)  # 0x20: sw_thermal_slowdown
+    try:
+        cfg = ProbeConfig(
+            slo="p99<50ms",
+            strategy="binary",
+            warmup=False,
+            strategy_options={"min_rate": 100.0, "step_duration_s": 5.0},
+        )
+        r = run_coroutine(
+            probe(SimDriver(load_sim_preset("vision")), cfg, gpu=PrometheusGpuMonitor(url))
+        )
+    finally:
+        server.shutdown()  # type: ignore[attr-defined]
+        server.server_close()  # type: ignore[attr-defined]
+    assert url in r.gpu
+    first = r.trajectory[0]
+    assert (first["state"] in ("healthy", "warn")) is sustainable
+    if not sustainable:
+        assert "throttling" in first["reason"]
+        assert r.capacity_rps is None

@@ -194,6 +194,13 @@ def probe(
     metrics_url: Annotated[
         str | None, typer.Option(help="Prometheus endpoint of the server (batch sizes, queue, GPU)")
     ] = None,
+    gpu_metrics_url: Annotated[
+        str | None,
+        typer.Option(
+            help="a DCGM exporter or Triton metrics endpoint, when NVML cannot see the GPU "
+            "(a remote server)"
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option(help="seed of the schedules")] = 0,
     db: DbOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
@@ -202,6 +209,7 @@ def probe(
     from ridgeline.display import probe_line, probe_table
     from ridgeline.probe.api import default_slo, make_driver, run_probe
     from ridgeline.probe.orchestrator import ProbeConfig
+    from ridgeline.telemetry.gpu import detect_gpu_monitor
 
     options: dict[str, Any] = {
         "min_rate": min_rate,
@@ -226,8 +234,11 @@ def probe(
         step = StepConfig(processes=processes, window_s=window, metrics_url=metrics_url)
         driver = make_driver(target, step=step, arrival=arrival, trace=trace)
         with RunStore(db) as store:
+            gpu = None if target.startswith("sim:") else detect_gpu_monitor(gpu_metrics_url)
+            if gpu is not None and not as_json:
+                err.print(f"GPU: {gpu.describe()}", highlight=False)
             result = run_probe(
-                driver, cfg, store=store, on_step=None if as_json else probe_line(err)
+                driver, cfg, store=store, gpu=gpu, on_step=None if as_json else probe_line(err)
             )
     except RidgelineError as exc:
         _fail(exc)

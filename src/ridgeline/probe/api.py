@@ -13,6 +13,7 @@ from ridgeline.loadgen.step import StepConfig
 from ridgeline.probe.drivers import Driver, NetworkDriver, SimDriver
 from ridgeline.probe.orchestrator import ProbeConfig, ProbeResult, ProgressFn, probe
 from ridgeline.sim import load_sim_config, load_sim_preset
+from ridgeline.telemetry.gpu import GpuMonitor
 from ridgeline.telemetry.store import RunStore
 from ridgeline.workload.traces import Trace, read_trace
 
@@ -56,6 +57,7 @@ def run_probe(
     *,
     store: RunStore | None = None,
     on_step: ProgressFn | None = None,
+    gpu: GpuMonitor | None = None,
 ) -> ProbeResult:
     async def main() -> ProbeResult:
         stop = asyncio.Event()
@@ -63,7 +65,7 @@ def run_probe(
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGINT, stop.set)
         try:
-            return await probe(driver, cfg, store=store, stop=stop, on_step=on_step)
+            return await probe(driver, cfg, store=store, stop=stop, on_step=on_step, gpu=gpu)
         finally:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(signal.SIGINT)

@@ -10,7 +10,7 @@ one-second samples, and is the worse of that and the state the timeline settled 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -44,9 +44,13 @@ def assess_step(
     step_index: int,
     t0_s: float,
     gpu_problems: tuple[str, ...] = (),
+    gpu_utilisation: float | None = None,
 ) -> StepAssessment:
     wins = result.windows
-    obs = [observation_from_window(w, gpu_problems=gpu_problems) for w in wins]
+    obs = [
+        observation_from_window(w, gpu_problems=gpu_problems, gpu_utilisation=gpu_utilisation)
+        for w in wins
+    ]
     p50 = [o.latency_ms.get("p50") or 0.0 for o in obs]
     start = steady_start(p50) if warmup and len(wins) >= 4 else 0
     hs = HysteresisState.initial()
@@ -73,6 +77,7 @@ def assess_step(
         )
     grace = max((b.bound_ms for b in policy.latency), default=0.0) / 1000.0
     step_obs = _step_observation(result, start, spike_windows, grace)
+    step_obs = replace(step_obs, gpu_problems=gpu_problems, gpu_utilisation=gpu_utilisation)
     a = assess(step_obs, policy, obs[start:])
     state = max(a.state, smoothed, key=severity)
     score = a.score

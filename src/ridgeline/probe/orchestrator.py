@@ -23,6 +23,7 @@ from ridgeline.probe.drivers import Driver
 from ridgeline.search import parse_strategy
 from ridgeline.search.adaptive import backoff
 from ridgeline.search.base import CapacityEstimate, StepPlan, StepVerdict
+from ridgeline.telemetry.gpu import GpuMonitor, gpu_problems, mean_utilisation
 from ridgeline.telemetry.store import RunStore
 
 
@@ -67,6 +68,8 @@ class ProbeResult(BaseModel):
     target: str
     run_id: int | None = None
     status: str = "complete"
+    gpu: str = "not monitored"
+    """What watched the GPUs: NVML, a DCGM/Triton endpoint, or why none could."""
     health_timeline: list[dict[str, Any]] = Field(default_factory=list)
     trajectory: list[dict[str, Any]] = Field(default_factory=list)
 
@@ -112,8 +115,10 @@ def _server_died(result: StepResult) -> str | None:
 class _Run:
     """One probe's bookkeeping: the store, the timeline, the clock of test-seconds."""
 
-    def __init__(self, driver: Driver, cfg: ProbeConfig, store: RunStore | None) -> None:
-        self.driver, self.cfg, self.store = driver, cfg, store
+    def __init__(
+        self, driver: Driver, cfg: ProbeConfig, store: RunStore | None, gpu: GpuMonitor | None
+    ) -> None:
+        self.driver, self.cfg, self.store, self.gpu = driver, cfg, store, gpu
         self.policy = cfg.policy()
         self.timeline: list[dict[str, Any]] = []
         self.trajectory: list[StepVerdict] = []
@@ -141,7 +146,10 @@ class _Run:
         return result
 
     async def step(self, plan: StepPlan, stop: asyncio.Event, *, warmup: bool) -> StepVerdict:
+        if self.gpu is not None:
+            self.gpu.sample()  # the baseline: XID and ECC errors count from here
         result = await self.measure(plan, self.cfg.seed + self.index, stop)
+        samples = self.gpu.sample() if self.gpu is not None else []
         a = assess_step(
             result,
             plan,
@@ -150,6 +158,8 @@ class _Run:
             warmup=warmup and self.cfg.warmup,
             step_index=self.index,
             t0_s=self.t_s,
+            gpu_problems=gpu_problems(samples),
+            gpu_utilisation=mean_utilisation(samples),
         )
         if self.store is not None and self.run_id is not None:
             self.store.add_step(self.run_id, self.index, result.summary, result.windows)
@@ -187,6 +197,7 @@ class _Run:
             target=self.driver.describe(),
             run_id=self.run_id,
             status=status,
+            gpu=self.gpu.describe() if self.gpu is not None else "not monitored",
             health_timeline=self.timeline,
             trajectory=[_verdict_dict(v) for v in self.trajectory],
         )
@@ -232,6 +243,7 @@ async def probe(
     store: RunStore | None = None,
     stop: asyncio.Event | None = None,
     on_step: ProgressFn | None = None,
+    gpu: GpuMonitor | None = None,
 ) -> ProbeResult:
     """Find the maximum sustainable throughput of ``driver``'s endpoint under the SLO."""
     stop = stop or asyncio.Event()
@@ -240,7 +252,7 @@ async def probe(
         options.setdefault("confirm_requests", cfg.confirm_requests)
         options.setdefault("confirm_factor", cfg.confirm_factor)
     strategy = parse_strategy(cfg.strategy, **options)
-    run = _Run(driver, cfg, store)
+    run = _Run(driver, cfg, store, gpu)
     status, reason, confirmed = "complete", "", None
     try:
         pending = strategy.propose()
