@@ -289,3 +289,25 @@ def test_a_throttling_gpu_makes_steps_unhealthy_with_the_reason(
     if not sustainable:
         assert "throttling" in first["reason"]
         assert r.capacity_rps is None
+
+
+def test_windows_are_sized_to_the_servers_batching_delay() -> None:
+    from ridgeline.fakeserver import load_preset, running_in_process
+    from ridgeline.probe.batching import batching_delay_s, window_for
+    from ridgeline.search.base import StepPlan
+
+    model = load_preset("batching").model_copy(
+        update={
+            "batching": load_preset("batching").batching.model_copy(
+                update={"max_queue_delay_s": 0.05}
+            )
+        }
+    )
+    with running_in_process(model, grpc_port=None) as srv:
+        assert run_coroutine(batching_delay_s(srv.model_url)) == 0.05
+        driver = NetworkDriver(srv.model_url, StepConfig())
+        result = run_coroutine(driver.run(StepPlan(20.0, 5.0), 0, asyncio.Event()))
+    assert driver.step.window_s == 2.5  # 50 batching cycles of 50 ms
+    assert len(result.windows) == 2
+    assert window_for(None, 1.0) == 1.0 and window_for(0.001, 1.0) == 1.0
+    assert run_coroutine(batching_delay_s("grpc://127.0.0.1:1/m")) is None

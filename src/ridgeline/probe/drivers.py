@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from ridgeline.loadgen.schedule import Schedule, from_arrival, from_trace
 from ridgeline.loadgen.step import StepConfig, StepResult, measure_step
 from ridgeline.loadgen.validity import assess_validity
+from ridgeline.probe.batching import batching_delay_s, window_for
 from ridgeline.search.base import StepPlan
 from ridgeline.sim import SimPreset, SimState, shapes_for, simulate
 from ridgeline.telemetry.summary import summarize
@@ -49,12 +50,19 @@ class NetworkDriver:
     target_options: dict[str, Any] = field(default_factory=dict)
     trace: Trace | None = None
     """When set, each step replays this trace time-scaled to the step's rate."""
+    batching_delay_s: float | None = None
+    """The server's dynamic-batching delay, read from its model config at the first step
+    (0 when it has none); windows are widened to many batching cycles."""
     name: str = "network"
 
     def schedule(self, plan: StepPlan, seed: int) -> Schedule:
         return step_schedule(plan, seed, self.arrival, self.trace)
 
     async def run(self, plan: StepPlan, seed: int, stop: asyncio.Event) -> StepResult:
+        if self.batching_delay_s is None:
+            self.batching_delay_s = await batching_delay_s(self.url) or 0.0
+            wide = window_for(self.batching_delay_s, self.step.window_s)
+            self.step = self.step.model_copy(update={"window_s": wide})
         return await measure_step(
             self.url,
             self.schedule(plan, seed),
