@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
+from ridgeline._cli_common import DbOption, err, out
+from ridgeline._cli_common import fail as _fail
 from ridgeline.capacity.cli import allocate_command, registry_app
 from ridgeline.display import live_progress, runs_table, step_table
-from ridgeline.errors import RidgelineError, RunInterrupted
+from ridgeline.errors import RidgelineError
 from ridgeline.loadgen.replayer import Progress, ReplayConfig
 from ridgeline.loadgen.schedule import Schedule, from_arrival, from_trace
 from ridgeline.loadgen.step import StepConfig, run_step
 from ridgeline.loadgen.validity import ValidityConfig
 from ridgeline.report.cli import report_command
-from ridgeline.telemetry.store import RunStore, default_store_path
+from ridgeline.telemetry.store import RunStore
 from ridgeline.workload.arrivals import parse_arrival
 
 app = typer.Typer(
@@ -31,22 +32,6 @@ app.add_typer(runs_app, name="runs")
 app.command("allocate")(allocate_command)
 app.add_typer(registry_app, name="registry")
 app.command("report")(report_command)
-
-out = Console()
-err = Console(stderr=True)
-
-DbOption = Annotated[
-    str | None,
-    typer.Option(
-        "--db",
-        help=f"run store: a SQLite file path (default {default_store_path()}, or $RIDGELINE_DB)",
-    ),
-]
-
-
-def _fail(exc: RidgelineError) -> NoReturn:
-    err.print(f"[red]error:[/] {exc}", highlight=False)
-    raise typer.Exit(130 if isinstance(exc, RunInterrupted) else 2)
 
 
 def _target_options(model: str | None, header: list[str], token: str | None) -> dict[str, Any]:

@@ -9,33 +9,18 @@ Mounted by the main app::
 from __future__ import annotations
 
 import json
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ridgeline._cli_common import DbOption, out
+from ridgeline._cli_common import fail as _fail
 from ridgeline.capacity.allocator import Allocation, AllocationInputs, allocate, naive_rule
 from ridgeline.capacity.registry import Registry, RegistryEntry
 from ridgeline.errors import RidgelineError
-from ridgeline.telemetry.store import RunStore, default_store_path
-
-out = Console()
-err = Console(stderr=True)
-
-DbOption = Annotated[
-    str | None,
-    typer.Option(
-        "--db",
-        help=f"run store: a SQLite file path (default {default_store_path()}, or $RIDGELINE_DB)",
-    ),
-]
-
-
-def _fail(exc: RidgelineError) -> NoReturn:
-    err.print(f"[red]error:[/] {exc}", highlight=False)
-    raise typer.Exit(2)
+from ridgeline.telemetry.store import RunStore
 
 
 def _help(name: str) -> str:

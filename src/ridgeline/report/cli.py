@@ -6,31 +6,16 @@ Mounted by the main app: ``app.command("report")(report_command)``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from ridgeline._cli_common import DbOption, out
+from ridgeline._cli_common import fail as _fail
 from ridgeline.errors import RidgelineError
 from ridgeline.report.html import write_report
 from ridgeline.report.terminal import summary_table
-from ridgeline.telemetry.store import RunStore, default_store_path
-
-out = Console()
-err = Console(stderr=True)
-
-DbOption = Annotated[
-    str | None,
-    typer.Option(
-        "--db",
-        help=f"run store: a SQLite file path (default {default_store_path()}, or $RIDGELINE_DB)",
-    ),
-]
-
-
-def _fail(exc: RidgelineError) -> NoReturn:
-    err.print(f"[red]error:[/] {exc}", highlight=False)
-    raise typer.Exit(2)
+from ridgeline.telemetry.store import RunStore
 
 
 def report_command(
