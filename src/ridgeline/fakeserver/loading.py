@@ -11,9 +11,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import ValidationError
-
+from ridgeline._yaml_config import deep_merge, parse_mapping, validate
 from ridgeline.errors import ConfigError, UnknownKindError
 from ridgeline.fakeserver.model import LatencyModel
 
@@ -55,34 +53,12 @@ def load_config(path: str | Path) -> LatencyModel:
 
 
 def _parse(text: str, where: str) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{where} is not valid YAML: {e}") from e
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(
-            f"{where} must hold a mapping of LatencyModel fields, not {type(data).__name__}"
-        )
-    return data
+    return parse_mapping(text, where, "LatencyModel fields")
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = value
-    return out
+    return deep_merge(base, over)
 
 
 def _validate(mapping: dict[str, Any], where: str) -> LatencyModel:
-    try:
-        return LatencyModel.model_validate(mapping)
-    except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(x) for x in err['loc']) or '(top)'}: {err['msg']}" for err in e.errors()
-        )
-        raise ConfigError(f"{where}: invalid fake-model config: {problems}") from e
+    return validate(LatencyModel, mapping, where, "fake-model config")

@@ -13,9 +13,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ridgeline._yaml_config import deep_merge, parse_mapping, validate
 from ridgeline.errors import ConfigError, UnknownKindError
 from ridgeline.fakeserver.model import LatencyModel
 from ridgeline.sim.interference import Interference
@@ -124,35 +124,14 @@ def _preset_mapping(name: str) -> dict[str, Any]:
 
 
 def _parse(text: str, where: str) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{where} is not valid YAML: {e}") from e
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(
-            f"{where} must hold a mapping of SimPreset fields (description, model, sizes, "
-            f"slo, speed, interference), not {type(data).__name__}"
-        )
-    return data
+    return parse_mapping(
+        text, where, "SimPreset fields (description, model, sizes, slo, speed, interference)"
+    )
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = value
-    return out
+    return deep_merge(base, over)
 
 
 def _validate(mapping: dict[str, Any], where: str) -> SimPreset:
-    try:
-        return SimPreset.model_validate(mapping)
-    except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(x) for x in err['loc']) or '(top)'}: {err['msg']}" for err in e.errors()
-        )
-        raise ConfigError(f"{where}: invalid simulated server config: {problems}") from e
+    return validate(SimPreset, mapping, where, "simulated server config")

@@ -1,0 +1,48 @@
+"""YAML configs with presets: parse a mapping, lay it over a preset, validate it with a
+pydantic model — one path for the fake server's latency models and the simulator's."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from ridgeline.errors import ConfigError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse_mapping(text: str, where: str, fields: str) -> dict[str, Any]:
+    """The YAML mapping in ``text``; ``fields`` names what it should hold, for errors."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{where} is not valid YAML: {e}") from e
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where} must hold a mapping of {fields}, not {type(data).__name__}")
+    return data
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` laid on ``base``: nested mappings merge, anything else replaces."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def validate(model: type[M], mapping: dict[str, Any], where: str, what: str) -> M:
+    """``model`` from ``mapping``; every problem named by its field path."""
+    try:
+        return model.model_validate(mapping)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(x) for x in err['loc']) or '(top)'}: {err['msg']}" for err in e.errors()
+        )
+        raise ConfigError(f"{where}: invalid {what}: {problems}") from e
