@@ -1,8 +1,9 @@
 """Capacity-search benchmarks (issue: the Vanguard method). Not a test: `make bench`.
 
 1. Simulated servers for four architecture classes (virtual time). Ground truth per class:
-   long constant-rate simulated runs (TRUTH_S each) on a fine rate grid around the
-   boundary, each judged by the same health engine; truth = the highest sustainable rate.
+   long constant-rate simulated runs (TRUTH_S each, the majority of TRUTH_SEEDS seeds) on
+   a fine rate grid around the boundary, each judged by the same health engine; truth =
+   the highest sustainable rate.
    Then every strategy probes a fresh simulated server, once per seed (SEEDS): the
    largest error of its estimates against the truth and its mean test-seconds; the
    ratio of adaptive's test-seconds to binary's and sweep's. Every strategy gets the same
@@ -21,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -38,34 +40,53 @@ from ridgeline.sim import load_sim_preset
 
 ROOT = Path(__file__).resolve().parent.parent
 TRUTH_S = float(os.environ.get("RIDGELINE_BENCH_TRUTH_S", "120"))
-CLASSES = ("recommendation", "ranking", "vision", "nlp")
+TRUTH_SEEDS = int(os.environ.get("RIDGELINE_BENCH_TRUTH_SEEDS", "3"))
+CLASSES = tuple(
+    os.environ.get("RIDGELINE_BENCH_CLASSES", "recommendation,ranking,vision,nlp").split(",")
+)
 STRATEGIES = ("adaptive", "binary", "sweep")
 
 
-def sustainable(driver: Driver, slo: str, rate: float, duration: float, seed: int) -> bool:
-    async def once() -> bool:
+def sustainable(
+    driver_factory: Callable[[], Driver],
+    slo: str,
+    rate: float,
+    duration: float,
+    seeds: int = TRUTH_SEEDS,
+) -> bool:
+    """The majority verdict of ``seeds`` long runs (each on a fresh server, its own seed):
+    one long run's p99 is itself noisy on a heavy-tailed server."""
+
+    async def once(seed: int) -> bool:
         plan = StepPlan(rate, duration, "truth")
-        result = await driver.run(plan, seed, asyncio.Event())
+        result = await driver_factory().run(plan, seed, asyncio.Event())
         a = assess_step(
             result, plan, parse_slo(slo), HysteresisConfig(), warmup=False, step_index=0, t0_s=0.0
         )
         return a.verdict.sustainable
 
-    return run_coroutine(once())
+    votes = [run_coroutine(once(seed)) for seed in range(1, seeds + 1)]
+    return sum(votes) * 2 > len(votes)
 
 
 def truth_by_bisection(
-    make: callable, slo: str, lo: float, hi: float, duration: float, rel: float
-) -> float:  # type: ignore[valid-type]
-    """Highest rate whose long run is sustainable, to relative width ``rel``: bisection to
+    make: Callable[[], Driver],
+    slo: str,
+    lo: float,
+    hi: float,
+    duration: float,
+    rel: float,
+    seeds: int = TRUTH_SEEDS,
+) -> float:
+    """Highest rate whose long runs are sustainable, to relative width ``rel``: bisection to
     narrow it, then a fine grid (rel/4 spacing) across the last bracket."""
-    while sustainable(make(), slo, hi, duration, 1):
+    while sustainable(make, slo, hi, duration, seeds):
         lo, hi = hi, hi * 2
     while (hi - lo) / lo > rel:
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if sustainable(make(), slo, mid, duration, 1) else (lo, mid)
+        lo, hi = (mid, hi) if sustainable(make, slo, mid, duration, seeds) else (lo, mid)
     grid = [lo + k * (hi - lo) / 4 for k in range(5)]
-    ok = [r for r in grid if sustainable(make(), slo, r, duration, 1)]
+    ok = [r for r in grid if sustainable(make, slo, r, duration, seeds)]
     return max(ok) if ok else lo
 
 
@@ -213,7 +234,7 @@ def real_time(date: str) -> list[str]:
             return NetworkDriver(srv.model_url, StepConfig())
 
         t = time.time()
-        truth = truth_by_bisection(make, REAL_SLO, 100.0, 800.0, LONG_S, 0.03)
+        truth = truth_by_bisection(make, REAL_SLO, 100.0, 800.0, LONG_S, 0.03, seeds=1)
         truth_s = time.time() - t
         cfg = ProbeConfig(
             slo=REAL_SLO,
