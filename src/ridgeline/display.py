@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -84,7 +83,6 @@ def live_progress(progress: Progress, console: Console, enabled: bool) -> Iterat
     finally:
         done.set()
         th.join(timeout=1)
-        time.sleep(0)
 
 
 def probe_line(console: Console) -> Callable[[int, StepPlan, StepVerdict], None]:

@@ -160,9 +160,12 @@ class FakeServer:
         return self._grpc_port
 
     @property
+    def _url_host(self) -> str:
+        return f"[{self.host}]" if ":" in self.host else self.host
+
+    @property
     def _netloc(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.http_port}"
+        return f"{self._url_host}:{self.http_port}"
 
     @property
     def http_url(self) -> str:
@@ -174,8 +177,7 @@ class FakeServer:
 
     @property
     def grpc_url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"grpc://{host}:{self.grpc_port}/{self.model.name}"
+        return f"grpc://{self._url_host}:{self.grpc_port}/{self.model.name}"
 
     @property
     def metrics_url(self) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -319,25 +319,11 @@ async def _confirm(
                     f"{precision:.0%} from {est.capacity_rps:g}"
                 )
             low = est.ci_low if est.ci_low is not None and est.ci_low <= rate else rate
-            return _replace(est, capacity_rps=rate, ci_low=low, ci_high=ceiling), True, reason
+            return replace(est, capacity_rps=rate, ci_low=low, ci_high=ceiling), True, reason
         ceiling = rate
         reason = f"the estimate did not hold a confirmation run: {verdict.reason}"
         rate = rate * (1 - backoff(verdict.score, precision))
     return est, False, reason
-
-
-def _replace(est: CapacityEstimate, **changes: float | None) -> CapacityEstimate:
-    return CapacityEstimate(
-        capacity_rps=changes.get("capacity_rps", est.capacity_rps),
-        ci_low=changes.get("ci_low", est.ci_low),
-        ci_high=changes.get("ci_high", est.ci_high),
-        strategy=est.strategy,
-        steps=est.steps,
-        test_seconds=est.test_seconds,
-        converged=est.converged,
-        reason=est.reason,
-        trajectory=est.trajectory,
-    )
 
 
 def strategy_step_s(cfg: ProbeConfig) -> float:
@@ -345,16 +331,11 @@ def strategy_step_s(cfg: ProbeConfig) -> float:
 
 
 def _with_confirmation(est: CapacityEstimate, trajectory: list[StepVerdict]) -> CapacityEstimate:
-    """Count the confirmation step in steps and test-seconds."""
-    extra = [v for v in trajectory[est.steps :]]
-    return CapacityEstimate(
-        capacity_rps=est.capacity_rps,
-        ci_low=est.ci_low,
-        ci_high=est.ci_high,
-        strategy=est.strategy,
+    """Count the confirmation steps in steps and test-seconds."""
+    extra = trajectory[est.steps :]
+    return replace(
+        est,
         steps=est.steps + len(extra),
         test_seconds=est.test_seconds + sum(v.duration_s for v in extra),
-        converged=est.converged,
-        reason=est.reason,
         trajectory=tuple(trajectory),
     )

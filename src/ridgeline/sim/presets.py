@@ -111,7 +111,7 @@ def load_sim_config(path: str | Path) -> SimPreset:
     mapping = _parse(text, str(p))
     base = mapping.pop("preset", None)
     if base is not None:
-        mapping = _merge(_preset_mapping(str(base)), mapping)
+        mapping = deep_merge(_preset_mapping(str(base)), mapping)
     return _validate(mapping, str(p))
 
 
@@ -127,10 +127,6 @@ def _parse(text: str, where: str) -> dict[str, Any]:
     return parse_mapping(
         text, where, "SimPreset fields (description, model, sizes, slo, speed, interference)"
     )
-
-
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    return deep_merge(base, over)
 
 
 def _validate(mapping: dict[str, Any], where: str) -> SimPreset:
