@@ -55,7 +55,11 @@ class WireTensor:
 
 def decode_inputs(model: LatencyModel, tensors: Sequence[WireTensor]) -> tuple[int, list[Array]]:
     """Check ``tensors`` against the model's inputs; return (rows, arrays in spec order)."""
-    specs = {s.name: s for s in model.inputs}
+    inputs, max_rows = model.inputs, model.batching.max_batch_size
+    if len(tensors) == 1 == len(inputs) and tensors[0].name == inputs[0].name:
+        only = _decode(inputs[0], tensors[0], max_rows)  # the common case, kept cheap
+        return only.shape[0], [only]
+    specs = {s.name: s for s in inputs}
     given: dict[str, WireTensor] = {}
     for t in tensors:
         if t.name not in specs:
@@ -68,40 +72,44 @@ def decode_inputs(model: LatencyModel, tensors: Sequence[WireTensor]) -> tuple[i
     missing = [n for n in specs if n not in given]
     if missing:
         raise InvalidRequest(f"missing inputs {missing} for model {model.name!r}")
-    arrays = [_decode(specs[name], given[name], model) for name in specs]
+    arrays = [_decode(specs[name], given[name], max_rows) for name in specs]
     rows = {a.shape[0] for a in arrays}
     if len(rows) > 1:
         raise InvalidRequest(f"inputs disagree on the batch dim: {sorted(rows)} rows")
     return rows.pop(), arrays
 
 
-def _decode(spec: TensorSpec, t: WireTensor, model: LatencyModel) -> Array:
-    where = f"input {t.name!r}"
+def _decode(spec: TensorSpec, t: WireTensor, max_rows: int) -> Array:
     if t.datatype != spec.datatype:
         raise InvalidRequest(
-            f"{where} has datatype {t.datatype}; the model expects {spec.datatype}"
+            f"input {t.name!r} has datatype {t.datatype}; the model expects {spec.datatype}"
         )
-    shape = list(t.shape)
-    expected = list(spec.shape)
-    if len(shape) != len(expected) or any(
-        (d < 0) or (e != -1 and d != e) for d, e in zip(shape, expected, strict=True)
-    ):
-        raise InvalidRequest(f"{where} has shape {shape}; the model expects {expected}")
-    max_rows = model.batching.max_batch_size
+    shape, expected = t.shape, spec.shape
+    fits = len(shape) == len(expected)
+    count = 1
+    if fits:
+        for d, e in zip(shape, expected, strict=True):
+            if d < 0 or (e != -1 and d != e):
+                fits = False
+            count *= d
+    if not fits:
+        raise InvalidRequest(
+            f"input {t.name!r} has shape {list(shape)}; the model expects {list(expected)}"
+        )
     if not 1 <= shape[0] <= max_rows:
         raise InvalidRequest(
-            f"{where} has batch size {shape[0]}; the model accepts 1..{max_rows} rows"
+            f"input {t.name!r} has batch size {shape[0]}; the model accepts 1..{max_rows} rows"
         )
-    count = math.prod(shape)
-    if t.data is None:
-        raise InvalidRequest(f"{where} has no data")
-    if isinstance(t.data, bytes | memoryview):
-        flat = _from_raw(spec.datatype, t.data, where)
+    data = t.data
+    if data is None:
+        raise InvalidRequest(f"input {t.name!r} has no data")
+    if isinstance(data, bytes | memoryview):
+        flat = _from_raw(spec.datatype, data, f"input {t.name!r}")
     else:
-        flat = _from_elements(spec.datatype, t.data, where)
+        flat = _from_elements(spec.datatype, data, f"input {t.name!r}")
     if flat.size != count:
         raise InvalidRequest(
-            f"{where} carries {flat.size} elements but shape {shape} needs {count}"
+            f"input {t.name!r} carries {flat.size} elements but shape {list(shape)} needs {count}"
         )
     return flat.reshape(shape)
 
@@ -156,7 +164,7 @@ def compute_outputs(model: LatencyModel, rows: int, inputs: Sequence[Array]) -> 
             out.append(src.reshape(shape))
         elif same_size and "BYTES" not in (spec.datatype, src_spec.datatype):
             doubled = src if src.dtype == np.bool_ else src * 2
-            out.append(doubled.astype(_LE[spec.datatype]).reshape(shape))
+            out.append(doubled.astype(_LE[spec.datatype], copy=False).reshape(shape))
         elif spec.datatype == "BYTES":
             blank = np.empty(shape, dtype=np.object_)
             blank.fill(b"")

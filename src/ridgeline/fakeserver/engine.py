@@ -113,6 +113,17 @@ class BatchingEngine:
 
     async def submit(self, rows: int = 1) -> Outcome:
         """Queue one request of ``rows`` rows and wait for its batch to complete."""
+        now_or_later = self.submit_nowait(rows)
+        if isinstance(now_or_later, Outcome):
+            return now_or_later
+        return await now_or_later
+
+    def submit_nowait(self, rows: int = 1) -> Outcome | asyncio.Future[Outcome]:
+        """Queue one request of ``rows`` rows: its ``Outcome`` when it is already decided
+        (answered at once, queue full, shut down), else a future that resolves to it.
+
+        For front ends that answer without a task per request; call it on the loop.
+        """
         if not 1 <= rows <= self._cfg.max_batch_size:
             raise ValueError(
                 f"a request of {rows} rows cannot be batched; send 1..max_batch_size "
@@ -136,7 +147,7 @@ class BatchingEngine:
             self._queued_rows -= rows
             return QUEUE_FULL
         p.future = self._loop.create_future()
-        return await p.future
+        return p.future
 
     def close(self) -> None:
         """Stop: cancel timers and answer everything queued or executing as rejected."""

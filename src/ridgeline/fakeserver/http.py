@@ -15,6 +15,7 @@ Errors are ``{"error": "..."}``: 400 bad request, 401 bad token, 404 unknown mod
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import time
 from collections.abc import Awaitable, Callable
@@ -33,7 +34,7 @@ from ridgeline.fakeserver._tensors import (
     to_elements,
     to_raw,
 )
-from ridgeline.fakeserver.engine import BatchingEngine, Status
+from ridgeline.fakeserver.engine import BatchingEngine, Outcome, Status
 from ridgeline.fakeserver.metrics import METRICS_CONTENT_TYPE, MetricsExporter
 from ridgeline.fakeserver.model import LatencyModel
 
@@ -63,6 +64,7 @@ class _V2Routes:
     ) -> None:
         self.model, self.engine, self.exporter, self.max_body = model, engine, exporter, max_body
         self.stats = engine.stats
+        self.core = InferCore(model, engine, max_body)
 
     def _unknown(self, request: web.Request) -> web.Response | None:
         name = request.match_info["name"]
@@ -117,23 +119,82 @@ class _V2Routes:
                 raise web.HTTPRequestEntityTooLarge(max_size=self.max_body, actual_size=length)
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            self.stats.finish("too_large")
-            return error_response(
-                f"request body over the server's bound of {self.max_body} bytes", 413
-            )
+            return _web(self.core.too_large())
+        step = self.core.begin(body, request.headers.get(HEADER_LENGTH), began)
+        if isinstance(step, Answer):
+            return _web(step)
+        outcome = step.waiting if isinstance(step.waiting, Outcome) else await step.waiting
+        return _web(self.core.finish(step, outcome))
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One HTTP answer to an infer request, independent of the server library."""
+
+    status: int
+    body: bytes
+    header_length: int | None = None
+    """``Inference-Header-Content-Length`` when the body carries binary outputs."""
+
+    @property
+    def content_type(self) -> str:
+        return "application/json" if self.header_length is None else "application/octet-stream"
+
+
+def error_answer(message: str, status: int) -> Answer:
+    return Answer(status, orjson.dumps({"error": message}))
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """An infer request handed to the engine, waiting for its batch."""
+
+    req: _InferRequest
+    rows: int
+    arrays: list[Any]
+    began: float
+    waiting: Outcome | asyncio.Future[Outcome]
+
+
+class InferCore:
+    """The v2 infer route without a server library: parse and validate a body, submit it
+    to the engine, and turn the outcome into an ``Answer``. Shared by the aiohttp route
+    and the fast path of ``_fastpath.py``."""
+
+    def __init__(self, model: LatencyModel, engine: BatchingEngine, max_body: int) -> None:
+        self.model, self.engine, self.max_body = model, engine, max_body
+        self.stats = engine.stats
+
+    def too_large(self) -> Answer:
+        self.stats.finish("too_large")
+        return error_answer(f"request body over the server's bound of {self.max_body} bytes", 413)
+
+    def begin(self, body: bytes, header_length: str | None, began: float) -> Answer | InFlight:
+        """An answer at once (a bad request), or the request in flight."""
         try:
-            req = _parse_infer(self.model, body, request.headers.get(HEADER_LENGTH))
+            req = _parse_infer(self.model, body, header_length)
             rows, arrays = decode_inputs(self.model, req.inputs)
         except InvalidRequest as e:
             self.stats.finish("invalid")
-            return error_response(str(e), 400)
-        outcome = await self.engine.submit(rows)
+            return error_answer(str(e), 400)
+        return InFlight(req, rows, arrays, began, self.engine.submit_nowait(rows))
+
+    def finish(self, flight: InFlight, outcome: Outcome) -> Answer:
+        """The answer once the engine has decided ``outcome``."""
         if outcome.status is not Status.OK:
-            self.stats.finish(outcome.status.value, time.perf_counter() - began)
-            return error_response(outcome.detail, 503 if outcome.status is Status.REJECTED else 500)
-        resp = _infer_response(self.model, req, compute_outputs(self.model, rows, arrays))
-        self.stats.finish("ok", time.perf_counter() - began)
-        return resp
+            self.stats.finish(outcome.status.value, time.perf_counter() - flight.began)
+            return error_answer(outcome.detail, 503 if outcome.status is Status.REJECTED else 500)
+        outputs = compute_outputs(self.model, flight.rows, flight.arrays)
+        answer = _infer_answer(self.model, flight.req, outputs)
+        self.stats.finish("ok", time.perf_counter() - flight.began)
+        return answer
+
+
+def _web(answer: Answer) -> web.Response:
+    resp = web.Response(body=answer.body, status=answer.status, content_type=answer.content_type)
+    if answer.header_length is not None:
+        resp.headers[HEADER_LENGTH] = str(answer.header_length)
+    return resp
 
 
 def _parse_infer(model: LatencyModel, body: bytes, header_length: str | None) -> _InferRequest:
@@ -198,7 +259,7 @@ def _params(obj: dict[str, Any]) -> dict[str, Any]:
     return params if isinstance(params, dict) else {}
 
 
-def _infer_response(model: LatencyModel, req: _InferRequest, arrays: list[Any]) -> web.Response:
+def _infer_answer(model: LatencyModel, req: _InferRequest, arrays: list[Any]) -> Answer:
     outputs, blobs = [], []
     for i, binary in req.outputs:
         spec, arr = model.outputs[i], arrays[i]
@@ -215,12 +276,10 @@ def _infer_response(model: LatencyModel, req: _InferRequest, arrays: list[Any]) 
     if req.id is not None:
         doc["id"] = req.id
     doc["outputs"] = outputs
-    if not blobs:
-        return json_response(doc)
     head = orjson.dumps(doc)
-    resp = web.Response(body=b"".join([head, *blobs]), content_type="application/octet-stream")
-    resp.headers[HEADER_LENGTH] = str(len(head))
-    return resp
+    if not blobs:
+        return Answer(200, head)
+    return Answer(200, b"".join([head, *blobs]), header_length=len(head))
 
 
 def _auth_middleware(token: str, stats_finish: Callable[[str], None]) -> Any:

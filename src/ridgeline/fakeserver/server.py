@@ -24,9 +24,10 @@ from aiohttp import web
 
 from ridgeline.clock import Clock
 from ridgeline.errors import ConfigError, RidgelineError
+from ridgeline.fakeserver._fastpath import FastV2Protocol
 from ridgeline.fakeserver.engine import BatchingEngine
 from ridgeline.fakeserver.grpc import start_grpc
-from ridgeline.fakeserver.http import build_app
+from ridgeline.fakeserver.http import InferCore, build_app
 from ridgeline.fakeserver.metrics import MetricsExporter
 from ridgeline.fakeserver.model import LatencyModel
 
@@ -75,6 +76,8 @@ class FakeServer:
         self._want_http, self._want_grpc, self._clock = http_port, grpc_port, clock
         self._engine: BatchingEngine | None = None
         self._runner: web.AppRunner | None = None
+        self._listener: asyncio.Server | None = None
+        self._fast_connections: set[FastV2Protocol] = set()
         self._grpc: Any = None
         self._http_port: int | None = None
         self._grpc_port: int | None = None
@@ -93,15 +96,8 @@ class FakeServer:
         try:
             self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
             await self._runner.setup()
-            site = web.TCPSite(self._runner, self.host, self._want_http, backlog=1024)
-            try:
-                await site.start()
-            except OSError as e:
-                raise ConfigError(
-                    f"cannot bind HTTP to {self.host}:{self._want_http}: {e.strerror}; "
-                    "pick another port, or 0 for any free one"
-                ) from e
-            self._http_port = int(self._runner.addresses[0][1])
+            self._listener = await self._listen(engine)
+            self._http_port = int(self._listener.sockets[0].getsockname()[1])
             if self._want_grpc is not None:
                 self._grpc, self._grpc_port = await start_grpc(
                     self.model,
@@ -115,10 +111,37 @@ class FakeServer:
             await self.stop()
             raise
 
+    async def _listen(self, engine: BatchingEngine) -> asyncio.Server:
+        """Bind HTTP: infer requests on the fast path, the rest handed to aiohttp."""
+        assert self._runner is not None and self._runner.server is not None
+        core = InferCore(self.model, engine, self.max_body_bytes)
+        base = f"/v2/models/{self.model.name}"
+        paths = frozenset(p.encode() for p in (f"{base}/infer", f"{base}/versions/1/infer"))
+        fallback, conns = self._runner.server, self._fast_connections
+
+        def protocol() -> FastV2Protocol:
+            return FastV2Protocol(core, paths, fallback, self.token, conns)
+
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.create_server(protocol, self.host, self._want_http, backlog=1024)
+        except OSError as e:
+            raise ConfigError(
+                f"cannot bind HTTP to {self.host}:{self._want_http}: {e.strerror}; "
+                "pick another port, or 0 for any free one"
+            ) from e
+
     async def stop(self) -> None:
         """Answer what is queued as rejected, close the listeners; safe to call twice."""
         if self._engine is not None:
             self._engine.close()
+            await asyncio.sleep(0)  # let the fast path write the rejections
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        for conn in list(self._fast_connections):
+            conn.close()
+        self._fast_connections.clear()
         if self._grpc is not None:
             await self._grpc.stop(SHUTDOWN_GRACE_S)
             self._grpc = None

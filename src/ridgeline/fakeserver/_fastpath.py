@@ -1,0 +1,223 @@
+"""The fake server's fast path: v2 infer requests answered straight from httptools.
+
+A load generator spends most of a benchmark on one route, ``POST .../infer``, and a
+general-purpose server's routing, request and response objects cost more per request
+than the fake model itself. This asyncio protocol parses HTTP/1.1 with httptools
+(llhttp), answers infer requests for the served model through the same ``InferCore``
+as the aiohttp route, and hands every other request (metadata, metrics, OpenAI, a bad
+token, a body over the bound, chunked bodies) to aiohttp: the connection's protocol
+is swapped for aiohttp's and the request's bytes are replayed into it, so from then on
+aiohttp serves that connection with every route and check it has.
+
+Answers keep request order (pipelined infer requests are fine). One case is refused: a
+non-infer request pipelined behind another on the same connection, whose bytes cannot be
+separated from the one before; it gets a 400 naming the fix, and the connection closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import cast
+
+import httptools
+
+from ridgeline.fakeserver.engine import SHUT_DOWN, Outcome
+from ridgeline.fakeserver.http import HEADER_LENGTH, Answer, InferCore, InFlight, error_answer
+
+_REASONS = {
+    200: b"OK",
+    400: b"Bad Request",
+    401: b"Unauthorized",
+    413: b"Payload Too Large",
+    500: b"Internal Server Error",
+    503: b"Service Unavailable",
+}
+_HEADER_LENGTH = HEADER_LENGTH.lower().encode()
+
+
+class _HandOff(Exception):
+    """Raised inside a parser callback to stop parsing and give the connection away."""
+
+
+class _Slot:
+    """One answer to send, in request order."""
+
+    __slots__ = ("data", "keep_alive")
+
+    def __init__(self, keep_alive: bool) -> None:
+        self.keep_alive = keep_alive
+        self.data: bytes | None = None
+
+
+class FastV2Protocol(asyncio.Protocol):
+    """One client connection: infer requests here, anything else handed to aiohttp."""
+
+    def __init__(
+        self,
+        core: InferCore,
+        paths: frozenset[bytes],
+        fallback: Callable[[], asyncio.Protocol],
+        token: str | None,
+        connections: set[FastV2Protocol],
+    ) -> None:
+        self._core = core
+        self._paths = paths
+        self._fallback = fallback
+        self._auth = None if token is None else f"Bearer {token}".encode()
+        self._connections = connections
+        self._parser = httptools.HttpRequestParser(self)
+        self._transport: asyncio.Transport | None = None
+        self._slots: deque[_Slot] = deque()
+        self._raw: list[bytes] | None = None
+        """This request's bytes so far, when it began at the start of a read."""
+        self._in_message = False
+        self._completed_this_read = False
+        self._url = b""
+        self._body: list[bytes] = []
+        self._header_length: str | None = None
+        self._authorization = b""
+        self._content_length: int | None = None
+        self._plain = True
+        """No header that asks for aiohttp (Expect, Transfer-Encoding, Upgrade)."""
+        self._closed = False
+        self._refused = False
+
+    # asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self._connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self._connections.discard(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        if not self._in_message:
+            self._raw = [data]
+        elif self._raw is not None:
+            self._raw.append(data)
+        self._completed_this_read = False
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserCallbackError as e:
+            if isinstance(e.__context__, _HandOff):
+                self._hand_off()
+            else:
+                raise
+        except httptools.HttpParserError as e:
+            self._refuse(f"malformed HTTP request: {e}")
+
+    def close(self) -> None:
+        if self._transport is not None and not self._closed:
+            self._closed = True
+            self._transport.close()
+
+    # httptools callbacks
+    def on_message_begin(self) -> None:
+        self._in_message = True
+        if self._completed_this_read:
+            self._raw = None  # pipelined: began in the middle of a read
+        self._url = b""
+        self._body = []
+        self._header_length = None
+        self._authorization = b""
+        self._content_length = None
+        self._plain = True
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        name = name.lower()
+        if name == b"content-length":
+            self._content_length = int(value) if value.isdigit() else None
+        elif name == _HEADER_LENGTH:
+            self._header_length = value.decode("latin-1")
+        elif name == b"authorization":
+            self._authorization = value
+        elif name in (b"expect", b"transfer-encoding", b"upgrade"):
+            self._plain = False
+
+    def on_headers_complete(self) -> None:
+        path = self._url.partition(b"?")[0]
+        length = self._content_length
+        if (
+            self._parser.get_method() != b"POST"
+            or path not in self._paths
+            or not self._plain
+            or length is None
+            or length > self._core.max_body
+            or (self._auth is not None and not hmac.compare_digest(self._authorization, self._auth))
+        ):
+            raise _HandOff
+
+    def on_body(self, body: bytes) -> None:
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        self._in_message = False
+        self._completed_this_read = True
+        slot = _Slot(self._parser.should_keep_alive())
+        self._slots.append(slot)
+        step = self._core.begin(b"".join(self._body), self._header_length, time.perf_counter())
+        if isinstance(step, Answer):
+            self._answer(slot, step)
+        elif isinstance(step.waiting, Outcome):
+            self._answer(slot, self._core.finish(step, step.waiting))
+        else:
+            step.waiting.add_done_callback(lambda f: self._done(slot, step, f))
+
+    # answers
+    def _done(self, slot: _Slot, step: InFlight, fut: asyncio.Future[Outcome]) -> None:
+        outcome = SHUT_DOWN if fut.cancelled() else fut.result()
+        self._answer(slot, self._core.finish(step, outcome))
+
+    def _answer(self, slot: _Slot, answer: Answer) -> None:
+        head = [
+            b"HTTP/1.1 %d %s\r\n" % (answer.status, _REASONS.get(answer.status, b"Error")),
+            b"Content-Type: %s\r\n" % answer.content_type.encode(),
+            b"Content-Length: %d\r\n" % len(answer.body),
+        ]
+        if answer.header_length is not None:
+            head.append(b"%s: %d\r\n" % (HEADER_LENGTH.encode(), answer.header_length))
+        if not slot.keep_alive:
+            head.append(b"Connection: close\r\n")
+        head.append(b"\r\n")
+        slot.data = b"".join([*head, answer.body])
+        self._flush()
+
+    def _flush(self) -> None:
+        slots, transport = self._slots, self._transport
+        while slots and slots[0].data is not None:
+            slot = slots.popleft()
+            if self._closed or transport is None:
+                continue
+            transport.write(cast(bytes, slot.data))
+            if not slot.keep_alive:
+                self.close()
+
+    def _hand_off(self) -> None:
+        if self._raw is None or self._slots or self._transport is None:
+            self._refuse(
+                "a non-infer request pipelined behind another; send it on its own "
+                "connection or wait for the previous answer"
+            )
+            return
+        raw, self._raw = b"".join(self._raw), None
+        self._connections.discard(self)
+        proto = self._fallback()
+        self._transport.set_protocol(proto)
+        proto.connection_made(self._transport)
+        proto.data_received(raw)
+
+    def _refuse(self, message: str) -> None:
+        self._refused = True
+        slot = _Slot(keep_alive=False)
+        self._slots.append(slot)
+        self._answer(slot, error_answer(message, 400))
