@@ -34,6 +34,8 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+from _doc import DOC, add_rows
+
 from ridgeline.fakeserver import load_preset, running_in_process
 from ridgeline.loadgen.replayer import ReplayConfig
 from ridgeline.loadgen.runloop import run_coroutine
@@ -259,10 +261,8 @@ def main() -> None:
     ]
     print("\n".join(rows))
     print(json.dumps({"null": null_rate, "fake": fake, "stub": stub}))
-    doc = ROOT / "docs" / "benchmarks.md"
-    if os.environ.get("RIDGELINE_BENCH_NO_WRITE") != "1" and doc.exists():
-        with doc.open("a") as f:
-            f.write(f"<!-- make bench, {date}, {machine()} -->\n" + "\n".join(rows) + "\n")
+    if os.environ.get("RIDGELINE_BENCH_NO_WRITE") != "1" and DOC.exists():
+        add_rows("## Load generator", f"make bench, {date}, {machine()}", rows)
 
 
 if __name__ == "__main__":

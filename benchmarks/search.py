@@ -26,6 +26,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from _doc import DOC, add_rows
+
 from ridgeline.fakeserver import load_preset, running_in_process
 from ridgeline.fakeserver.model import capacity_rps
 from ridgeline.health.hysteresis import HysteresisConfig
@@ -99,6 +101,7 @@ def sim_probe(
     warmup: bool = True,
     step: float = 10.0,
     seed: int = 0,
+    **extra: object,
 ) -> ProbeResult:
     """Every strategy gets the same range [min_rate, max_rate] (max_rate: 1.2 × the
     modelled capacity, a ceiling a user knows roughly), precision 2 %, 10 s steps, and
@@ -112,6 +115,7 @@ def sim_probe(
         "precision": 0.02,
         "max_steps": 1000,
         "max_test_seconds": 1e6,
+        **extra,
     }
     cfg = ProbeConfig(
         slo=slo,
@@ -119,7 +123,7 @@ def sim_probe(
         warmup=warmup,
         seed=seed,
         strategy_options=options,
-        confirm_retries=3,
+        confirm=strategy != "stability",  # stability is the check itself
     )
     return run_coroutine(probe(driver, cfg))
 
@@ -178,14 +182,27 @@ def main() -> None:
             for s in STRATEGIES
         }
         stats = {s: summarise(rs, truth) for s, rs in runs.items()}
-        print(cls, truth, stats, flush=True)
+        # stability checks a rate rather than searching: does one long step (5 steps)
+        # tell 5 % below the truth from 5 % above it?
+        held = {
+            f: sum(
+                sim_probe(
+                    cls, "stability", preset.slo, min_rate, 1.2 * cap, seed=k, rate=f * truth
+                ).capacity_rps
+                is not None
+                for k in SEEDS
+            )
+            for f in (0.95, 1.05)
+        }
+        print(cls, truth, stats, held, flush=True)
         a, b, sw = (stats[s] for s in STRATEGIES)
         rows.append(
             f"| {date} | search (sim) | {cls}: `{preset.slo}`, truth {truth:,.1f}/s"
             f" | adaptive: worst error {a['worst']:+.1%}, {a['seconds']:,.0f} test-s"
             f" | binary {b['worst']:+.1%}, {b['seconds']:,.0f} s; sweep {sw['worst']:+.1%},"
             f" {sw['seconds']:,.0f} s; adaptive/binary **{a['seconds'] / b['seconds']:.2f}**,"
-            f" adaptive/sweep **{a['seconds'] / sw['seconds']:.2f}** |"
+            f" adaptive/sweep **{a['seconds'] / sw['seconds']:.2f}**; stability (50 s) held"
+            f" {held[0.95]}/{len(SEEDS)} at −5 %, {held[1.05]}/{len(SEEDS)} at +5 % |"
         )
     # warmup on/off: a user who starts near the expected capacity (400/s), on a server
     # 3x slower for its first 60 s
@@ -215,10 +232,8 @@ def main() -> None:
         rows += real_time(date)
     print("\n".join(rows))
     print(f"took {time.time() - t_start:.0f} s")
-    doc = ROOT / "docs" / "benchmarks.md"
-    if os.environ.get("RIDGELINE_BENCH_NO_WRITE") != "1" and doc.exists():
-        with doc.open("a") as f:
-            f.write(f"<!-- benchmarks/search.py, {date} -->\n" + "\n".join(rows) + "\n")
+    if os.environ.get("RIDGELINE_BENCH_NO_WRITE") != "1" and DOC.exists():
+        add_rows("## Capacity search", f"benchmarks/search.py, {date}", rows)
 
 
 LONG_S = float(os.environ.get("RIDGELINE_BENCH_LONG_S", "30"))

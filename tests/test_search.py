@@ -393,15 +393,16 @@ def test_the_gain_halves_each_time_the_direction_reverses() -> None:
 
 def test_a_failed_confirmation_backs_off_and_confirms_again() -> None:
     """A confirmation (30 s) failing just past the boundary where a shorter step held is
-    better evidence than that step, not a spike: the next step confirms lower, by
-    (score − 1)/2 = 4 % for a score of 1.1 (between the precision and 4 %)."""
+    better evidence than that step, not a spike: the next step confirms lower, where the
+    line in 1/score through the long run and the throughput ceiling crosses 1
+    (ceiling − score·(ceiling − rate): 2.2 % lower for a score of 1.1 here)."""
     clean = drive(parse_strategy("adaptive", min_rate=10), Batching())
     k = next(i for i, v in enumerate(clean.trajectory) if v.purpose == "confirm")
     assert clean.trajectory[k].rate == 125.1 < clean.trajectory[k - 1].rate == 125.4
     spiky = drive(parse_strategy("adaptive", min_rate=10), Spike(Batching(), at_call=k))
     assert spiky.trajectory[k].score == 1.1 and not spiky.trajectory[k].sustainable
-    assert steps_of(spiky) == [*steps_of(clean)[:k], (125.1, 30), (120.1, 30)]
-    assert spiky.converged and spiky.capacity_rps == 120.1
+    assert steps_of(spiky) == [*steps_of(clean)[:k], (125.1, 30), (122.3, 30)]
+    assert spiky.converged and spiky.capacity_rps == 122.3
 
 
 def test_a_clear_failure_moves_the_bracket_at_once() -> None:

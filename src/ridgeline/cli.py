@@ -169,6 +169,13 @@ def probe(
     precision: Annotated[float, typer.Option(help="relative width of the answer")] = 0.02,
     warmup: Annotated[bool, typer.Option(help="warmup phase and steady-state exclusion")] = True,
     confirm: Annotated[bool, typer.Option(help="a stability run at the estimate")] = True,
+    confirm_margin: Annotated[
+        float,
+        typer.Option(
+            help="re-run a confirmation scoring within this of the SLO (besides the band "
+            "its own noise sets); the majority of 3 decides"
+        ),
+    ] = 0.0,
     arrival: Annotated[str, typer.Option(help="arrival process of every step")] = "poisson",
     trace: Annotated[
         Path | None,
@@ -214,6 +221,7 @@ def probe(
             strategy_options=options,
             warmup=warmup,
             confirm=confirm,
+            confirm_margin=confirm_margin,
             seed=seed,
         )
         step = StepConfig(processes=processes, window_s=window, metrics_url=metrics_url)

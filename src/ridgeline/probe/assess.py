@@ -10,6 +10,8 @@ one-second samples, and is the worse of that and the state the timeline settled 
 
 from __future__ import annotations
 
+import math
+import statistics
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -102,6 +104,7 @@ def assess_step(
         excluded_warmup_s=sum(w.end_s - w.start_s for w in wins[:start]),
         reason=reason,
         purpose=plan.purpose,
+        score_se=score_se(result, start, spike_windows, grace, policy),
     )
     return StepAssessment(verdict, timeline)
 
@@ -117,24 +120,64 @@ def _step_observation(
     tolerated spike windows; throughput from successful answers that came by the step's
     end plus ``grace_s`` (the SLO's latency bound: a request scheduled near the end may
     still answer in time)."""
+    lo, end = _steady_span(result, start)
+    return _observation(result, _kept(result, start, spikes), lo, end, spikes, grace_s)
+
+
+def _steady_span(result: StepResult, start: int) -> tuple[float, float]:
+    wins = result.windows
+    return (wins[start].start_s if wins else 0.0), result.summary.duration_s
+
+
+def _kept(result: StepResult, start: int, spikes: list[int]) -> np.ndarray:
     rec, wins = result.records, result.windows
-    duration = result.summary.duration_s
-    lo = wins[start].start_s if wins else 0.0
-    keep = rec.scheduled >= lo
+    keep = rec.scheduled >= _steady_span(result, start)[0]
     for k in spikes:
         keep &= ~((rec.scheduled >= wins[k].start_s) & (rec.scheduled < wins[k].end_s))
-    span = max(duration - lo - sum(wins[k].end_s - wins[k].start_s for k in spikes), 1e-9)
+    return keep
+
+
+def _observation(
+    result: StepResult, keep: np.ndarray, lo: float, end: float, spikes: list[int], grace_s: float
+) -> Observation:
+    """The requests in ``keep``, scheduled in [lo, end), as one observation."""
+    rec, wins = result.records, result.windows
+    keep = keep & (rec.scheduled >= lo) & (rec.scheduled < end)
+    skipped = sum(max(0.0, min(wins[k].end_s, end) - max(wins[k].start_s, lo)) for k in spikes)
+    span = max(end - lo - skipped, 1e-9)
     answered = keep & (rec.outcome != int(Outcome.NOT_SENT))
     failed = keep & np.isin(rec.outcome, [int(o) for o in FAILED])
     ok = keep & (rec.outcome == int(Outcome.OK))
-    in_span_ok = ok & (rec.done <= duration + grace_s)
+    in_span_ok = ok & (rec.done <= end + grace_s)
     n_answered = int(answered.sum())
     return Observation(
         start_s=lo,
-        end_s=duration,
+        end_s=end,
         offered_rps=float(keep.sum()) / span,
         achieved_rps=float(in_span_ok.sum()) / span,
         error_rate=float(failed.sum()) / n_answered if n_answered else 0.0,
         latency_ms=latency_summary_ms(rec.latency_from_schedule[answered]),
         answered=n_answered,
     )
+
+
+QUARTERS = 4
+
+
+def score_se(
+    result: StepResult, start: int, spikes: list[int], grace_s: float, policy: SLOPolicy
+) -> float:
+    """The standard error of ln(score) for the step, from the spread of the scores of its
+    ``QUARTERS`` consecutive time slices (each judged like the whole step): how far
+    another run of the same length could land. 0 when a slice has no finite score."""
+    lo, end = _steady_span(result, start)
+    keep = _kept(result, start, spikes)
+    width = (end - lo) / QUARTERS
+    logs = []
+    for q in range(QUARTERS):
+        a, b = lo + q * width, lo + (q + 1) * width
+        score = assess(_observation(result, keep, a, b, spikes, grace_s), policy).score
+        if not 0.0 < score < math.inf:
+            return 0.0
+        logs.append(math.log(score))
+    return statistics.stdev(logs) / math.sqrt(QUARTERS)

@@ -21,8 +21,14 @@ from ridgeline.loadgen.step import StepResult
 from ridgeline.probe.assess import assess_step
 from ridgeline.probe.drivers import Driver
 from ridgeline.search import parse_strategy
-from ridgeline.search.adaptive import backoff
 from ridgeline.search.base import CapacityEstimate, StepPlan, StepVerdict
+from ridgeline.search.confirmation import (
+    DEFAULT_MARGIN,
+    Decision,
+    below_failed,
+    decide,
+    deciding,
+)
 from ridgeline.telemetry.gpu import GpuMonitor, gpu_problems, mean_utilisation
 from ridgeline.telemetry.store import RunStore
 
@@ -40,12 +46,20 @@ class ProbeConfig(BaseModel):
     hysteresis: HysteresisConfig = Field(default_factory=HysteresisConfig)
     confirm: bool = Field(True, description="a stability run at the estimate after the search")
     confirm_factor: float = Field(3.0, gt=0, description="confirmation length in step lengths")
-    confirm_retries: int = Field(3, ge=0, le=10, description="back-offs when a confirmation fails")
+    confirm_retries: int = Field(5, ge=0, le=10, description="back-offs when a confirmation fails")
     confirm_requests: int = Field(
         10_000,
         ge=0,
         description="a confirmation lasts long enough for this many requests "
         "(the p99 tail needs samples: 10,000 leave 100 beyond it)",
+    )
+    confirm_margin: float = Field(
+        DEFAULT_MARGIN,
+        ge=0,
+        le=1,
+        description="a confirmation scoring within this of the boundary, or within "
+        "4 standard errors of its score (from its quarters), is run again, up to 3 times, "
+        "and the majority decides",
     )
     seed: int = 0
 
@@ -251,6 +265,7 @@ async def probe(
     if cfg.strategy == "adaptive":  # adaptive confirms itself: the same rule as ours
         options.setdefault("confirm_requests", cfg.confirm_requests)
         options.setdefault("confirm_factor", cfg.confirm_factor)
+        options.setdefault("confirm_margin", cfg.confirm_margin)
     strategy = parse_strategy(cfg.strategy, **options)
     run = _Run(driver, cfg, store, gpu)
     status, reason, confirmed = "complete", "", None
@@ -297,8 +312,9 @@ async def probe(
 async def _confirm(
     run: _Run, est: CapacityEstimate, stop: asyncio.Event, on_step: ProgressFn | None
 ) -> tuple[CapacityEstimate, bool, str]:
-    """A stability run at the estimate; if it fails, back off by the precision and try
-    again (``confirm_retries`` times): the estimate must hold a long run to stand."""
+    """A stability run at the estimate, judged by ``confirmation.decide`` (a marginal run
+    is repeated and the majority decides); if it fails, back off and try again
+    (``confirm_retries`` times): the estimate must hold a long run to stand."""
     cfg = run.cfg
     rate = est.capacity_rps
     assert rate is not None
@@ -308,21 +324,27 @@ async def _confirm(
     for attempt in range(cfg.confirm_retries + 1):
         duration = max(strategy_step_s(cfg) * cfg.confirm_factor, cfg.confirm_requests / rate)
         plan = StepPlan(rate, duration, "confirm")
-        verdict = await run.step(plan, stop, warmup=True)
-        run.trajectory.append(verdict)
-        if on_step is not None:
-            on_step(run.index, plan, verdict)
-        if verdict.sustainable:
+        runs: list[StepVerdict] = []
+        decision = Decision.AGAIN
+        while decision is Decision.AGAIN:
+            verdict = await run.step(plan, stop, warmup=True)
+            run.trajectory.append(verdict)
+            if on_step is not None:
+                on_step(run.index, plan, verdict)
+            runs.append(verdict)
+            decision = decide(runs, cfg.confirm_margin)
+        verdict = deciding(runs, decision)
+        if decision is Decision.HELD:
             if attempt:
                 reason = (
-                    f"confirmed at {rate:g} req/s after {attempt} back-off(s) of "
-                    f"{precision:.0%} from {est.capacity_rps:g}"
+                    f"confirmed at {rate:g} req/s after {attempt} back-off(s) from "
+                    f"{est.capacity_rps:g}"
                 )
             low = est.ci_low if est.ci_low is not None and est.ci_low <= rate else rate
             return replace(est, capacity_rps=rate, ci_low=low, ci_high=ceiling), True, reason
         ceiling = rate
         reason = f"the estimate did not hold a confirmation run: {verdict.reason}"
-        rate = rate * (1 - backoff(verdict.score, precision))
+        rate = below_failed(verdict, [v for v in run.trajectory if v.valid], precision)
     return est, False, reason
 
 

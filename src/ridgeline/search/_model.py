@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ridgeline.health.state import HealthState
+from ridgeline.search._driver import bracket
 from ridgeline.search.base import StepVerdict
 
 _TINY = 1e-9
@@ -112,6 +113,23 @@ def estimate(
     if lo is not None and hi is not None:
         return math.sqrt(lo.rate * hi.rate)
     return None
+
+
+def throughput_ceiling(points: tuple[StepVerdict, ...]) -> float | None:
+    """The throughput the server tends to: measured, as the most an overloaded step got
+    through, when a step overloaded it; else the fitted line's pole (where ``1/score``
+    reaches 0); None with neither."""
+    overloaded = [
+        p.achieved_rps
+        for p in points
+        if p.state is HealthState.OVERLOADED and 0 < p.achieved_rps < p.rate
+    ]
+    if overloaded:
+        return max(overloaded)
+    line = fit(points, *bracket(points))
+    if line is None or line.slope >= 0:
+        return None
+    return line.rate0 - line.inv0 / line.slope
 
 
 def predicted_score(

@@ -17,6 +17,9 @@ Every verdict says how far from the SLO boundary its step was (``score``: < 1 in
   Inside a bracket a step goes to the estimate, never slower than bisection.
 * **How long to step.** A step whose predicted score is far from 1 (≤ ``explore_score``
   or ≥ its inverse) lasts ``explore_duration_s`` (half a step): far verdicts are clear.
+  Near 1, on a noisy server (the last step's quarters disagreed: ``NOISY_SE``), a step
+  lasts long enough for ``boundary_requests`` requests: a p99 from a few hundred
+  heavy-tailed samples runs optimistic.
 
 Convergence: once the last ``estimate_window`` estimates agree (CV < ``cv_threshold``)
 and a confirmation at ``c`` would close a bracket [c, hi] within ``precision``, the
@@ -51,6 +54,7 @@ from ridgeline.search._driver import (
 from ridgeline.search._model import estimate, predicted_score, spread
 from ridgeline.search._steps import gain_after, next_rate
 from ridgeline.search.base import StepPlan, StepVerdict
+from ridgeline.search.confirmation import Decision, below_failed, decide, deciding
 
 if TYPE_CHECKING:
     from ridgeline.search.config import AdaptiveConfig
@@ -72,6 +76,8 @@ class AdaptiveState:
     held: StepVerdict | None = None
     """A suspected spike awaiting its re-test."""
     confirmed: StepVerdict | None = None
+    tally: tuple[StepVerdict, ...] = ()
+    """Runs of a marginal confirmation so far, awaiting the majority (``confirmation``)."""
 
 
 def stable(cfg: AdaptiveConfig, state: AdaptiveState) -> bool:
@@ -84,6 +90,8 @@ def plan(cfg: AdaptiveConfig, state: AdaptiveState) -> StepPlan | Finished:
     """The next step (a held spike is ignored, so its re-test is the same step)."""
     if state.confirmed is not None:
         return _converged(state)
+    if state.tally:
+        return _confirm(cfg, state.tally[0].rate)
     if not state.points:
         return StepPlan(cfg.start_rate, cfg.explore_duration_s, "start")
     lo, hi = bracket(state.points)
@@ -103,6 +111,8 @@ def plan(cfg: AdaptiveConfig, state: AdaptiveState) -> StepPlan | Finished:
             return _confirm(cfg, c)
     rate, purpose = next_rate(cfg, state, lo, hi, est, settled)
     duration = cfg.step_duration_s
+    if state.points[-1].score_se >= NOISY_SE:  # near the boundary, sample the tail enough
+        duration = max(duration, cfg.boundary_requests / rate)
     score = predicted_score(state.points, lo, hi, rate)
     if score <= cfg.explore_score or score >= 1 / cfg.explore_score:
         duration = cfg.explore_duration_s
@@ -138,7 +148,7 @@ def _confirmation_rate(
 
 
 def _backoff(cfg: AdaptiveConfig, state: AdaptiveState) -> float | None:
-    """After a failed confirmation, the next confirmation lower (``backoff``) — the
+    """After a failed confirmation, the next confirmation lower (``below_failed``) — the
     boundary is below, and a long run is the evidence that counts there — at most
     ``MAX_BACKOFFS`` times in a row before searching again."""
     failed = 0
@@ -148,20 +158,15 @@ def _backoff(cfg: AdaptiveConfig, state: AdaptiveState) -> float | None:
         failed += 1
     if not 0 < failed <= MAX_BACKOFFS:
         return None
-    rate = round_rate(
-        state.points[-1].rate * (1 - backoff(state.points[-1].score, cfg.precision)), cfg.precision
-    )
+    rate = round_rate(below_failed(state.points[-1], state.points, cfg.precision), cfg.precision)
     return rate if rate >= cfg.min_rate else None
 
 
-MAX_BACKOFFS = 3
-
-
-def backoff(score: float, precision: float) -> float:
-    """How far below a failed confirmation to confirm again: further the further past
-    the boundary it scored, (score − 1)/2, between the precision and 4 % (a larger step
-    would overshoot on a system whose latency rises steeply near the boundary)."""
-    return min(max((score - 1.0) / 2.0, precision), 0.04)
+MAX_BACKOFFS = 5
+NOISY_SE = 0.05
+"""A step whose quarters' scores spread by this (standard error of ln score) or more
+comes from a noisy server: the next step near the boundary runs for
+``boundary_requests`` requests at least."""
 
 
 def _confirm(cfg: AdaptiveConfig, rate: float) -> StepPlan:
@@ -186,9 +191,18 @@ def _converged(state: AdaptiveState) -> Finished:
 
 def update(cfg: AdaptiveConfig, state: AdaptiveState, verdict: StepVerdict) -> AdaptiveState:
     """The state after a valid verdict."""
+    asked = plan(cfg, state)
+    confirming = (
+        isinstance(asked, StepPlan) and asked.purpose == "confirm" and asked.rate == verdict.rate
+    )
+    if confirming:  # a marginal confirmation is run again; the majority decides
+        runs = (*state.tally, verdict)
+        decision = decide(runs, cfg.confirm_margin)
+        if decision is Decision.AGAIN:
+            return replace(state, tally=runs)
+        verdict, state = deciding(runs, decision), replace(state, tally=())
     if state.held is None and _is_spike(cfg, state.points, verdict):
         return replace(state, held=verdict)
-    asked = plan(cfg, state)
     surprise = None
     if state.points:
         lo, hi = bracket(state.points)
@@ -200,9 +214,6 @@ def update(cfg: AdaptiveConfig, state: AdaptiveState, verdict: StepVerdict) -> A
     if state.points and verdict.rate != state.points[-1].rate:
         move = 1 if verdict.rate > state.points[-1].rate else -1
     lo, hi = bracket(points)
-    confirming = (
-        isinstance(asked, StepPlan) and asked.purpose == "confirm" and asked.rate == verdict.rate
-    )
     return AdaptiveState(
         points=points,
         estimates=(*state.estimates, estimate(points, lo, hi)),

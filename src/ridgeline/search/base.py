@@ -40,6 +40,8 @@ class StepVerdict:
     excluded_warmup_s: float = 0.0
     reason: str = ""
     purpose: str = ""
+    score_se: float = 0.0
+    """Standard error of ln(score): how far another run of the same length could land."""
 
     @property
     def sustainable(self) -> bool:

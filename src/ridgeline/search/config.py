@@ -15,7 +15,8 @@ adaptive    max_growth, explore_duration_s,            steps sized by the score,
             explore_score, damping_distance,           the boundary, then a long confirmation
             estimate_window, cv_threshold,             (the Vanguard method)
             trust_tolerance, spike_score,
-            confirm_factor
+            boundary_requests, confirm_factor,
+            confirm_requests, confirm_margin
 ==========  =========================================  ====================================
 """
 
@@ -30,6 +31,7 @@ from ridgeline.errors import ConfigError, UnknownKindError
 from ridgeline.search.adaptive import AdaptiveStrategy
 from ridgeline.search.base import Strategy
 from ridgeline.search.binary import BinaryStrategy
+from ridgeline.search.confirmation import DEFAULT_MARGIN
 from ridgeline.search.stability import StabilityStrategy
 from ridgeline.search.sweep import SweepStrategy
 
@@ -209,6 +211,21 @@ class AdaptiveConfig(SearchConfig):
         ge=0,
         description="the confirmation lasts long enough for this many requests (the p99 "
         "tail needs samples: 10,000 leave 100 beyond it); 0: confirm_factor alone",
+    )
+    boundary_requests: int = Field(
+        3000,
+        ge=0,
+        description="a step near the boundary lasts long enough for this many requests: "
+        "a p99 from a few hundred requests rests on a handful of samples and runs "
+        "optimistic on a heavy-tailed server (3,000 leave 30 beyond the p99)",
+    )
+    confirm_margin: float = Field(
+        DEFAULT_MARGIN,
+        ge=0,
+        le=1,
+        description="a confirmation scoring within this of the boundary, or within "
+        "4 standard errors of its score (from its quarters), is run again, up to 3 times, "
+        "and the majority decides",
     )
 
     @model_validator(mode="after")

@@ -1,0 +1,19 @@
+"""Where benchmark rows go: the end of their own section's table in docs/benchmarks.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+
+
+def add_rows(heading: str, comment: str, rows: list[str], doc: Path = DOC) -> None:
+    """Insert ``<!-- comment -->`` and ``rows`` after the last line of the section that
+    starts with ``heading`` (before the next ``## `` heading, or at the end)."""
+    lines = doc.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(heading))
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    while end > start and not lines[end - 1].strip():
+        end -= 1
+    lines[end:end] = [f"<!-- {comment} -->", *rows]
+    doc.write_text("\n".join(lines) + "\n")

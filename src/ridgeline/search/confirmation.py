@@ -1,0 +1,115 @@
+"""Judging a confirmation: one long run, or a majority of three when it is marginal.
+
+A long run's p99 is itself a noisy estimate: on a server with heavy-tailed service
+times, runs of the same length at the same rate score on both sides of the SLO. A
+confirmation whose score lands near the boundary — within ``margin``, or within ``Z``
+standard errors of its own score, measured from the spread of the run's quarters — is a
+coin toss, so it is run again, up to three times, and the majority decides. A clear
+verdict stands at once. The probe's confirmation (after any strategy) and the adaptive
+search's own confirmation both judge by ``decide``; after a failure, ``below_failed``
+says where to confirm next.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from enum import StrEnum
+
+from ridgeline.search._model import throughput_ceiling
+from ridgeline.search.base import StepVerdict
+
+MAX_RUNS = 3
+DEFAULT_MARGIN = 0.0
+MAX_BACKOFF = 0.04
+MAX_CALIBRATED_BACKOFF = 0.15
+CLEAR_FAILURE = 2.0
+"""A failed confirmation scoring at least this is far past the boundary: its calibrated
+back-off may reach ``MAX_CALIBRATED_BACKOFF``. Nearer, it stops at ``MAX_BACKOFF``:
+run-to-run noise would make a longer step a gamble (one run's score moves it by (score
+noise)·(ceiling − rate)/rate)."""
+Z = 4.0
+"""The marginal band in standard errors of ln(score) from the run's quarters. A run's
+p99 is set by its worst stretch, so the quarters understate run-to-run spread: on the
+``nlp`` class, ln(score) across 8 runs of 120 s had SD 0.12, the quarters' SE about
+0.06. Four quarter-SEs are about two run-to-run SDs."""
+
+
+class Decision(StrEnum):
+    HELD = "held"
+    FAILED = "failed"
+    AGAIN = "again"
+    """Marginal and undecided: run the same confirmation once more."""
+
+
+def marginal(verdict: StepVerdict, margin: float) -> bool:
+    """Whether ``verdict`` lies too near the boundary to stand alone: its score within
+    ``margin`` of 1, or within ``Z`` standard errors of it (``score_se``, from the spread
+    of the run's quarters: a noisy server widens the band). Only valid runs: an invalid
+    run failed."""
+    if not verdict.valid or not 0.0 < verdict.score < math.inf:
+        return False
+    band = max(math.log1p(margin), Z * verdict.score_se)
+    return abs(math.log(verdict.score)) < band
+
+
+def decide(runs: Sequence[StepVerdict], margin: float = DEFAULT_MARGIN) -> Decision:
+    """The verdict of the confirmation runs so far (all at one rate), in order."""
+    if not runs:
+        return Decision.AGAIN
+    first = runs[0]
+    if len(runs) == 1 and not marginal(first, margin):
+        return Decision.HELD if first.sustainable else Decision.FAILED
+    held = sum(r.sustainable for r in runs)
+    failed = len(runs) - held
+    need = MAX_RUNS // 2 + 1
+    if held >= need:
+        return Decision.HELD
+    if failed >= need:
+        return Decision.FAILED
+    if len(runs) >= MAX_RUNS:  # unreachable with an odd MAX_RUNS; kept for safety
+        return Decision.HELD if held > failed else Decision.FAILED
+    return Decision.AGAIN
+
+
+def deciding(runs: Sequence[StepVerdict], decision: Decision) -> StepVerdict:
+    """The run that speaks for a decided confirmation: on the winning side, the one
+    nearest the boundary (the least-failed failure, the closest-run success), so that one
+    wild run does not set how far the next confirmation backs off."""
+    if decision is Decision.HELD:
+        return max((r for r in runs if r.sustainable), key=lambda r: r.score)
+    return min((r for r in runs if not r.sustainable), key=lambda r: r.score)
+
+
+def backoff(score: float, precision: float) -> float:
+    """How far below a failed confirmation to confirm again: further the further past
+    the boundary it scored, (score − 1)/2, between the precision and 4 % (a larger step
+    would overshoot on a system whose latency rises steeply near the boundary)."""
+    return min(max((score - 1.0) / 2.0, precision), MAX_BACKOFF)
+
+
+def calibrated_backoff(rate: float, score: float, ceiling: float, precision: float) -> float:
+    """How far below a failed confirmation the boundary lies, by the long run's own score.
+
+    Short steps see fewer tail events than a long run, so their scores run low; but both
+    fall toward the same throughput ``ceiling`` (where ``1/score`` reaches 0). A line in
+    ``1/score`` through the long run's point and that ceiling crosses 1 at
+    ``ceiling − score·(ceiling − rate)``: the long-run boundary. The back-off to it is
+    kept between the precision and ``MAX_CALIBRATED_BACKOFF``. Near the boundary (score
+    ≈ 1) the ceiling barely matters, which keeps a poor ceiling from doing harm there.
+    """
+    boundary = ceiling - score * (ceiling - rate)
+    return min(max(1.0 - boundary / rate, precision), MAX_CALIBRATED_BACKOFF)
+
+
+def below_failed(failed: StepVerdict, search: Sequence[StepVerdict], precision: float) -> float:
+    """The rate to confirm at after ``failed``: where the long run's score puts the
+    boundary (``calibrated_backoff``) when the search's steps point to a throughput
+    ceiling above it, else ``backoff``; at most 4 % lower, or ``MAX_CALIBRATED_BACKOFF``
+    when it failed clearly (``CLEAR_FAILURE``)."""
+    drop = backoff(failed.score, precision)
+    ceiling = throughput_ceiling(tuple(p for p in search if p.purpose != "confirm"))
+    if ceiling is not None and ceiling > failed.rate and math.isfinite(failed.score):
+        drop = calibrated_backoff(failed.rate, failed.score, ceiling, precision)
+    cap = MAX_CALIBRATED_BACKOFF if failed.score >= CLEAR_FAILURE else MAX_BACKOFF
+    return failed.rate * (1 - min(drop, cap))

@@ -1,0 +1,176 @@
+"""Judging confirmations (``search.confirmation``), pure and exact, and its use by the
+adaptive search and by the probe after any strategy."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+
+import pytest
+
+from ridgeline.health.state import HealthState
+from ridgeline.probe.drivers import SimDriver
+from ridgeline.probe.orchestrator import ProbeConfig, probe
+from ridgeline.search import parse_strategy
+from ridgeline.search.base import StepVerdict
+from ridgeline.search.confirmation import (
+    MAX_BACKOFF,
+    MAX_CALIBRATED_BACKOFF,
+    Decision,
+    below_failed,
+    calibrated_backoff,
+    decide,
+    deciding,
+    marginal,
+)
+from ridgeline.sim import load_sim_preset
+
+
+def run(score: float, *, se: float = 0.0, rate: float = 100.0, **kw: object) -> StepVerdict:
+    state = HealthState.HEALTHY if score < 1 else HealthState.UNHEALTHY
+    fields: dict[str, object] = {"purpose": "confirm", "score_se": se, **kw}
+    return StepVerdict(rate=rate, duration_s=120.0, state=state, score=score, **fields)  # type: ignore[arg-type]
+
+
+def test_a_clear_run_decides_alone() -> None:
+    assert decide([run(0.8, se=0.02)]) is Decision.HELD
+    assert decide([run(1.3, se=0.02)]) is Decision.FAILED
+
+
+def test_the_band_is_four_quarter_standard_errors_or_the_margin() -> None:
+    # |ln 1.1| = 0.0953: inside 4·0.025 = 0.1, outside 4·0.02 = 0.08
+    assert marginal(run(1.1, se=0.025), 0.0) and not marginal(run(1.1, se=0.02), 0.0)
+    assert marginal(run(1.1), 0.12) and not marginal(run(1.1), 0.08)
+    assert not marginal(run(1.0001, valid=False), 0.5)  # an invalid run failed, full stop
+    assert not marginal(run(math.inf, se=1.0), 0.5)
+
+
+@pytest.mark.parametrize(
+    ("scores", "expected"),
+    [
+        ([1.05], Decision.AGAIN),
+        ([1.05, 1.08], Decision.FAILED),
+        ([1.05, 0.95], Decision.AGAIN),
+        ([1.05, 0.95, 0.97], Decision.HELD),
+        ([0.97, 1.4, 1.02], Decision.FAILED),
+        ([0.97, 0.99], Decision.HELD),
+    ],
+)
+def test_a_marginal_run_goes_to_the_majority_of_three(
+    scores: list[float], expected: Decision
+) -> None:
+    assert decide([run(s, se=0.05) for s in scores]) is expected
+
+
+def test_the_deciding_run_is_the_one_nearest_the_boundary() -> None:
+    runs = [run(1.05, se=0.05), run(2.4, se=0.05)]
+    assert deciding(runs, Decision.FAILED).score == 1.05
+    runs = [run(0.98, se=0.05), run(1.2), run(0.7)]
+    assert deciding(runs, Decision.HELD).score == 0.98
+
+
+def test_calibrated_backoff_puts_the_boundary_on_the_line_to_the_ceiling() -> None:
+    # ceiling 120, a long run at 100 scoring 1.25: 120 − 1.25·20 = 95, 5 % lower
+    assert calibrated_backoff(100.0, 1.25, 120.0, 0.02) == pytest.approx(0.05)
+    assert calibrated_backoff(100.0, 1.01, 120.0, 0.02) == 0.02  # the precision at least
+    assert calibrated_backoff(100.0, 9.0, 120.0, 0.02) == MAX_CALIBRATED_BACKOFF
+
+
+def overloaded(rate: float, achieved: float) -> StepVerdict:
+    return StepVerdict(
+        rate=rate, duration_s=10.0, state=HealthState.OVERLOADED, score=9.0, achieved_rps=achieved
+    )
+
+
+def test_below_failed_caps_near_failures_and_lets_clear_ones_go_further() -> None:
+    search: Sequence[StepVerdict] = [overloaded(200.0, 120.0)]
+    # near: calibrated says 5 %, capped at 4 %
+    assert below_failed(run(1.25), search, 0.02) == pytest.approx(100 * (1 - MAX_BACKOFF))
+    # clear (≥ 2): 120 − 2.5·20 = 70, capped at 15 %
+    assert below_failed(run(2.5), search, 0.02) == pytest.approx(85.0)
+    # no ceiling measured: (score − 1)/2 between the precision and 4 %
+    assert below_failed(run(1.06), [], 0.02) == pytest.approx(97.0)
+
+
+def mm1(rate: float) -> StepVerdict:
+    """p99 = 20 ms/(1 − rate/112.5), bound 100 ms: the boundary is at 90 req/s."""
+    if rate >= 112.5:
+        return StepVerdict(rate, 10.0, HealthState.OVERLOADED, 10.0, achieved_rps=112.5)
+    return run(0.2 / (1 - rate / 112.5), rate=rate)
+
+
+def drive_adaptive(confirm_scores: list[float]) -> tuple[float | None, list[StepVerdict]]:
+    """Adaptive search on ``mm1``, its confirmation runs scoring from a script instead
+    (each with a quarter SE of 0.05: a band of ±0.2 in ln score)."""
+    strategy = parse_strategy("adaptive", min_rate=10)
+    scripted = iter(confirm_scores)
+    for _ in range(1000):
+        plan = strategy.propose()
+        if plan is None:
+            break
+        v = mm1(plan.rate)
+        if plan.purpose == "confirm":
+            v = run(next(scripted), se=0.05, rate=plan.rate)
+        strategy.observe(replace(v, duration_s=plan.duration_s, purpose=plan.purpose))
+    result = strategy.result()
+    return result.capacity_rps, list(result.trajectory)
+
+
+def test_adaptive_reruns_a_marginal_confirmation_and_takes_the_majority() -> None:
+    clean, clean_steps = drive_adaptive([0.9, 0.9, 0.9])
+    first = next(v for v in clean_steps if v.purpose == "confirm")
+    # marginal fail, marginal pass, pass: held at the same rate after three runs
+    held, steps = drive_adaptive([1.1, 0.95, 0.9])
+    confirms = [v for v in steps if v.purpose == "confirm"]
+    assert [v.rate for v in confirms] == [first.rate] * 3
+    assert held == first.rate == clean
+    # two marginal failures: failed, and the next confirmation is lower
+    lower, steps = drive_adaptive([1.1, 1.15, 0.9, 0.9, 0.9])
+    confirms = [v for v in steps if v.purpose == "confirm"]
+    assert [v.rate for v in confirms[:2]] == [first.rate] * 2
+    assert lower is not None and lower < first.rate and confirms[2].rate == lower
+
+
+def test_a_clear_confirmation_decides_in_one_run() -> None:
+    _, steps = drive_adaptive([0.5])  # |ln 0.5| = 0.69, far outside ±0.2
+    assert sum(v.purpose == "confirm" for v in steps) == 1
+
+
+def test_the_probe_confirms_any_strategy_by_the_same_rule() -> None:
+    """Binary search on the noisy nlp class, then the probe's confirmation: a marginal
+    first run is run again and the majority of at most three decides; a clear one
+    decides alone. Checked on every confirmation rate the probe tried."""
+    cfg = ProbeConfig(
+        slo="p99<300ms,errors<0.1%",
+        strategy="binary",
+        warmup=False,
+        confirm_requests=3000,
+        strategy_options={"min_rate": 20.0, "max_rate": 160.0, "precision": 0.05},
+    )
+    result = asyncio.run(probe(SimDriver(load_sim_preset("nlp")), cfg))
+    runs = [
+        StepVerdict(
+            rate=t["rate"],
+            duration_s=t["duration_s"],
+            state=HealthState(t["state"]),
+            score=t["score"],
+            valid=t["valid"],
+            score_se=t["score_se"],
+            purpose="confirm",
+        )
+        for t in result.trajectory
+        if t["purpose"] == "confirm"
+    ]
+    groups = [list(g) for _, g in itertools.groupby(runs, key=lambda v: v.rate)]
+    assert groups, "the probe confirms binary search's estimate"
+    for g in groups:
+        assert decide(g) is not Decision.AGAIN  # ran until decided
+        assert all(decide(g[:k]) is Decision.AGAIN for k in range(1, len(g)))  # no further
+    last = decide(groups[-1])
+    assert result.confirmed is (last is Decision.HELD)
+    if result.confirmed:
+        assert result.capacity_rps == groups[-1][0].rate
+    assert len(groups) <= 1 + cfg.confirm_retries
