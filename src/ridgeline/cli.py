@@ -172,7 +172,7 @@ def probe(
     confirm_margin: Annotated[
         float,
         typer.Option(
-            help="re-run a confirmation scoring within this of the SLO (besides the band "
+            help="re-run a confirmation failing within this of the SLO (besides the band "
             "its own noise sets); the majority of 3 decides"
         ),
     ] = 0.0,

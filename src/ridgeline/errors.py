@@ -3,7 +3,9 @@
 RidgelineError
 ├── ConfigError              a setting, spec or command-line value is invalid
 │   ├── UnknownKindError     a name (arrival kind, preset, scheme) is not a valid one
-│   └── TraceFormatError     a trace file is malformed (names file, line, column)
+│   ├── TraceFormatError     a trace file is malformed (names file, line, column)
+│   ├── PlanError            a plan or pipeline spec is invalid (names the field and fix)
+│   └── GpuUnavailableError  no GPU can be monitored the way asked
 ├── TargetError              talking to an inference endpoint failed
 │   └── TargetUnreachableError   the endpoint did not answer the connect check
 ├── StoreError               the run store could not be read or written
@@ -50,6 +52,10 @@ class TraceFormatError(ConfigError):
         self.column = column
         self.problem = problem
         super().__init__(f"{path}, line {line}, column {column}: {problem}")
+
+
+class PlanError(ConfigError):
+    """A plan or pipeline spec is invalid; the message names the field and the fix."""
 
 
 class GpuUnavailableError(ConfigError):

@@ -26,7 +26,8 @@ from typing import cast
 import httptools
 
 from ridgeline.fakeserver.engine import SHUT_DOWN, Outcome
-from ridgeline.fakeserver.http import HEADER_LENGTH, Answer, InferCore, InFlight, error_answer
+from ridgeline.fakeserver.http import InferCore, InFlight
+from ridgeline.v2.http_codec import HEADER_LENGTH, Answer, error_answer
 
 _REASONS = {
     200: b"OK",

@@ -21,30 +21,11 @@ from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
 from ridgeline.errors import ConfigError
 from ridgeline.fakeserver import _describe
-from ridgeline.fakeserver._tensors import (
-    InvalidRequest,
-    WireTensor,
-    compute_outputs,
-    decode_inputs,
-    to_raw,
-)
+from ridgeline.fakeserver._outputs import compute_outputs
 from ridgeline.fakeserver.engine import BatchingEngine, Status
 from ridgeline.fakeserver.model import LatencyModel
-
-_CONTENTS_FIELD = {
-    "BOOL": "bool_contents",
-    "INT8": "int_contents",
-    "INT16": "int_contents",
-    "INT32": "int_contents",
-    "INT64": "int64_contents",
-    "UINT8": "uint_contents",
-    "UINT16": "uint_contents",
-    "UINT32": "uint_contents",
-    "UINT64": "uint64_contents",
-    "FP32": "fp32_contents",
-    "FP64": "fp64_contents",
-    "BYTES": "bytes_contents",
-}
+from ridgeline.v2.grpc_codec import decode_request, encode_response
+from ridgeline.v2.tensors import InvalidRequest
 
 
 class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
@@ -103,7 +84,7 @@ class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[
         began = time.perf_counter()
         await self._check_model(request.model_name, request.model_version, context)
         try:
-            rows, arrays, wanted = self._decode(request)
+            rows, arrays, wanted = decode_request(self.model, request)
         except InvalidRequest as e:
             self.stats.finish("invalid")
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
@@ -114,37 +95,9 @@ class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[
             code = grpc.StatusCode.UNAVAILABLE if rejected else grpc.StatusCode.INTERNAL
             await context.abort(code, outcome.detail)
         outputs = compute_outputs(self.model, rows, arrays)
-        response = service_pb2.ModelInferResponse(
-            model_name=self.model.name, model_version=_describe.VERSION, id=request.id
-        )
-        for i in wanted:
-            spec, arr = self.model.outputs[i], outputs[i]
-            response.outputs.add(name=spec.name, datatype=spec.datatype, shape=arr.shape)
-            response.raw_output_contents.append(to_raw(arr))
+        response = encode_response(self.model, request, outputs, wanted, _describe.VERSION)
         self.stats.finish("ok", time.perf_counter() - began)
         return response
-
-    def _decode(self, request: Any) -> tuple[int, list[Any], list[int]]:
-        raw = request.raw_input_contents
-        if raw and len(raw) != len(request.inputs):
-            raise InvalidRequest(
-                f"raw_input_contents has {len(raw)} entries for {len(request.inputs)} inputs; "
-                "send one per input, in order"
-            )
-        tensors = []
-        for i, t in enumerate(request.inputs):
-            field = _CONTENTS_FIELD.get(t.datatype)
-            data = raw[i] if raw else (list(getattr(t.contents, field)) if field else None)
-            tensors.append(WireTensor(t.name, t.datatype, list(t.shape), data))
-        rows, arrays = decode_inputs(self.model, tensors)
-        index = {s.name: i for i, s in enumerate(self.model.outputs)}
-        names = [o.name for o in request.outputs] or list(index)
-        unknown = [n for n in names if n not in index]
-        if unknown:
-            raise InvalidRequest(
-                f"unknown outputs {unknown}; model {self.model.name!r} has outputs {sorted(index)}"
-            )
-        return rows, arrays, [index[n] for n in names]
 
 
 class _TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]

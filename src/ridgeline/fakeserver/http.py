@@ -26,20 +26,21 @@ import orjson
 from aiohttp import web
 
 from ridgeline.fakeserver import _describe, openai
-from ridgeline.fakeserver._tensors import (
-    InvalidRequest,
-    WireTensor,
-    compute_outputs,
-    decode_inputs,
-    to_elements,
-    to_raw,
-)
+from ridgeline.fakeserver._outputs import compute_outputs
 from ridgeline.fakeserver.engine import BatchingEngine, Outcome, Status
 from ridgeline.fakeserver.metrics import METRICS_CONTENT_TYPE, MetricsExporter
 from ridgeline.fakeserver.model import LatencyModel
+from ridgeline.v2.http_codec import (
+    HEADER_LENGTH,
+    Answer,
+    InferRequest,
+    error_answer,
+    infer_answer,
+    parse_infer,
+)
+from ridgeline.v2.tensors import InvalidRequest, decode_inputs
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-HEADER_LENGTH = "Inference-Header-Content-Length"
 
 
 def json_response(doc: Any, status: int = 200) -> web.Response:
@@ -48,14 +49,6 @@ def json_response(doc: Any, status: int = 200) -> web.Response:
 
 def error_response(message: str, status: int) -> web.Response:
     return json_response({"error": message}, status)
-
-
-@dataclass(frozen=True, slots=True)
-class _InferRequest:
-    id: str | None
-    inputs: list[WireTensor]
-    outputs: list[tuple[int, bool]]
-    """(index into model.outputs, send binary) for each output to return."""
 
 
 class _V2Routes:
@@ -128,28 +121,10 @@ class _V2Routes:
 
 
 @dataclass(frozen=True, slots=True)
-class Answer:
-    """One HTTP answer to an infer request, independent of the server library."""
-
-    status: int
-    body: bytes
-    header_length: int | None = None
-    """``Inference-Header-Content-Length`` when the body carries binary outputs."""
-
-    @property
-    def content_type(self) -> str:
-        return "application/json" if self.header_length is None else "application/octet-stream"
-
-
-def error_answer(message: str, status: int) -> Answer:
-    return Answer(status, orjson.dumps({"error": message}))
-
-
-@dataclass(frozen=True, slots=True)
 class InFlight:
     """An infer request handed to the engine, waiting for its batch."""
 
-    req: _InferRequest
+    req: InferRequest
     rows: int
     arrays: list[Any]
     began: float
@@ -172,7 +147,7 @@ class InferCore:
     def begin(self, body: bytes, header_length: str | None, began: float) -> Answer | InFlight:
         """An answer at once (a bad request), or the request in flight."""
         try:
-            req = _parse_infer(self.model, body, header_length)
+            req = parse_infer(self.model, body, header_length)
             rows, arrays = decode_inputs(self.model, req.inputs)
         except InvalidRequest as e:
             self.stats.finish("invalid")
@@ -185,7 +160,7 @@ class InferCore:
             self.stats.finish(outcome.status.value, time.perf_counter() - flight.began)
             return error_answer(outcome.detail, 503 if outcome.status is Status.REJECTED else 500)
         outputs = compute_outputs(self.model, flight.rows, flight.arrays)
-        answer = _infer_answer(self.model, flight.req, outputs)
+        answer = infer_answer(self.model, flight.req, outputs, _describe.VERSION)
         self.stats.finish("ok", time.perf_counter() - flight.began)
         return answer
 
@@ -195,91 +170,6 @@ def _web(answer: Answer) -> web.Response:
     if answer.header_length is not None:
         resp.headers[HEADER_LENGTH] = str(answer.header_length)
     return resp
-
-
-def _parse_infer(model: LatencyModel, body: bytes, header_length: str | None) -> _InferRequest:
-    head, tail = body, memoryview(b"")
-    if header_length is not None:
-        try:
-            n = int(header_length)
-        except ValueError:
-            n = -1
-        if not 0 < n <= len(body):
-            raise InvalidRequest(
-                f"{HEADER_LENGTH} is {header_length!r}; it must be the JSON header's length "
-                f"in bytes, 1..{len(body)}"
-            )
-        head, tail = body[:n], memoryview(body)[n:]
-    try:
-        doc = orjson.loads(head)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise InvalidRequest(f"request header is not valid JSON: {e}") from e
-    if not isinstance(doc, dict) or not isinstance(doc.get("inputs"), list):
-        raise InvalidRequest('request must be a JSON object with an "inputs" list')
-    inputs, offset = [], 0
-    for t in doc["inputs"]:
-        if not isinstance(t, dict) or not isinstance(t.get("name"), str):
-            raise InvalidRequest('each input must be an object with a "name"')
-        name, shape = t["name"], t.get("shape")
-        if not isinstance(shape, list) or not all(type(d) is int for d in shape):
-            raise InvalidRequest(f"input {name!r} needs a shape, a list of integers")
-        size = _params(t).get("binary_data_size")
-        data: Any = t.get("data")
-        if size is not None:
-            if type(size) is not int or size < 0 or offset + size > len(tail):
-                raise InvalidRequest(
-                    f"input {name!r} declares binary_data_size {size!r} but only "
-                    f"{len(tail) - offset} bytes of binary data are left"
-                )
-            data, offset = tail[offset : offset + size], offset + size
-        elif data is not None and not isinstance(data, list):
-            raise InvalidRequest(f'input {name!r} "data" must be a list of elements')
-        inputs.append(WireTensor(name, str(t.get("datatype")), shape, data))
-    if offset != len(tail):
-        raise InvalidRequest(
-            f"request carries {len(tail)} bytes of binary data but its inputs declare {offset}"
-        )
-    binary_all = bool(_params(doc).get("binary_data_output", False))
-    index = {s.name: i for i, s in enumerate(model.outputs)}
-    wanted: list[tuple[int, bool]] = []
-    for o in doc.get("outputs") or [{"name": s.name} for s in model.outputs]:
-        name = o.get("name") if isinstance(o, dict) else None
-        if name not in index:
-            raise InvalidRequest(
-                f"unknown output {name!r}; model {model.name!r} has outputs {sorted(index)}"
-            )
-        binary = _params(o).get("binary_data", binary_all)
-        wanted.append((index[name], bool(binary)))
-    rid = doc.get("id")
-    return _InferRequest(str(rid) if rid is not None else None, inputs, wanted)
-
-
-def _params(obj: dict[str, Any]) -> dict[str, Any]:
-    params = obj.get("parameters")
-    return params if isinstance(params, dict) else {}
-
-
-def _infer_answer(model: LatencyModel, req: _InferRequest, arrays: list[Any]) -> Answer:
-    outputs, blobs = [], []
-    for i, binary in req.outputs:
-        spec, arr = model.outputs[i], arrays[i]
-        entry: dict[str, Any] = {"name": spec.name, "datatype": spec.datatype}
-        entry["shape"] = list(arr.shape)
-        if binary:
-            raw = to_raw(arr)
-            entry["parameters"] = {"binary_data_size": len(raw)}
-            blobs.append(raw)
-        else:
-            entry["data"] = to_elements(arr)
-        outputs.append(entry)
-    doc: dict[str, Any] = {"model_name": model.name, "model_version": _describe.VERSION}
-    if req.id is not None:
-        doc["id"] = req.id
-    doc["outputs"] = outputs
-    head = orjson.dumps(doc)
-    if not blobs:
-        return Answer(200, head)
-    return Answer(200, b"".join([head, *blobs]), header_length=len(head))
 
 
 def _auth_middleware(token: str, stats_finish: Callable[[str], None]) -> Any:

@@ -153,6 +153,11 @@ class LatencyModel(_Frozen):
     )
     per_token_ms: float = Field(10.0, ge=0.0, description="OpenAI routes: gap between tokens")
 
+    @property
+    def max_batch_size(self) -> int:
+        """The largest batch (``batching.max_batch_size``), as front ends read it."""
+        return self.batching.max_batch_size
+
     @model_validator(mode="after")
     def _unique_names(self) -> LatencyModel:
         for kind, specs in (("input", self.inputs), ("output", self.outputs)):

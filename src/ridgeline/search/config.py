@@ -223,7 +223,7 @@ class AdaptiveConfig(SearchConfig):
         DEFAULT_MARGIN,
         ge=0,
         le=1,
-        description="a confirmation scoring within this of the boundary, or within "
+        description="a confirmation failing within this of the boundary, or within "
         "4 standard errors of its score (from its quarters), is run again, up to 3 times, "
         "and the majority decides",
     )

@@ -1,11 +1,13 @@
-"""Judging a confirmation: one long run, or a majority of three when it is marginal.
+"""Judging a confirmation: one long run, or a majority of three when it failed narrowly.
 
 A long run's p99 is itself a noisy estimate: on a server with heavy-tailed service
 times, runs of the same length at the same rate score on both sides of the SLO. A
-confirmation whose score lands near the boundary — within ``margin``, or within ``Z``
-standard errors of its own score, measured from the spread of the run's quarters — is a
-coin toss, so it is run again, up to three times, and the majority decides. A clear
-verdict stands at once. The probe's confirmation (after any strategy) and the adaptive
+confirmation that fails near the boundary — within ``margin``, or within ``Z`` standard
+errors of its own score, measured from the spread of the run's quarters — is a coin
+toss, so it is run again, up to three times, and the majority decides. A pass stands at
+once, as does a clear failure: a pass above the boundary grows rarer fast the further
+above it is, while a narrow failure at a sustainable rate would send the search lower
+for nothing. The probe's confirmation (after any strategy) and the adaptive
 search's own confirmation both judge by ``decide``; after a failure, ``below_failed``
 says where to confirm next.
 """
@@ -43,7 +45,7 @@ class Decision(StrEnum):
 
 
 def marginal(verdict: StepVerdict, margin: float) -> bool:
-    """Whether ``verdict`` lies too near the boundary to stand alone: its score within
+    """Whether ``verdict`` lies near the boundary: its score within
     ``margin`` of 1, or within ``Z`` standard errors of it (``score_se``, from the spread
     of the run's quarters: a noisy server widens the band). Only valid runs: an invalid
     run failed."""
@@ -58,7 +60,7 @@ def decide(runs: Sequence[StepVerdict], margin: float = DEFAULT_MARGIN) -> Decis
     if not runs:
         return Decision.AGAIN
     first = runs[0]
-    if len(runs) == 1 and not marginal(first, margin):
+    if len(runs) == 1 and (first.sustainable or not marginal(first, margin)):
         return Decision.HELD if first.sustainable else Decision.FAILED
     held = sum(r.sustainable for r in runs)
     failed = len(runs) - held

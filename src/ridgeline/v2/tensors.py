@@ -1,5 +1,6 @@
-"""Protocol-neutral tensor handling shared by the HTTP and gRPC front ends: decode and
-validate a request's inputs against the model's specs, compute the outputs, encode them.
+"""Protocol-neutral tensor handling shared by every HTTP and gRPC front end (the fake
+server's, the serving runtime's): decode and validate a request's inputs against a
+model's specs, and encode outputs.
 
 A request's tensors arrive as ``WireTensor``: name, datatype, shape, and data either as a
 sequence of elements (JSON ``data``, gRPC typed contents, possibly nested) or as raw
@@ -9,7 +10,6 @@ elements travel raw as a 4-byte little-endian length then the bytes.
 
 from __future__ import annotations
 
-import math
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ridgeline.errors import RidgelineError
-from ridgeline.fakeserver.model import LatencyModel, TensorSpec
+from ridgeline.v2.spec import ModelSpec, TensorLike
 
 Array = npt.NDArray[Any]
 
@@ -38,7 +38,7 @@ NUMPY_DTYPES: dict[str, npt.DTypeLike] = {
     "FP64": np.float64,
     "BYTES": np.object_,
 }
-_LE = {k: np.dtype(v).newbyteorder("<") for k, v in NUMPY_DTYPES.items() if k != "BYTES"}
+LITTLE_ENDIAN = {k: np.dtype(v).newbyteorder("<") for k, v in NUMPY_DTYPES.items() if k != "BYTES"}
 
 
 class InvalidRequest(RidgelineError):
@@ -53,9 +53,9 @@ class WireTensor:
     data: Sequence[Any] | bytes | memoryview | None
 
 
-def decode_inputs(model: LatencyModel, tensors: Sequence[WireTensor]) -> tuple[int, list[Array]]:
+def decode_inputs(model: ModelSpec, tensors: Sequence[WireTensor]) -> tuple[int, list[Array]]:
     """Check ``tensors`` against the model's inputs; return (rows, arrays in spec order)."""
-    inputs, max_rows = model.inputs, model.batching.max_batch_size
+    inputs, max_rows = model.inputs, model.max_batch_size
     if len(tensors) == 1 == len(inputs) and tensors[0].name == inputs[0].name:
         only = _decode(inputs[0], tensors[0], max_rows)  # the common case, kept cheap
         return only.shape[0], [only]
@@ -79,7 +79,7 @@ def decode_inputs(model: LatencyModel, tensors: Sequence[WireTensor]) -> tuple[i
     return rows.pop(), arrays
 
 
-def _decode(spec: TensorSpec, t: WireTensor, max_rows: int) -> Array:
+def _decode(spec: TensorLike, t: WireTensor, max_rows: int) -> Array:
     if t.datatype != spec.datatype:
         raise InvalidRequest(
             f"input {t.name!r} has datatype {t.datatype}; the model expects {spec.datatype}"
@@ -116,7 +116,7 @@ def _decode(spec: TensorSpec, t: WireTensor, max_rows: int) -> Array:
 
 def _from_raw(datatype: str, raw: bytes | memoryview, where: str) -> Array:
     if datatype != "BYTES":
-        dtype = _LE[datatype]
+        dtype = LITTLE_ENDIAN[datatype]
         if len(raw) % dtype.itemsize:
             raise InvalidRequest(
                 f"{where} has {len(raw)} bytes of data, not a whole number of "
@@ -147,31 +147,6 @@ def _from_elements(datatype: str, data: Sequence[Any], where: str) -> Array:
         return np.asarray(data, dtype=NUMPY_DTYPES[datatype]).reshape(-1)
     except (ValueError, TypeError, OverflowError) as e:
         raise InvalidRequest(f"{where} data cannot be read as {datatype}: {e}") from e
-
-
-def compute_outputs(model: LatencyModel, rows: int, inputs: Sequence[Array]) -> list[Array]:
-    """One array per output spec: 2·input (by position), echoed BYTES, or zeros."""
-    out = []
-    for j, spec in enumerate(model.outputs):
-        i = min(j, len(inputs) - 1)
-        src, src_spec = inputs[i], model.inputs[i]
-        shape = [rows] + [
-            (src.shape[k] if k < src.ndim else 1) if d == -1 else d
-            for k, d in enumerate(spec.shape[1:], start=1)
-        ]
-        same_size = src.size == math.prod(shape)
-        if same_size and spec.datatype == "BYTES" and src_spec.datatype == "BYTES":
-            out.append(src.reshape(shape))
-        elif same_size and "BYTES" not in (spec.datatype, src_spec.datatype):
-            doubled = src if src.dtype == np.bool_ else src * 2
-            out.append(doubled.astype(_LE[spec.datatype], copy=False).reshape(shape))
-        elif spec.datatype == "BYTES":
-            blank = np.empty(shape, dtype=np.object_)
-            blank.fill(b"")
-            out.append(blank)
-        else:
-            out.append(np.zeros(shape, dtype=_LE[spec.datatype]))
-    return out
 
 
 def to_raw(arr: Array) -> bytes:
