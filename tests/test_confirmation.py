@@ -65,6 +65,13 @@ def test_a_narrow_failure_goes_to_the_majority_of_three(
     assert decide([run(s, se=0.05) for s in scores]) is expected
 
 
+def test_once_contested_a_narrow_pass_goes_to_the_majority_too() -> None:
+    assert decide([run(0.95, se=0.05)]) is Decision.HELD
+    assert decide([run(0.95, se=0.05)], contested=True) is Decision.AGAIN
+    assert decide([run(0.95, se=0.05), run(1.1)], contested=True) is Decision.AGAIN
+    assert decide([run(0.5, se=0.05)], contested=True) is Decision.HELD  # clear
+
+
 def test_the_deciding_run_is_the_one_nearest_the_boundary() -> None:
     runs = [run(1.05, se=0.05), run(2.4, se=0.05)]
     assert deciding(runs, Decision.FAILED).score == 1.05
@@ -166,10 +173,13 @@ def test_the_probe_confirms_any_strategy_by_the_same_rule() -> None:
     ]
     groups = [list(g) for _, g in itertools.groupby(runs, key=lambda v: v.rate)]
     assert groups, "the probe confirms binary search's estimate"
-    for g in groups:
-        assert decide(g) is not Decision.AGAIN  # ran until decided
-        assert all(decide(g[:k]) is Decision.AGAIN for k in range(1, len(g)))  # no further
-    last = decide(groups[-1])
+    for i, g in enumerate(groups):
+        contested = i > 0  # a confirmation failed before this one
+        assert decide(g, contested=contested) is not Decision.AGAIN  # ran until decided
+        assert all(
+            decide(g[:k], contested=contested) is Decision.AGAIN for k in range(1, len(g))
+        )  # and no further
+    last = decide(groups[-1], contested=len(groups) > 1)
     assert result.confirmed is (last is Decision.HELD)
     if result.confirmed:
         assert result.capacity_rps == groups[-1][0].rate

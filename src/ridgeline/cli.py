@@ -20,6 +20,7 @@ from ridgeline.loadgen.validity import ValidityConfig
 from ridgeline.report.cli import report_command
 from ridgeline.telemetry.store import RunStore
 from ridgeline.workload.arrivals import parse_arrival
+from ridgeline.zoo.cli import app as zoo_app
 
 app = typer.Typer(
     help="ridgeline: what is the least GPU that serves demand D within my SLO, and does it "
@@ -32,6 +33,7 @@ app.add_typer(runs_app, name="runs")
 app.command("allocate")(allocate_command)
 app.add_typer(registry_app, name="registry")
 app.command("report")(report_command)
+app.add_typer(zoo_app, name="models", help="The local model zoo: real ONNX model families.")
 
 
 def _target_options(model: str | None, header: list[str], token: str | None) -> dict[str, Any]:
@@ -263,6 +265,30 @@ def fake_server(
             raise RidgelineError("give --preset or --config, not both")
         model = load_config(config) if config else load_preset(preset or "default")
         serve_forever(model, host=host, http_port=port, grpc_port=grpc_port, token=token)
+    except RidgelineError as exc:
+        _fail(exc)
+
+
+@app.command()
+def serve(
+    plan: Annotated[Path, typer.Argument(help="the plan YAML (hand-written or from `plan`)")],
+    port: Annotated[int, typer.Option(help="HTTP port (v2, /metrics); 0: any")] = 8000,
+    grpc_port: Annotated[int | None, typer.Option(help="gRPC port; 0: any")] = 8001,
+    host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
+    token: Annotated[str | None, typer.Option(help="require this bearer token")] = None,
+    zoo: Annotated[
+        Path | None, typer.Option(help="model zoo directory (default $RIDGELINE_ZOO or cache)")
+    ] = None,
+    drop: Annotated[bool, typer.Option(help="drop requests that cannot meet the SLO")] = True,
+) -> None:
+    """Serve a plan: a task-graph inference server with dynamic batching and early
+    dropping, over the Open Inference Protocol v2 (HTTP and gRPC), until Ctrl-C."""
+    from ridgeline.serve.runtime import serve_plan_forever
+
+    try:
+        serve_plan_forever(
+            plan, host=host, http_port=port, grpc_port=grpc_port, token=token, zoo=zoo, drop=drop
+        )
     except RidgelineError as exc:
         _fail(exc)
 

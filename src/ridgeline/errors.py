@@ -5,11 +5,19 @@ RidgelineError
 │   ├── UnknownKindError     a name (arrival kind, preset, scheme) is not a valid one
 │   ├── TraceFormatError     a trace file is malformed (names file, line, column)
 │   ├── PlanError            a plan or pipeline spec is invalid (names the field and fix)
-│   └── GpuUnavailableError  no GPU can be monitored the way asked
+│   ├── GpuUnavailableError  no GPU can be monitored the way asked
+│   ├── PlacementError       a worker cannot be placed as asked (serve.placement)
+│   └── BackendConfigError   a backend cannot load its model (serve.backends)
+│       └── ModelNotFoundError
 ├── TargetError              talking to an inference endpoint failed
 │   └── TargetUnreachableError   the endpoint did not answer the connect check
 ├── StoreError               the run store could not be read or written
-└── RunInterrupted           a run was stopped (Ctrl-C); its partial results are stored
+├── RunInterrupted           a run was stopped (Ctrl-C); its partial results are stored
+├── WorkerError              a serving worker failed a batch (serve.workers)
+│   ├── WorkerStartError     it could not start or load its backend
+│   └── WorkerCrashed        its process died; the batch failed, the worker restarted
+├── InvalidRequest           a v2 request the model cannot run: 400 / INVALID_ARGUMENT
+└── InferFailed              a request a served model dropped, refused or failed
 """
 
 from __future__ import annotations

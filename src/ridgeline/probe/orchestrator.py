@@ -332,7 +332,7 @@ async def _confirm(
             if on_step is not None:
                 on_step(run.index, plan, verdict)
             runs.append(verdict)
-            decision = decide(runs, cfg.confirm_margin)
+            decision = decide(runs, cfg.confirm_margin, contested=attempt > 0)
         verdict = deciding(runs, decision)
         if decision is Decision.HELD:
             if attempt:

@@ -197,7 +197,8 @@ def update(cfg: AdaptiveConfig, state: AdaptiveState, verdict: StepVerdict) -> A
     )
     if confirming:  # a marginal confirmation is run again; the majority decides
         runs = (*state.tally, verdict)
-        decision = decide(runs, cfg.confirm_margin)
+        contested = any(p.purpose == "confirm" and not p.sustainable for p in state.points)
+        decision = decide(runs, cfg.confirm_margin, contested=contested)
         if decision is Decision.AGAIN:
             return replace(state, tally=runs)
         verdict, state = deciding(runs, decision), replace(state, tally=())

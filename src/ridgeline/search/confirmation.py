@@ -7,9 +7,10 @@ errors of its own score, measured from the spread of the run's quarters — is a
 toss, so it is run again, up to three times, and the majority decides. A pass stands at
 once, as does a clear failure: a pass above the boundary grows rarer fast the further
 above it is, while a narrow failure at a sustainable rate would send the search lower
-for nothing. The probe's confirmation (after any strategy) and the adaptive
-search's own confirmation both judge by ``decide``; after a failure, ``below_failed``
-says where to confirm next.
+for nothing. Once a confirmation has failed, though, the search's short steps have
+been shown optimistic; from then on a narrow pass goes to the majority as well. The
+probe's confirmation (after any strategy) and the adaptive search's own confirmation
+both judge by ``decide``; after a failure, ``below_failed`` says where to confirm next.
 """
 
 from __future__ import annotations
@@ -55,12 +56,19 @@ def marginal(verdict: StepVerdict, margin: float) -> bool:
     return abs(math.log(verdict.score)) < band
 
 
-def decide(runs: Sequence[StepVerdict], margin: float = DEFAULT_MARGIN) -> Decision:
-    """The verdict of the confirmation runs so far (all at one rate), in order."""
+def decide(
+    runs: Sequence[StepVerdict], margin: float = DEFAULT_MARGIN, *, contested: bool = False
+) -> Decision:
+    """The verdict of the confirmation runs so far (all at one rate), in order.
+
+    ``contested``: a confirmation has already failed in this search, so long runs have
+    contradicted the short steps once; then a narrow pass goes to the majority too.
+    """
     if not runs:
         return Decision.AGAIN
     first = runs[0]
-    if len(runs) == 1 and (first.sustainable or not marginal(first, margin)):
+    alone = not marginal(first, margin) or (first.sustainable and not contested)
+    if len(runs) == 1 and alone:
         return Decision.HELD if first.sustainable else Decision.FAILED
     held = sum(r.sustainable for r in runs)
     failed = len(runs) - held

@@ -1,0 +1,1 @@
+"""Compound inference pipelines: the plan that runs (``plan``)."""

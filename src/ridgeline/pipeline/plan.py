@@ -1,0 +1,250 @@
+"""The Plan: a validated, serialisable description of what runs.
+
+Per task: the model variant and where its model comes from (an ONNX artifact, a zoo
+variant, or a synthetic latency model), the segment each instance is bound to (CPU
+cores, a MIG slice, or an MPS share of one), the batch size, the dynamic-batching
+queue delay, the instance count and the task's latency budget. The task graph's edges
+carry multiplicative factors: one request to ``source`` becomes ``factor`` requests to
+``target`` (a detector that finds 3 objects per frame sends 3 crops to a classifier).
+The end-to-end SLO bounds every source-to-sink path.
+
+The planner writes plans and ``ridgeline serve`` runs them; a hand-written YAML plan
+serves the same way::
+
+    name: traffic
+    slo_ms: 250
+    tasks:
+      detect:   {variant: yolov5n, segment: {kind: cpu, cores: 1}, batch_size: 4,
+                 max_queue_delay_ms: 5, instances: 1, latency_budget_ms: 120}
+      classify: {variant: efficientnet-b0, segment: {kind: cpu, cores: 1},
+                 batch_size: 8, max_queue_delay_ms: 5, instances: 1,
+                 latency_budget_ms: 100}
+    edges:
+      - {source: detect, target: classify, factor: 3}
+
+This module checks what a plan says about itself (names, ranges, a graph without
+cycles, budgets within the SLO on every path). What it says about the world — that an
+artifact exists, that a variant is known, that a batch fits the model — is checked when
+it is loaded to serve (``serve.loading``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Literal, Self
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ridgeline._yaml_config import parse_mapping, validate
+from ridgeline.errors import ConfigError, PlanError
+
+Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)]
+"""A task or plan name: usable in a URL path and as a Prometheus label."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class CpuSegment(_Frozen):
+    """A share of the host's CPU: ``cores`` cores per instance, ``threads`` intra-op
+    threads (default: one per core)."""
+
+    kind: Literal["cpu"] = "cpu"
+    cores: int = Field(1, ge=1, le=1024, description="cores per instance")
+    threads: int | None = Field(None, ge=1, le=1024, description="intra-op threads")
+
+    @property
+    def label(self) -> str:
+        return f"cpu{self.cores}"
+
+
+class MigSegment(_Frozen):
+    """A MIG GPU instance of ``profile`` (e.g. ``1g.10gb``) on a ``gpu`` type."""
+
+    kind: Literal["mig"] = "mig"
+    gpu: str = Field(description="GPU type, e.g. A100-80GB")
+    profile: str = Field(description="MIG profile, e.g. 1g.10gb")
+
+    @property
+    def label(self) -> str:
+        return self.profile
+
+
+class MpsSegment(_Frozen):
+    """An MPS share (``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``) of a MIG slice."""
+
+    kind: Literal["mps"] = "mps"
+    gpu: str = Field(description="GPU type, e.g. A100-80GB")
+    profile: str = Field(description="the MIG profile the share is taken from")
+    share: float = Field(gt=0, le=1, description="fraction of the slice, e.g. 0.5")
+
+    @property
+    def label(self) -> str:
+        return f"{self.profile}@{self.share:g}"
+
+
+Segment = Annotated[CpuSegment | MigSegment | MpsSegment, Field(discriminator="kind")]
+
+
+class TensorDecl(_Frozen):
+    """An input or output of a synthetic model (batch dimension first, -1)."""
+
+    name: str
+    datatype: str = "FP32"
+    shape: tuple[int, ...] = (-1, 16)
+
+
+class SyntheticModel(_Frozen):
+    """The fake server's latency model as a backend: base + per-item time per batch."""
+
+    base_ms: float = Field(ge=0, description="fixed time of a batch, ms")
+    per_item_ms: float = Field(ge=0, description="time per row of a batch, ms")
+    noise_cv: float = Field(0.0, ge=0, le=3, description="lognormal noise of service time")
+    max_batch_size: int = Field(64, ge=1, le=4096)
+    inputs: tuple[TensorDecl, ...] = (TensorDecl(name="INPUT0"),)
+    outputs: tuple[TensorDecl, ...] = (TensorDecl(name="OUTPUT0"),)
+
+
+class TaskPlan(_Frozen):
+    """What one task runs, on what, with what batching, in what budget."""
+
+    variant: str = Field(description="model variant (a zoo name, or any label)")
+    artifact: str | None = Field(
+        None, description="ONNX file (relative to the plan file); default: the zoo's"
+    )
+    synthetic: SyntheticModel | None = Field(None, description="a latency model instead")
+    segment: Segment = Field(default_factory=CpuSegment)
+    batch_size: int = Field(1, ge=1, le=4096, description="largest batch")
+    max_queue_delay_ms: float = Field(0.0, ge=0, le=60_000, description="batching delay")
+    preferred_batch_sizes: tuple[int, ...] = ()
+    instances: int = Field(1, ge=1, le=1024)
+    latency_budget_ms: float = Field(gt=0, description="this task's share of the SLO")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.artifact is not None and self.synthetic is not None:
+            raise ValueError("give either artifact or synthetic, not both")
+        if self.synthetic is not None and self.batch_size > self.synthetic.max_batch_size:
+            raise ValueError(
+                f"batch_size {self.batch_size} is over the synthetic model's "
+                f"max_batch_size {self.synthetic.max_batch_size}; lower it"
+            )
+        bad = [b for b in self.preferred_batch_sizes if not 1 <= b <= self.batch_size]
+        if bad:
+            raise ValueError(f"preferred_batch_sizes {bad} must lie in 1..batch_size")
+        return self
+
+
+class Edge(_Frozen):
+    """One request to ``source`` becomes ``factor`` requests to ``target``."""
+
+    source: str
+    target: str
+    factor: float = Field(1.0, gt=0, le=1000, description="requests to target per source")
+
+
+class Plan(_Frozen):
+    """A whole plan; see the module docstring."""
+
+    name: Name
+    slo_ms: float = Field(gt=0, description="end-to-end latency SLO, ms")
+    tasks: dict[Name, TaskPlan] = Field(min_length=1)
+    edges: tuple[Edge, ...] = ()
+    demand_rps: float | None = Field(None, gt=0, description="the demand it was planned for")
+
+    @model_validator(mode="after")
+    def _a_dag_within_the_slo(self) -> Self:
+        for e in self.edges:
+            for end in (e.source, e.target):
+                if end not in self.tasks:
+                    raise ValueError(
+                        f"edge {e.source} -> {e.target} names task {end!r}, which is not in "
+                        f"tasks ({', '.join(sorted(self.tasks))})"
+                    )
+        cycle = find_cycle(self)
+        if cycle:
+            raise ValueError(f"the task graph has a cycle: {' -> '.join(cycle)}; remove an edge")
+        for path in paths(self):
+            total = sum(self.tasks[t].latency_budget_ms for t in path)
+            if total > self.slo_ms * (1 + 1e-9):
+                raise ValueError(
+                    f"path {' -> '.join(path)} has latency budgets summing to {total:g} ms, "
+                    f"over slo_ms {self.slo_ms:g}; lower the budgets or raise the SLO"
+                )
+        return self
+
+    def children(self, task: str) -> list[Edge]:
+        return [e for e in self.edges if e.source == task]
+
+    def sources(self) -> list[str]:
+        targets = {e.target for e in self.edges}
+        return [t for t in self.tasks if t not in targets]
+
+    def arrival_factor(self, task: str) -> float:
+        """Requests to ``task`` per request to the pipeline: the product of the edge
+        factors along each path into it, summed over paths."""
+        if task in self.sources():
+            return 1.0
+        return sum(self.arrival_factor(e.source) * e.factor for e in self.edges if e.target == task)
+
+
+def find_cycle(plan: Plan) -> list[str]:
+    """One cycle of the task graph as ``[a, b, ..., a]``, or [] for a DAG."""
+    colour: dict[str, int] = dict.fromkeys(plan.tasks, 0)  # 0 new, 1 on stack, 2 done
+    stack: list[str] = []
+
+    def visit(t: str) -> list[str]:
+        colour[t] = 1
+        stack.append(t)
+        for e in plan.edges:
+            if e.source != t:
+                continue
+            if colour[e.target] == 1:
+                return [*stack[stack.index(e.target) :], e.target]
+            if colour[e.target] == 0 and (found := visit(e.target)):
+                return found
+        stack.pop()
+        colour[t] = 2
+        return []
+
+    for t in plan.tasks:
+        if colour[t] == 0 and (found := visit(t)):
+            return found
+    return []
+
+
+def paths(plan: Plan) -> Iterator[list[str]]:
+    """Every source-to-sink path of a DAG."""
+
+    def walk(t: str, prefix: list[str]) -> Iterator[list[str]]:
+        out = plan.children(t)
+        if not out:
+            yield [*prefix, t]
+        for e in out:
+            yield from walk(e.target, [*prefix, t])
+
+    for s in plan.sources():
+        yield from walk(s, [])
+
+
+def load_plan(path: str | Path) -> Plan:
+    """A plan from a YAML file; every problem names its field and the fix."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise PlanError(f"cannot read plan {p}: {e.strerror}; check the path") from e
+    mapping = parse_mapping(text, str(p), "name, slo_ms, tasks and edges")
+    try:
+        return validate(Plan, mapping, str(p), "plan")
+    except ConfigError as e:
+        raise PlanError(str(e)) from e
+
+
+def dump_plan(plan: Plan) -> str:
+    """The plan as YAML (what ``load_plan`` reads back)."""
+    doc = plan.model_dump(mode="json", exclude_none=True, exclude_defaults=False)
+    return yaml.safe_dump(doc, sort_keys=False)

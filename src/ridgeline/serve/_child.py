@@ -1,0 +1,75 @@
+"""What runs inside a worker process: place it, load its backend, serve batches.
+
+The parent (``workers._Process``) spawns ``child_main``; see ``workers`` for the
+messages on the pipe. A load failure is sent back as the error itself when it is
+ridgeline's and survives pickling (a ConfigError stays a ConfigError), else as text.
+"""
+
+from __future__ import annotations
+
+import pickle
+import signal
+import traceback
+from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
+
+from ridgeline.errors import RidgelineError
+from ridgeline.serve.backends import Backend, BackendConfig, BackendConfigError, Signature
+from ridgeline.serve.placement import Placement, apply_placement
+
+
+def child_main(conn: Connection, backend: BackendConfig, placement: Placement) -> None:
+    """The worker process: place it, load the backend, say so, then serve until told to
+    stop (None) or the parent is gone."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it stops workers
+    try:
+        apply_placement(placement)
+        instance = backend.build(placement.threads)
+        instance.load()
+        signature = instance.describe()
+        if not isinstance(signature, Signature):
+            raise BackendConfigError(
+                f"{type(instance).__name__}.describe() returned a {type(signature).__name__}; "
+                "return a ridgeline.serve.backends.Signature"
+            )
+        conn.send(("ready", signature))
+    except Exception as e:
+        conn.send(("failed", _portable(e)))
+        return
+    _serve(conn, instance)
+
+
+def _serve(conn: Connection, backend: Backend) -> None:
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:  # the parent is gone
+            return
+        if message is None:
+            return
+        batch_id, inputs = message
+        try:
+            reply = ForkingPickler.dumps((batch_id, True, backend.run(inputs)))
+        except Exception as e:  # the backend's error, or outputs that cannot be pickled
+            reply = ForkingPickler.dumps((batch_id, False, _error_text(e)))
+        try:
+            conn.send_bytes(reply)
+        except OSError:  # the parent is gone
+            return
+
+
+def _error_text(error: BaseException) -> str:
+    frames = traceback.extract_tb(error.__traceback__)
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(error).__name__}: {error}{where}"
+
+
+def _portable(error: Exception) -> Exception | str:
+    """The error itself if it is ridgeline's and survives the pipe, else its text."""
+    if isinstance(error, RidgelineError):
+        try:
+            pickle.loads(pickle.dumps(error))
+        except Exception:
+            return _error_text(error)
+        return error
+    return _error_text(error)

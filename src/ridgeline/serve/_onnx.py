@@ -1,0 +1,111 @@
+"""The ``onnx`` backend: an onnxruntime InferenceSession on one model file.
+
+Imported by worker processes only (``OnnxBackendConfig.build``), so a serving process
+that only batches never loads onnxruntime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import onnxruntime as ort
+
+from ridgeline.serve.backends import BackendConfigError, ModelNotFoundError, Signature, TensorInfo
+from ridgeline.v2.tensors import Array
+
+
+class OnnxBackend:
+    """An onnxruntime InferenceSession on one model file."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        intra_op_threads: int = 1,
+        inter_op_threads: int = 1,
+        device: Literal["cpu", "cuda"] = "cpu",
+    ) -> None:
+        self.path = path
+        self.intra_op_threads = intra_op_threads
+        self.inter_op_threads = inter_op_threads
+        self.device = device
+        self._session: Any = None
+        self._output_names: list[str] = []
+
+    def load(self) -> None:
+        if not self.path.is_file():
+            raise ModelNotFoundError(str(self.path))
+
+        providers = ["CPUExecutionProvider"]
+        if self.device == "cuda":
+            _require_cuda_provider(ort.get_available_providers())
+            providers.insert(0, "CUDAExecutionProvider")
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = self.intra_op_threads
+        options.inter_op_num_threads = self.inter_op_threads
+        if self.inter_op_threads > 1:  # inter-op threads only work in parallel mode
+            options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+        try:
+            session = ort.InferenceSession(str(self.path), options, providers=providers)
+        except Exception as e:  # onnxruntime's own error types (Fail, InvalidProtobuf, ...)
+            raise BackendConfigError(
+                f"onnxruntime cannot load {self.path}: {e}; check that it is a valid ONNX "
+                "model (onnx.checker.check_model) of an opset this onnxruntime supports"
+            ) from e
+        if self.device == "cuda" and session.get_providers()[0] != "CUDAExecutionProvider":
+            raise BackendConfigError(
+                f"onnxruntime fell back to the CPU for {self.path}: the CUDA execution provider "
+                "did not start (its reason is logged above); check that CUDA and cuDNN match "
+                "onnxruntime-gpu and that CUDA_VISIBLE_DEVICES names a device this host has"
+            )
+        self._session = session
+        self._output_names = [o.name for o in session.get_outputs()]
+
+    def run(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
+        if self._session is None:
+            raise BackendConfigError(f"OnnxBackend({self.path}) ran before load(); load it first")
+        outputs = self._session.run(self._output_names, dict(inputs))
+        return dict(zip(self._output_names, outputs, strict=True))
+
+    def describe(self) -> Signature:
+        session = self._session
+        return Signature(
+            tuple(_tensor_info(arg) for arg in session.get_inputs()),
+            tuple(_tensor_info(arg) for arg in session.get_outputs()),
+        )
+
+
+def _require_cuda_provider(available: list[str]) -> None:
+    if "CUDAExecutionProvider" not in available:
+        raise BackendConfigError(
+            "device: cuda needs onnxruntime's CUDAExecutionProvider, but this onnxruntime "
+            f"offers only {', '.join(available)}; install onnxruntime-gpu in place of "
+            "onnxruntime (pip uninstall onnxruntime; pip install onnxruntime-gpu), or set "
+            "device: cpu"
+        )
+
+
+_ORT_TYPES = {
+    "tensor(bool)": "BOOL",
+    "tensor(uint8)": "UINT8",
+    "tensor(uint16)": "UINT16",
+    "tensor(uint32)": "UINT32",
+    "tensor(uint64)": "UINT64",
+    "tensor(int8)": "INT8",
+    "tensor(int16)": "INT16",
+    "tensor(int32)": "INT32",
+    "tensor(int64)": "INT64",
+    "tensor(float16)": "FP16",
+    "tensor(bfloat16)": "BF16",
+    "tensor(float)": "FP32",
+    "tensor(double)": "FP64",
+    "tensor(string)": "BYTES",
+}
+
+
+def _tensor_info(arg: Any) -> TensorInfo:
+    """An onnxruntime NodeArg as a TensorInfo; symbolic or unknown dims become -1."""
+    shape = tuple(d if isinstance(d, int) else -1 for d in arg.shape)
+    return TensorInfo(arg.name, _ORT_TYPES.get(arg.type, arg.type), shape)

@@ -1,0 +1,204 @@
+"""One task's queue: dynamic batching by the shared policy, dispatch to free instances.
+
+Requests join the queue with their rows, input arrays and absolute deadline. Whenever
+an instance is free, ``policies.batching.decide`` says whether to send a batch now (full,
+a preferred size, or the oldest request has waited the queue delay) or to wait until
+when; the same function drives the fake server and the simulator. A request that can
+no longer make its deadline is dropped (``dropping``) when it arrives and again when
+its batch forms, so no instance works on an answer nobody will use. A batch's inputs
+are concatenated along the batch dimension, run on the instance, and its outputs split
+back by rows; an instance's failure (a crash included) fails that batch's requests
+with an error, never leaving them waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import numpy as np
+
+from ridgeline.clock import Clock
+from ridgeline.policies.batching import BatchingConfig, Wait, decide
+from ridgeline.serve.dropping import (
+    ExecModel,
+    TaskTiming,
+    expected_wait_s,
+    should_drop,
+)
+from ridgeline.serve.metrics import ServeMetrics
+from ridgeline.v2.server import InferFailed
+from ridgeline.v2.spec import TensorLike
+from ridgeline.v2.tensors import Array
+
+
+class Instance(Protocol):
+    """Runs one batch at a time (a worker process, or anything in-process)."""
+
+    async def run(self, inputs: dict[str, Array]) -> dict[str, Array]: ...
+
+
+class _Item:
+    __slots__ = ("arrays", "arrival", "deadline", "future", "rows")
+
+    def __init__(self, rows: int, arrays: list[Array], deadline: float, arrival: float) -> None:
+        self.rows, self.arrays, self.deadline, self.arrival = rows, arrays, deadline, arrival
+        self.future: asyncio.Future[list[Array]] = asyncio.get_running_loop().create_future()
+
+
+class TaskQueue:
+    """The queue of task ``name``; ``remaining_after`` is the expected time of the tasks
+    after it (its longest path), for the drop decision."""
+
+    def __init__(
+        self,
+        name: str,
+        inputs: Sequence[TensorLike],
+        outputs: Sequence[TensorLike],
+        batching: BatchingConfig,
+        instances: Sequence[Instance],
+        clock: Clock,
+        metrics: ServeMetrics,
+        remaining_after: Callable[[], float] = lambda: 0.0,
+        drop: bool = True,
+    ) -> None:
+        self.name, self.inputs, self.outputs = name, list(inputs), list(outputs)
+        self.cfg, self.instances, self.clock = batching, list(instances), clock
+        self.metrics, self.remaining_after, self.drop = metrics, remaining_after, drop
+        self.exec = ExecModel()
+        self._items: deque[_Item] = deque()
+        self._rows = 0
+        self._free = list(range(len(self.instances)))
+        self._timer: asyncio.TimerHandle | None = None
+        self._running: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    def timing(self) -> TaskTiming:
+        return TaskTiming(
+            self.exec,
+            self._rows,
+            self.cfg.max_batch_size,
+            len(self.instances),
+            self.cfg.max_queue_delay_s,
+            len(self.instances) - len(self._free),
+        )
+
+    def expected_s(self) -> float:
+        """From joining this queue now to the end of the longest path after it."""
+        t = self.timing()
+        return expected_wait_s(t) + self.exec.time(t.own_rows) + self.remaining_after()
+
+    def submit(
+        self, rows: int, arrays: list[Array], deadline: float
+    ) -> asyncio.Future[list[Array]]:
+        """Queue one request of ``rows`` rows (≤ the batch size); its outputs' future."""
+        if not 1 <= rows <= self.cfg.max_batch_size:
+            raise ValueError(f"{rows} rows for task {self.name!r} (1..{self.cfg.max_batch_size})")
+        now = self.clock.now()
+        item = _Item(rows, arrays, deadline, now)
+        self.metrics.requests.labels(self.name).inc()
+        if self._closed:
+            item.future.set_exception(InferFailed("unavailable", "the server is shutting down"))
+        elif self.drop and should_drop(now, deadline, self.expected_s()):
+            self._drop(item, now)
+        else:
+            self._items.append(item)
+            self._rows += rows
+            self._pump()
+        return item.future
+
+    def _drop(self, item: _Item, now: float) -> None:
+        if item.future.done():  # cancelled by its caller
+            return
+        self.metrics.drops.labels(self.name).inc()
+        late = now + self.expected_s() - item.deadline
+        item.future.set_exception(
+            InferFailed(
+                "dropped",
+                f"cannot meet SLO at task {self.name!r}: expected {late * 1000:.0f} ms past "
+                "the deadline",
+            )
+        )
+
+    def _pump(self) -> None:
+        items, now = self._items, self.clock.now()
+        while items and self._free:
+            d = decide(self._rows, items[0].arrival, now, self.cfg)
+            if isinstance(d, Wait):
+                if d.until is not None:
+                    self._arm(d.until, now)
+                return
+            batch: list[_Item] = []
+            rows = 0
+            rest = self.exec.time(d.size) + self.remaining_after()
+            while items and rows + items[0].rows <= d.size:
+                item = items.popleft()
+                self._rows -= item.rows
+                if self.drop and should_drop(now, item.deadline, rest):
+                    self._drop(item, now)
+                    continue
+                batch.append(item)
+                rows += item.rows
+            if batch:
+                slot = self._free.pop(0)
+                task = asyncio.create_task(self._execute(slot, batch, rows, now))
+                self._running.add(task)
+                task.add_done_callback(self._running.discard)
+
+    def _arm(self, until: float, now: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(max(0.0, until - now), self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._pump()
+
+    async def _execute(self, slot: int, batch: list[_Item], rows: int, formed: float) -> None:
+        m, name = self.metrics, self.name
+        for item in batch:
+            m.queue_s.labels(name).observe(formed - item.arrival)
+        inputs = {
+            spec.name: np.concatenate([item.arrays[k] for item in batch], axis=0)
+            for k, spec in enumerate(self.inputs)
+        }
+        start = self.clock.now()
+        try:
+            out = await self.instances[slot].run(inputs)
+            arrays = [out[spec.name] for spec in self.outputs]
+        except Exception as e:  # a failed or crashed instance fails its batch, loudly
+            m.errors.labels(name).inc(len(batch))
+            for item in batch:
+                if not item.future.done():
+                    item.future.set_exception(InferFailed("internal", f"task {name!r}: {e}"))
+        else:
+            took = self.clock.now() - start
+            self.exec = self.exec.observe(rows, took)
+            m.compute_s.labels(name).observe(took)
+            m.batch_size.labels(name).observe(rows)
+            m.rows.labels(name).inc(rows)
+            offset = 0
+            for item in batch:
+                part = [a[offset : offset + item.rows] for a in arrays]
+                offset += item.rows
+                if not item.future.done():
+                    item.future.set_result(part)
+        finally:
+            self._free.append(slot)
+            if not self._closed:
+                self._pump()
+
+    async def close(self) -> None:
+        """Refuse what is queued, wait for the batches running."""
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+        while self._items:
+            item = self._items.popleft()
+            item.future.set_exception(InferFailed("unavailable", "the server is shutting down"))
+        self._rows = 0
+        if self._running:
+            await asyncio.gather(*self._running, return_exceptions=True)

@@ -1,0 +1,98 @@
+"""Early dropping as a pure policy: answer at once a request that can no longer make its
+deadline, instead of spending a batch slot on an answer nobody will use.
+
+A request at a task expects to wait for the batches queued ahead of it (spread over the
+task's instances), perhaps for its own batch to fill (the queue delay), then for one
+batch execution; after this task come the tasks on its longest remaining path, each
+with its own wait and execution. If now plus that expectation passes the deadline, the
+request is dropped: it gets a clear "dropped: cannot meet SLO" answer, counted apart
+from errors. Execution times come from an ``ExecModel`` per task: base and per-row time from
+warm-up batches, scaled by an upper envelope (quick to rise, slow to fall) of how much
+slower served batches ran.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True, slots=True)
+class ExecModel:
+    """Batch execution time as ``scale·(base + per_row·rows)``: base and per-row time
+    from two warm-up batches (one row, a full batch), ``scale`` an upper envelope of how
+    much slower measured batches ran than that (contention, a slower input)."""
+
+    base_s: float = 0.0
+    per_row_s: float = 0.0
+    scale: float = 1.0
+
+    @classmethod
+    def from_warmup(cls, one_s: float, rows: int, full_s: float) -> ExecModel:
+        per_row = max(0.0, (full_s - one_s) / (rows - 1)) if rows > 1 else 0.0
+        return cls(base_s=max(0.0, one_s - per_row), per_row_s=per_row)
+
+    def time(self, rows: int) -> float:
+        return self.scale * (self.base_s + self.per_row_s * rows)
+
+    def observe(self, rows: int, took_s: float) -> ExecModel:
+        """The model after a batch of ``rows`` took ``took_s``."""
+        modelled = self.base_s + self.per_row_s * rows
+        if modelled <= 0.0:  # nothing measured yet: this batch is the model
+            return ExecModel(base_s=took_s, per_row_s=0.0)
+        return replace(self, scale=upper_envelope(self.scale, took_s / modelled))
+
+
+@dataclass(frozen=True, slots=True)
+class TaskTiming:
+    """A snapshot of one task: its execution model and its queue."""
+
+    exec: ExecModel
+    queued_rows: int
+    batch_size: int
+    instances: int
+    max_queue_delay_s: float
+    busy: int = 0
+    """Instances executing a batch now."""
+
+    @property
+    def own_rows(self) -> int:
+        """Rows of the batch a request joining now would go in."""
+        return self.queued_rows % self.batch_size + 1
+
+
+def expected_wait_s(t: TaskTiming) -> float:
+    """Expected time from joining the queue to the start of its batch: half a full
+    batch when every instance is busy (the mean residual of the running ones), the full
+    batches ahead shared by the instances; plus the queue delay when the request's own
+    batch would not fill."""
+    full = t.exec.time(t.batch_size)
+    full_ahead = t.queued_rows // t.batch_size
+    rounds = math.ceil(full_ahead / t.instances) if full_ahead else 0
+    residual = full / 2 if t.busy >= t.instances else 0.0
+    fills = t.own_rows >= t.batch_size
+    return residual + rounds * full + (0.0 if fills else t.max_queue_delay_s)
+
+
+def expected_remaining_s(
+    task: str, timings: Mapping[str, TaskTiming], children: Mapping[str, Sequence[str]]
+) -> float:
+    """Expected time from joining ``task``'s queue to the end of its longest path."""
+    t = timings[task]
+    after = max((expected_remaining_s(c, timings, children) for c in children[task]), default=0.0)
+    return expected_wait_s(t) + t.exec.time(t.own_rows) + after
+
+
+def should_drop(now: float, deadline: float, expected_s: float) -> bool:
+    """Whether a request expected to need ``expected_s`` more can still make it."""
+    return now + expected_s > deadline
+
+
+def upper_envelope(old: float, sample: float, up: float = 0.5, down: float = 0.05) -> float:
+    """A moving estimate that rises fast and falls slowly: it tracks the slow batches
+    (the full ones, the unlucky ones), so a request admitted on it can still make its
+    deadline. The first sample (old == 0) sets it."""
+    if old == 0.0:
+        return sample
+    return old + (up if sample > old else down) * (sample - old)

@@ -1,0 +1,145 @@
+"""Running a request through the task graph: fan-out by the edge factors, join at the end.
+
+A pipeline request carries an absolute deadline (arrival + the plan's SLO) to every task
+it reaches. The source tasks run on the request's own inputs. When a task answers, each
+edge to a child turns its rows into ``rows × factor`` child rows — fractional factors
+carried from request to request, so that over many requests the child sees exactly
+``factor`` times the parent's rows (a detector that finds 2.5 objects per frame on
+average) — split into requests no larger than the child's batch size, all in flight at
+once. The answer joins every sink task's outputs, named ``TASK.OUTPUT``.
+
+What passes between tasks is glue a real deployment writes itself (crop the detected
+boxes, tokenise a caption). The runtime stands in for it with a deterministic reshaping
+of the parent's outputs into the child's input shape (``adapt``): every model's compute
+is real, the content of a child's input is not.
+
+If the graph's expected time already passes the deadline at arrival, the whole request
+is dropped at once; a drop or an error at any task fails the whole request with it. The
+deadline the tasks see keeps ``margin`` of the SLO back (default 15 %) for what the
+queue model does not see: parsing, the hops to worker processes and back, the glue
+between tasks, the network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Awaitable, Mapping, Sequence
+
+import numpy as np
+
+from ridgeline.clock import Clock
+from ridgeline.pipeline.plan import Edge, Plan
+from ridgeline.serve.batcher import TaskQueue
+from ridgeline.serve.dropping import should_drop
+from ridgeline.v2.server import InferFailed
+from ridgeline.v2.spec import TensorLike
+from ridgeline.v2.tensors import NUMPY_DTYPES, Array
+
+
+def adapt(parent: Sequence[Array], rows: int, specs: Sequence[TensorLike]) -> list[Array]:
+    """``rows`` rows for each of ``specs`` from the parent's outputs, deterministically:
+    the parent's numbers, tiled to size; integer inputs (token ids) get 0 or 1, valid
+    for any vocabulary."""
+    numeric = [a.reshape(-1) for a in parent if a.dtype != np.object_ and a.size]
+    flat = np.concatenate(numeric) if numeric else np.zeros(1, dtype=np.float32)
+    out = []
+    for spec in specs:
+        shape = (rows, *(max(d, 1) for d in spec.shape[1:]))
+        values = np.resize(flat, math.prod(shape))
+        dtype = np.dtype(NUMPY_DTYPES[spec.datatype])
+        if dtype.kind in "iub":
+            values = (np.abs(values) > 0.5).astype(dtype)
+        out.append(np.ascontiguousarray(values.astype(dtype).reshape(shape)))
+    return out
+
+
+class GraphRunner:
+    """One plan's requests, through its task queues."""
+
+    def __init__(
+        self, plan: Plan, queues: Mapping[str, TaskQueue], clock: Clock, margin: float = 0.15
+    ) -> None:
+        self.plan, self.queues, self.clock, self.margin = plan, queues, clock, margin
+        self.sources = plan.sources()
+        self.sinks = [t for t in plan.tasks if not plan.children(t)]
+        self._carry: dict[int, float] = {}
+
+    def expected_s(self) -> float:
+        """Expected time of a request arriving now: its longest path's."""
+        return max(self.queues[s].expected_s() for s in self.sources)
+
+    async def infer(self, rows: int, arrays: list[Array], *, drop: bool = True) -> list[Array]:
+        """The sink tasks' outputs, in ``plan.tasks`` order, each task's in its order."""
+        now = self.clock.now()
+        deadline = now + (1 - self.margin) * self.plan.slo_ms / 1000.0
+        expected = self.expected_s()
+        if drop and should_drop(now, deadline, expected):
+            raise InferFailed(
+                "dropped",
+                f"cannot meet SLO {self.plan.slo_ms:g} ms: the pipeline's queues already "
+                f"expect {expected * 1000:.0f} ms",
+            )
+        results: dict[str, list[list[Array]]] = {s: [] for s in self.sinks}
+        await self._gather([self._run(s, rows, arrays, deadline, results) for s in self.sources])
+        out: list[Array] = []
+        for sink in self.sinks:
+            queue = self.queues[sink]
+            for k, spec in enumerate(queue.outputs):
+                parts = [r[k] for r in results[sink]]
+                if parts:
+                    out.append(np.concatenate(parts, axis=0))
+                else:
+                    dims = tuple(max(d, 1) for d in spec.shape[1:])
+                    out.append(np.zeros((0, *dims), dtype=NUMPY_DTYPES[spec.datatype]))
+        return out
+
+    async def _run(
+        self,
+        task: str,
+        rows: int,
+        arrays: list[Array],
+        deadline: float,
+        results: dict[str, list[list[Array]]],
+    ) -> None:
+        queue = self.queues[task]
+        size = queue.cfg.max_batch_size
+        chunks = [
+            queue.submit(min(size, rows - i), [a[i : i + size] for a in arrays], deadline)
+            for i in range(0, rows, size)
+        ]
+        answers: list[list[Array]] = await self._gather(chunks)
+        outputs = [
+            np.concatenate([a[k] for a in answers], axis=0) for k in range(len(queue.outputs))
+        ]
+        if task in results:
+            results[task].append(outputs)
+        children = []
+        for i, edge in enumerate(self.plan.edges):
+            if edge.source != task:
+                continue
+            n = self._fan_out(i, edge, rows)
+            if n:
+                child = self.queues[edge.target]
+                children.append(
+                    self._run(edge.target, n, adapt(outputs, n, child.inputs), deadline, results)
+                )
+        await self._gather(children)
+
+    def _fan_out(self, index: int, edge: Edge, rows: int) -> int:
+        carried = self._carry.get(index, 0.0) + rows * edge.factor
+        n = math.floor(carried + 1e-9)
+        self._carry[index] = carried - n
+        return n
+
+    @staticmethod
+    async def _gather(aws: Sequence[Awaitable[object]]) -> list[list[Array]]:
+        """All of ``aws``; the first failure (a drop before an error) fails the whole."""
+        if not aws:
+            return []
+        done = await asyncio.gather(*aws, return_exceptions=True)
+        failures = [d for d in done if isinstance(d, BaseException)]
+        if failures:
+            drops = [f for f in failures if isinstance(f, InferFailed) and f.kind == "dropped"]
+            raise (drops or failures)[0]
+        return [d for d in done if isinstance(d, list)]

@@ -1,0 +1,204 @@
+"""From a Plan to what runs it: each task's backend and each instance's placement.
+
+A task's model comes from, in order: its ``synthetic`` latency model; its ``artifact``
+(an ONNX file, relative to the plan file); or its ``variant`` in the model zoo
+(``ridgeline models build``). Instances are placed on their segment: a CPU segment gets
+``cores`` cores of the host's (handed out in turn, wrapping round when the plan asks for
+more than the host has) and ``threads`` intra-op threads; a MIG segment gets a MIG
+device of its profile (``CUDA_VISIBLE_DEVICES`` = its UUID, from ``nvidia-smi -L``); an
+MPS segment also gets ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` = its share.
+
+Every problem is a ``PlanError`` naming the task's field and the fix: a missing
+artifact, a variant the zoo does not have, a batch size over the model's limit, a GPU
+segment on a host without MIG devices of that profile.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ridgeline.errors import PlanError
+from ridgeline.fakeserver.model import TensorSpec
+from ridgeline.pipeline.plan import CpuSegment, Plan, TaskPlan, TensorDecl
+from ridgeline.serve.backends import BackendConfig, OnnxBackendConfig, SyntheticBackendConfig
+from ridgeline.serve.workers import Placement
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSetup:
+    backend: BackendConfig
+    placements: tuple[Placement, ...]
+
+
+def zoo_dir() -> Path:
+    """Where ``ridgeline models build`` puts the zoo: ``$RIDGELINE_ZOO`` or the cache."""
+    return Path(os.environ.get("RIDGELINE_ZOO", Path.home() / ".cache" / "ridgeline" / "zoo"))
+
+
+def setup_plan(plan: Plan, plan_dir: Path, zoo: Path | None = None) -> dict[str, TaskSetup]:
+    """Backend and placements of every task; raises PlanError naming what is wrong."""
+    if plan.name in plan.tasks:
+        raise PlanError(
+            f"task {plan.name!r} has the plan's own name; the pipeline is served under "
+            "the plan's name, so rename the task or the plan"
+        )
+    cores = _CoreDealer(sorted(os.sched_getaffinity(0)))
+    gpus = _MigDealer()
+    out = {}
+    for name, task in plan.tasks.items():
+        backend = _backend(name, task, plan_dir, zoo or zoo_dir())
+        placements = []
+        for _ in range(task.instances):
+            seg = task.segment
+            if isinstance(seg, CpuSegment):
+                placements.append(
+                    Placement(cores=cores.take(seg.cores), threads=seg.threads or seg.cores)
+                )
+            else:
+                share = getattr(seg, "share", None)
+                placements.append(
+                    Placement(
+                        cuda_visible_devices=gpus.take(name, seg.profile),
+                        mps_thread_percentage=None if share is None else max(1, round(share * 100)),
+                    )
+                )
+        out[name] = TaskSetup(backend, tuple(placements))
+    return out
+
+
+def _backend(name: str, task: TaskPlan, plan_dir: Path, zoo: Path) -> BackendConfig:
+    device = "cpu" if isinstance(task.segment, CpuSegment) else "cuda"
+    if task.synthetic is not None:
+        s = task.synthetic
+        return SyntheticBackendConfig(
+            base_ms=s.base_ms,
+            per_item_ms=s.per_item_ms,
+            noise_cv=s.noise_cv,
+            inputs=tuple(
+                TensorSpec(name=t.name, datatype=t.datatype, shape=t.shape) for t in s.inputs
+            ),
+            outputs=tuple(
+                TensorSpec(name=t.name, datatype=t.datatype, shape=t.shape) for t in s.outputs
+            ),
+        )
+    if task.artifact is not None:
+        path = (plan_dir / task.artifact).resolve()
+        if not path.is_file():
+            raise PlanError(
+                f"tasks.{name}.artifact: {path} does not exist; give the path of an ONNX file "
+                "(relative to the plan file), or drop artifact to take the zoo's"
+            )
+        _check_batch(name, task, _onnx_batch_limit(path), str(path))
+        return OnnxBackendConfig(path=path, device=device)
+    path, limit = _zoo_variant(name, task.variant, zoo)
+    _check_batch(name, task, limit, f"zoo variant {task.variant!r}")
+    return OnnxBackendConfig(path=path, device=device)
+
+
+def _specs(decls: tuple[TensorDecl, ...]) -> tuple[TensorSpec, ...]:
+    return tuple(TensorSpec(name=t.name, datatype=t.datatype, shape=t.shape) for t in decls)
+
+
+def _zoo_variant(task: str, variant: str, zoo: Path) -> tuple[Path, int]:
+    from ridgeline.zoo import load_manifest
+
+    if not (zoo / "manifest.json").is_file():
+        raise PlanError(
+            f"tasks.{task}.variant: {variant!r} needs the model zoo, and {zoo} has none; "
+            f"build it with `ridgeline models build --out {zoo}`, or give an artifact"
+        )
+    manifest = load_manifest(zoo)
+    known = {v.name: v for v in manifest.variants}
+    if variant not in known:
+        raise PlanError(
+            f"tasks.{task}.variant: unknown variant {variant!r}; the zoo at {zoo} has "
+            f"{', '.join(sorted(known))}. Pick one, or give an artifact or a synthetic model"
+        )
+    v = known[variant]
+    return (zoo / v.path).resolve(), v.max_batch_size
+
+
+def _onnx_batch_limit(path: Path) -> int | None:
+    """The model's fixed batch dimension, if it has one (None: dynamic)."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    limits = [
+        i.type.tensor_type.shape.dim[0].dim_value
+        for i in model.graph.input
+        if i.type.tensor_type.shape.dim and i.type.tensor_type.shape.dim[0].HasField("dim_value")
+    ]
+    return min(limits) if limits else None
+
+
+def _check_batch(name: str, task: TaskPlan, limit: int | None, what: str) -> None:
+    if limit is not None and task.batch_size > limit:
+        raise PlanError(
+            f"tasks.{name}.batch_size: {task.batch_size} is over {what}'s limit of {limit}; "
+            f"set batch_size ≤ {limit}"
+        )
+
+
+class _CoreDealer:
+    def __init__(self, cores: list[int]) -> None:
+        self._cycle = self._forever(cores)
+
+    @staticmethod
+    def _forever(cores: list[int]) -> Iterator[int]:
+        while True:
+            yield from cores
+
+    def take(self, n: int) -> tuple[int, ...]:
+        got: list[int] = []
+        while len(got) < n:
+            c = next(self._cycle)
+            if c in got:  # more cores asked than the host has: share them
+                break
+            got.append(c)
+        return tuple(got)
+
+
+class _MigDealer:
+    """MIG devices by profile, from ``nvidia-smi -L``, handed out in turn."""
+
+    _LINE = re.compile(r"MIG (\S+)\s+Device\s+\d+: \(UUID: (MIG-[^)]+)\)")
+
+    def __init__(self) -> None:
+        self._devices: dict[str, list[str]] | None = None
+        self._next: dict[str, int] = defaultdict(int)
+
+    def take(self, task: str, profile: str) -> str:
+        if self._devices is None:
+            self._devices = self._discover()
+        devices = self._devices.get(profile, [])
+        if not devices:
+            have = ", ".join(sorted(self._devices)) or "none"
+            raise PlanError(
+                f"tasks.{task}.segment: no MIG device of profile {profile!r} on this host "
+                f"(MIG devices: {have}); create them (nvidia-smi mig -cgi ... -C, or the plan's "
+                "mig-parted config), or serve this task on a CPU segment"
+            )
+        k = self._next[profile]
+        self._next[profile] += 1
+        return devices[k % len(devices)]
+
+    def _discover(self) -> dict[str, list[str]]:
+        if shutil.which("nvidia-smi") is None:
+            return {}
+        try:
+            text = subprocess.run(
+                ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10, check=False
+            ).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return {}
+        found: dict[str, list[str]] = defaultdict(list)
+        for profile, uuid in self._LINE.findall(text):
+            found[profile].append(uuid)
+        return dict(found)

@@ -1,0 +1,410 @@
+"""``PlanServer``: a plan served over the Open Inference Protocol v2, HTTP and gRPC.
+
+The pipeline is one model under the plan's name (its inputs: the source task's; its
+outputs: every sink task's, named ``TASK.OUTPUT``); each task is also a model of its own
+name, batched by the same queue, with its latency budget as the deadline. Each instance
+of a task is a worker process bound to its segment. ``/metrics`` serves Prometheus
+metrics. It binds 127.0.0.1 unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+from aiohttp import web
+
+from ridgeline.clock import Clock, MonotonicClock
+from ridgeline.errors import ConfigError, PlanError, RidgelineError
+from ridgeline.pipeline.plan import Plan
+from ridgeline.policies.batching import BatchingConfig
+from ridgeline.serve.backends import TensorInfo
+from ridgeline.serve.batcher import TaskQueue
+from ridgeline.serve.dropping import ExecModel
+from ridgeline.serve.graph import GraphRunner
+from ridgeline.serve.loading import setup_plan
+from ridgeline.serve.metrics import InstanceView, ServeMetrics
+from ridgeline.serve.workers import Worker
+from ridgeline.v2.server import VERSION, build_http_app, start_grpc_server
+from ridgeline.v2.spec import TensorLike
+from ridgeline.v2.tensors import NUMPY_DTYPES, Array
+
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+SERVER_NAME = "ridgeline-serve"
+
+
+def _tensor(t: TensorInfo) -> dict[str, Any]:
+    return {"name": t.name, "datatype": t.datatype, "shape": list(t.shape)}
+
+
+def _config_tensor(t: TensorInfo) -> dict[str, Any]:
+    kind = "TYPE_STRING" if t.datatype == "BYTES" else f"TYPE_{t.datatype}"
+    return {"name": t.name, "data_type": kind, "dims": list(t.shape[1:])}
+
+
+class _Model:
+    """A task or the pipeline, as the v2 server sees it."""
+
+    def __init__(
+        self,
+        name: str,
+        inputs: tuple[TensorInfo, ...],
+        outputs: tuple[TensorInfo, ...],
+        max_batch_size: int,
+        batching: BatchingConfig,
+        instances: int,
+        platform: str,
+    ) -> None:
+        self.name, self.inputs, self.outputs = name, inputs, outputs
+        self.max_batch_size = max_batch_size
+        self._batching, self._instances, self._platform = batching, instances, platform
+        self.success = self.failure = 0
+        self.success_ns = self.failure_ns = 0
+
+    def metadata(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "versions": [VERSION],
+            "platform": self._platform,
+            "inputs": [_tensor(t) for t in self.inputs],
+            "outputs": [_tensor(t) for t in self.outputs],
+        }
+
+    def config(self) -> dict[str, Any]:
+        b = self._batching
+        return {
+            "name": self.name,
+            "platform": self._platform,
+            "backend": self._platform,
+            "max_batch_size": self.max_batch_size,
+            "input": [_config_tensor(t) for t in self.inputs],
+            "output": [_config_tensor(t) for t in self.outputs],
+            "dynamic_batching": {
+                "preferred_batch_size": list(b.preferred_batch_sizes),
+                "max_queue_delay_microseconds": round(b.max_queue_delay_s * 1e6),
+            },
+            "instance_group": [
+                {"name": f"{self.name}_0", "kind": "KIND_CPU", "count": self._instances}
+            ],
+        }
+
+    def statistics(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "version": VERSION,
+            "inference_stats": {
+                "success": {"count": self.success, "ns": self.success_ns},
+                "fail": {"count": self.failure, "ns": self.failure_ns},
+            },
+        }
+
+    def _count(self, ok: bool, began: float) -> None:
+        ns = round((time.perf_counter() - began) * 1e9)
+        if ok:
+            self.success, self.success_ns = self.success + 1, self.success_ns + ns
+        else:
+            self.failure, self.failure_ns = self.failure + 1, self.failure_ns + ns
+
+
+class _TaskModel(_Model):
+    def __init__(self, queue: TaskQueue, budget_s: float, clock: Clock, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.queue, self.budget_s, self.clock = queue, budget_s, clock
+
+    async def infer(self, rows: int, arrays: list[Array]) -> list[Array]:
+        began = time.perf_counter()
+        deadline = self.clock.now() + self.budget_s
+        try:
+            out = await self.queue.submit(rows, arrays, deadline)
+        except BaseException:
+            self._count(False, began)
+            raise
+        self._count(True, began)
+        return out
+
+
+class _PipelineModel(_Model):
+    def __init__(self, runner: GraphRunner, metrics: ServeMetrics, drop: bool, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.runner, self.metrics, self.drop = runner, metrics, drop
+
+    async def infer(self, rows: int, arrays: list[Array]) -> list[Array]:
+        began = time.perf_counter()
+        m = self.metrics
+        try:
+            out = await self.runner.infer(rows, arrays, drop=self.drop)
+        except RidgelineError as e:
+            kind = getattr(e, "kind", "internal")
+            m.pipeline_requests.labels(self.name, "dropped" if kind == "dropped" else "error").inc()
+            self._count(False, began)
+            raise
+        m.pipeline_requests.labels(self.name, "ok").inc()
+        m.pipeline_latency.labels(self.name).observe(time.perf_counter() - began)
+        self._count(True, began)
+        return out
+
+
+def _instance_view(task: str, index: int, worker: Worker) -> InstanceView:
+    return InstanceView(task, index, lambda: worker.busy_s, lambda: worker.restarts)
+
+
+def _signature(tensors: Sequence[TensorLike]) -> list[tuple[str, str]]:
+    return [(t.name, t.datatype) for t in tensors]
+
+
+class PlanServer:
+    """Serve ``plan``: ``await start()``, then ``stop()`` (or ``async with``)."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        plan_dir: Path | str = ".",
+        *,
+        host: str = "127.0.0.1",
+        http_port: int = 8000,
+        grpc_port: int | None = 8001,
+        token: str | None = None,
+        zoo: Path | None = None,
+        drop: bool = True,
+        drop_margin: float = 0.15,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        clock: Clock | None = None,
+    ) -> None:
+        self.plan, self.plan_dir, self.host = plan, Path(plan_dir), host
+        self.token, self.zoo, self.drop, self.max_body = token, zoo, drop, max_body_bytes
+        self.drop_margin = drop_margin
+        self._want_http, self._want_grpc = http_port, grpc_port
+        self.clock = clock or MonotonicClock()
+        self._started_at = time.monotonic()
+        self.metrics = ServeMetrics(lambda: time.monotonic() - self._started_at)
+        self.workers: dict[str, list[Worker]] = {}
+        self.queues: dict[str, TaskQueue] = {}
+        self.models: dict[str, _TaskModel | _PipelineModel] = {}
+        self._runner: web.AppRunner | None = None
+        self._grpc: Any = None
+        self.http_port: int | None = None
+        self.grpc_port: int | None = None
+
+    async def start(self) -> None:
+        """Start every worker (models loaded), then the front ends."""
+        setups = setup_plan(self.plan, self.plan_dir, self.zoo)
+        try:
+            for name, setup in setups.items():
+                self.workers[name] = [
+                    Worker(setup.backend, p, name=f"{name}#{i}")
+                    for i, p in enumerate(setup.placements)
+                ]
+            await asyncio.gather(*(w.start() for ws in self.workers.values() for w in ws))
+            self._build()
+            await asyncio.gather(*(self._warm(name) for name in self.plan.tasks))
+            await self._listen()
+        except BaseException:
+            await self.stop()
+            raise
+
+    def _build(self) -> None:
+        plan, clock = self.plan, self.clock
+        for name, task in plan.tasks.items():
+            ws = self.workers[name]
+            sig = ws[0].signature
+            assert sig is not None
+            batching = BatchingConfig(
+                max_batch_size=task.batch_size,
+                max_queue_delay_s=task.max_queue_delay_ms / 1000.0,
+                preferred_batch_sizes=task.preferred_batch_sizes,
+            )
+            after = [e.target for e in plan.children(name)]
+
+            def remaining(after: list[str] = after) -> float:
+                return max((self.queues[t].expected_s() for t in after), default=0.0)
+
+            self.queues[name] = TaskQueue(
+                name,
+                sig.inputs,
+                sig.outputs,
+                batching,
+                ws,
+                clock,
+                self.metrics,
+                remaining,
+                self.drop,
+            )
+            for i, w in enumerate(ws):
+                self.metrics.add_instance(_instance_view(name, i, w))
+            self.models[name] = _TaskModel(
+                self.queues[name],
+                (1 - self.drop_margin) * task.latency_budget_ms / 1000.0,
+                clock,
+                name=name,
+                inputs=sig.inputs,
+                outputs=sig.outputs,
+                max_batch_size=task.batch_size,
+                batching=batching,
+                instances=task.instances,
+                platform="onnxruntime_onnx" if sig else "ridgeline",
+            )
+        runner = GraphRunner(plan, self.queues, clock, self.drop_margin)
+        sources = [self.queues[s] for s in runner.sources]
+        first = sources[0]
+        for q in sources[1:]:
+            if [(t.name, t.datatype) for t in q.inputs] != [
+                (t.name, t.datatype) for t in first.inputs
+            ]:
+                raise PlanError(
+                    f"source tasks {first.name!r} and {q.name!r} take different inputs; a "
+                    "pipeline's sources must share one input signature"
+                )
+        outputs = tuple(
+            TensorInfo(f"{s}.{t.name}", t.datatype, (-1, *t.shape[1:]))
+            for s in runner.sinks
+            for t in self.queues[s].outputs
+        )
+        self.models[plan.name] = _PipelineModel(
+            runner,
+            self.metrics,
+            self.drop,
+            name=plan.name,
+            inputs=tuple(TensorInfo(t.name, t.datatype, tuple(t.shape)) for t in first.inputs),
+            outputs=outputs,
+            max_batch_size=max(q.cfg.max_batch_size for q in sources) * 16,
+            batching=first.cfg,
+            instances=1,
+            platform="ridgeline_pipeline",
+        )
+
+    async def _warm(self, name: str) -> None:
+        """Batches of zeros through each instance of ``name`` before serving: the first
+        run of a model is slow (allocation, kernels), and the warm times of one row and
+        of a full batch are the drop policy's first execution model."""
+        queue = self.queues[name]
+        full = queue.cfg.max_batch_size
+        for worker in self.workers[name]:
+            await worker.run(self._zeros(queue, full))  # cold
+            times = {}
+            for rows in (1, full):
+                began = self.clock.now()
+                await worker.run(self._zeros(queue, rows))
+                times[rows] = self.clock.now() - began
+            model = ExecModel.from_warmup(times[1], full, times[full])
+            if model.time(full) > queue.exec.time(full):
+                queue.exec = model
+
+    @staticmethod
+    def _zeros(queue: TaskQueue, rows: int) -> dict[str, Array]:
+        return {
+            t.name: np.zeros((rows, *(max(d, 1) for d in t.shape[1:])), NUMPY_DTYPES[t.datatype])
+            for t in queue.inputs
+        }
+
+    async def _listen(self) -> None:
+        app = build_http_app(
+            self.models,
+            name=SERVER_NAME,
+            token=self.token,
+            max_body_bytes=self.max_body,
+            metrics=self.metrics.render,
+        )
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.25)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self._want_http, backlog=1024)
+        try:
+            await site.start()
+        except OSError as e:
+            raise ConfigError(
+                f"cannot bind HTTP to {self.host}:{self._want_http}: {e.strerror}; pick another "
+                "port (--port), or 0 for any free one"
+            ) from e
+        self.http_port = int(self._runner.addresses[0][1])
+        if self._want_grpc is not None:
+            self._grpc, self.grpc_port = await start_grpc_server(
+                self.models,
+                name=SERVER_NAME,
+                host=self.host,
+                port=self._want_grpc,
+                token=self.token,
+                max_message_bytes=self.max_body,
+            )
+
+    async def stop(self) -> None:
+        """Refuse new work, finish running batches, stop workers; safe to call twice."""
+        for q in self.queues.values():
+            await q.close()
+        if self._grpc is not None:
+            await self._grpc.stop(0.25)
+            self._grpc = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        await asyncio.gather(
+            *(w.stop() for ws in self.workers.values() for w in ws), return_exceptions=True
+        )
+
+    async def __aenter__(self) -> PlanServer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    @property
+    def http_url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.http_port}"
+
+    def model_url(self, model: str | None = None) -> str:
+        return f"{self.http_url}/v2/models/{model or self.plan.name}"
+
+
+def serve_plan_forever(
+    plan_path: Path | str,
+    *,
+    host: str = "127.0.0.1",
+    http_port: int = 8000,
+    grpc_port: int | None = 8001,
+    token: str | None = None,
+    zoo: Path | None = None,
+    drop: bool = True,
+    announce: Callable[[str], None] = print,
+) -> None:
+    """Serve the plan at ``plan_path`` until SIGINT or SIGTERM; ``announce`` the URLs."""
+    from ridgeline.fakeserver.server import run_coroutine
+    from ridgeline.pipeline.plan import load_plan
+
+    plan = load_plan(plan_path)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        server = PlanServer(
+            plan,
+            Path(plan_path).parent,
+            host=host,
+            http_port=http_port,
+            grpc_port=grpc_port,
+            token=token,
+            zoo=zoo,
+            drop=drop,
+        )
+        async with server:
+            lines = [f"serving plan {plan.name!r}: v2 HTTP {server.model_url()}"]
+            if server.grpc_port is not None:
+                lines.append(f"  v2 gRPC  {host}:{server.grpc_port} (model {plan.name!r})")
+            lines.append(f"  tasks    {', '.join(plan.tasks)} (each also a model)")
+            lines.append(f"  metrics  {server.http_url}/metrics")
+            announce("\n".join(lines))
+            await stop.wait()
+
+    run_coroutine(main())

@@ -1,0 +1,323 @@
+"""A multi-model Open Inference Protocol v2 server: HTTP (aiohttp) and gRPC (grpc.aio,
+Triton's ``GRPCInferenceService`` as tritonclient ships it), over any ``V2Model``.
+
+HTTP routes: ``/v2/health/{live,ready}``, ``/v2`` (server metadata), ``POST
+/v2/repository/index``, and per model ``/v2/models/NAME`` (metadata), ``.../ready``,
+``.../config`` (Triton model config), ``.../stats``, ``POST .../infer`` (each also under
+``/versions/1``), plus ``GET /metrics`` when given. gRPC: ServerLive, ServerReady,
+ModelReady, ServerMetadata, ModelMetadata, ModelConfig, ModelStatistics,
+RepositoryIndex, ModelInfer. So tritonclient and perf_analyzer drive it unchanged.
+
+Failures: a bad request is 400 / INVALID_ARGUMENT, an unknown model 404 / NOT_FOUND, a
+body over the bound 413 / RESOURCE_EXHAUSTED, a request the server drops because it can
+no longer meet its SLO 503 / UNAVAILABLE with a message starting "dropped", other
+refusals 503 / UNAVAILABLE, a failed execution 500 / INTERNAL, a bad token 401 /
+UNAUTHENTICATED. Every endpoint needs ``Authorization: Bearer TOKEN`` when a token is set.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Literal, Protocol
+
+import grpc
+import orjson
+from aiohttp import web
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
+
+from ridgeline import __version__
+from ridgeline.errors import ConfigError, RidgelineError
+from ridgeline.v2.grpc_codec import decode_request, encode_response
+from ridgeline.v2.http_codec import HEADER_LENGTH, Answer, error_answer, infer_answer, parse_infer
+from ridgeline.v2.spec import ModelSpec
+from ridgeline.v2.tensors import Array, InvalidRequest, decode_inputs
+
+VERSION = "1"
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+FailureKind = Literal["dropped", "unavailable", "internal"]
+
+
+class InferFailed(RidgelineError):
+    """A request the model could not answer: dropped (cannot meet its SLO), unavailable
+    (refused: full, shutting down) or internal (execution failed)."""
+
+    def __init__(self, kind: FailureKind, message: str) -> None:
+        self.kind = kind
+        super().__init__(f"dropped: {message}" if kind == "dropped" else message)
+
+
+class V2Model(ModelSpec, Protocol):
+    """What the server needs of a model."""
+
+    def metadata(self) -> dict[str, Any]: ...
+
+    def config(self) -> dict[str, Any]: ...
+
+    def statistics(self) -> dict[str, Any]: ...
+
+    async def infer(self, rows: int, arrays: list[Array]) -> list[Array]:
+        """The outputs, in the order of ``outputs``; raises ``InferFailed``."""
+        ...
+
+
+_HTTP_STATUS = {"dropped": 503, "unavailable": 503, "internal": 500}
+_GRPC_CODE = {
+    "dropped": grpc.StatusCode.UNAVAILABLE,
+    "unavailable": grpc.StatusCode.UNAVAILABLE,
+    "internal": grpc.StatusCode.INTERNAL,
+}
+
+
+def _json(doc: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(doc), status=status, content_type="application/json")
+
+
+def _web(answer: Answer) -> web.Response:
+    resp = web.Response(body=answer.body, status=answer.status, content_type=answer.content_type)
+    if answer.header_length is not None:
+        resp.headers[HEADER_LENGTH] = str(answer.header_length)
+    return resp
+
+
+def server_metadata(name: str) -> dict[str, Any]:
+    extensions = ["binary_tensor_data", "model_configuration", "statistics"]
+    return {"name": name, "version": __version__, "extensions": extensions}
+
+
+class _Routes:
+    def __init__(self, models: Mapping[str, V2Model], name: str, max_body: int) -> None:
+        self.models, self.name, self.max_body = models, name, max_body
+
+    def _model(self, request: web.Request) -> V2Model:
+        name = request.match_info["name"]
+        version = request.match_info.get("version", VERSION)
+        model = self.models.get(name)
+        if model is None or version != VERSION:
+            raise web.HTTPNotFound(
+                body=orjson.dumps(
+                    {
+                        "error": f"unknown model {name!r} version {version}; this server "
+                        f"serves {sorted(self.models)} version {VERSION}"
+                    }
+                ),
+                content_type="application/json",
+            )
+        return model
+
+    async def live(self, request: web.Request) -> web.Response:
+        return _json({"live": True})
+
+    async def ready(self, request: web.Request) -> web.Response:
+        return _json({"ready": True})
+
+    async def server(self, request: web.Request) -> web.Response:
+        return _json(server_metadata(self.name))
+
+    async def index(self, request: web.Request) -> web.Response:
+        return _json([{"name": n, "version": VERSION, "state": "READY"} for n in self.models])
+
+    async def metadata(self, request: web.Request) -> web.Response:
+        return _json(self._model(request).metadata())
+
+    async def model_ready(self, request: web.Request) -> web.Response:
+        return _json({"name": self._model(request).name, "ready": True})
+
+    async def config(self, request: web.Request) -> web.Response:
+        return _json(self._model(request).config())
+
+    async def stats(self, request: web.Request) -> web.Response:
+        if "name" in request.match_info:
+            return _json({"model_stats": [self._model(request).statistics()]})
+        return _json({"model_stats": [m.statistics() for m in self.models.values()]})
+
+    async def infer(self, request: web.Request) -> web.Response:
+        model = self._model(request)
+        length = request.content_length
+        if length is not None and length > self.max_body:
+            return _web(error_answer(f"request body over the bound of {self.max_body} bytes", 413))
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return _web(error_answer(f"request body over the bound of {self.max_body} bytes", 413))
+        try:
+            req = parse_infer(model, body, request.headers.get(HEADER_LENGTH))
+            rows, arrays = decode_inputs(model, req.inputs)
+        except InvalidRequest as e:
+            return _web(error_answer(str(e), 400))
+        try:
+            outputs = await model.infer(rows, arrays)
+        except InferFailed as e:
+            return _web(error_answer(str(e), _HTTP_STATUS[e.kind]))
+        return _web(infer_answer(model, req, outputs, VERSION))
+
+
+def _auth(token: str) -> Any:
+    expected = f"Bearer {token}".encode()
+
+    @web.middleware
+    async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+        given = request.headers.get("Authorization", "").encode()
+        if not hmac.compare_digest(given, expected):
+            resp = _json(
+                {"error": "missing or wrong bearer token; send Authorization: Bearer"}, 401
+            )
+            resp.headers["WWW-Authenticate"] = "Bearer"
+            return resp
+        return await handler(request)
+
+    return auth
+
+
+def build_http_app(
+    models: Mapping[str, V2Model],
+    *,
+    name: str,
+    token: str | None,
+    max_body_bytes: int,
+    metrics: Callable[[], tuple[bytes, str]] | None = None,
+) -> web.Application:
+    """The aiohttp app serving ``models``; ``metrics`` renders (body, content type)."""
+    app = web.Application(
+        client_max_size=max_body_bytes, middlewares=[] if token is None else [_auth(token)]
+    )
+    r = _Routes(models, name, max_body_bytes)
+    add = app.router
+    add.add_get("/v2/health/live", r.live)
+    add.add_get("/v2/health/ready", r.ready)
+    add.add_get("/v2", r.server)
+    add.add_post("/v2/repository/index", r.index)
+    add.add_get("/v2/models/stats", r.stats)
+    for base in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
+        add.add_get(base, r.metadata)
+        add.add_get(base + "/ready", r.model_ready)
+        add.add_get(base + "/config", r.config)
+        add.add_get(base + "/stats", r.stats)
+        add.add_post(base + "/infer", r.infer)
+    if metrics is not None:
+        render = metrics
+
+        async def serve_metrics(request: web.Request) -> web.Response:
+            body, content_type = render()
+            resp = web.Response(body=body)
+            resp.headers["Content-Type"] = content_type
+            return resp
+
+        add.add_get("/metrics", serve_metrics)
+    return app
+
+
+class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
+    def __init__(self, models: Mapping[str, V2Model], name: str) -> None:
+        self.models, self.name = models, name
+
+    async def _model(self, name: str, version: str, context: Any) -> V2Model:
+        model = self.models.get(name)
+        if model is None or version not in ("", VERSION):
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"unknown model {name!r} version {version or VERSION}; this server serves "
+                f"{sorted(self.models)} version {VERSION}",
+            )
+        assert model is not None
+        return model
+
+    async def ServerLive(self, request: Any, context: Any) -> Any:
+        return service_pb2.ServerLiveResponse(live=True)
+
+    async def ServerReady(self, request: Any, context: Any) -> Any:
+        return service_pb2.ServerReadyResponse(ready=True)
+
+    async def ModelReady(self, request: Any, context: Any) -> Any:
+        ready = request.name in self.models and request.version in ("", VERSION)
+        return service_pb2.ModelReadyResponse(ready=ready)
+
+    async def ServerMetadata(self, request: Any, context: Any) -> Any:
+        return json_format.ParseDict(
+            server_metadata(self.name), service_pb2.ServerMetadataResponse()
+        )
+
+    async def ModelMetadata(self, request: Any, context: Any) -> Any:
+        model = await self._model(request.name, request.version, context)
+        return json_format.ParseDict(model.metadata(), service_pb2.ModelMetadataResponse())
+
+    async def ModelConfig(self, request: Any, context: Any) -> Any:
+        model = await self._model(request.name, request.version, context)
+        config = json_format.ParseDict(model.config(), model_config_pb2.ModelConfig())
+        return service_pb2.ModelConfigResponse(config=config)
+
+    async def ModelStatistics(self, request: Any, context: Any) -> Any:
+        if request.name:
+            docs = [(await self._model(request.name, request.version, context)).statistics()]
+        else:
+            docs = [m.statistics() for m in self.models.values()]
+        return json_format.ParseDict({"model_stats": docs}, service_pb2.ModelStatisticsResponse())
+
+    async def RepositoryIndex(self, request: Any, context: Any) -> Any:
+        doc = {"models": [{"name": n, "version": VERSION, "state": "READY"} for n in self.models]}
+        return json_format.ParseDict(doc, service_pb2.RepositoryIndexResponse())
+
+    async def ModelInfer(self, request: Any, context: Any) -> Any:
+        model = await self._model(request.model_name, request.model_version, context)
+        try:
+            rows, arrays, wanted = decode_request(model, request)
+        except InvalidRequest as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        try:
+            outputs = await model.infer(rows, arrays)
+        except InferFailed as e:
+            await context.abort(_GRPC_CODE[e.kind], str(e))
+        return encode_response(model, request, outputs, wanted, VERSION)
+
+
+class _TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    def __init__(self, token: str) -> None:
+        self._expected = f"Bearer {token}".encode()
+
+        async def deny(request: Any, context: Any) -> None:
+            await context.abort(
+                grpc.StatusCode.UNAUTHENTICATED,
+                "missing or wrong bearer token; send metadata authorization: Bearer <token>",
+            )
+
+        self._deny = grpc.unary_unary_rpc_method_handler(deny)
+
+    async def intercept_service(
+        self, continuation: Callable[[Any], Awaitable[Any]], details: Any
+    ) -> Any:
+        meta = dict(details.invocation_metadata or ())
+        given = str(meta.get("authorization", "")).encode()
+        if hmac.compare_digest(given, self._expected):
+            return await continuation(details)
+        return self._deny
+
+
+async def start_grpc_server(
+    models: Mapping[str, V2Model],
+    *,
+    name: str,
+    host: str,
+    port: int,
+    token: str | None,
+    max_message_bytes: int,
+) -> tuple[Any, int]:
+    """Start a grpc.aio server for ``models`` on ``host:port`` (0: any); (server, port)."""
+    server = grpc.aio.server(
+        interceptors=[] if token is None else [_TokenInterceptor(token)],
+        options=[
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", -1),
+            ("grpc.so_reuseport", 0),
+        ],
+    )
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(_Servicer(models, name), server)
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError:
+        bound = 0
+    if bound == 0:
+        raise ConfigError(f"cannot bind gRPC to {address}; is the port taken? Pick another or 0")
+    await server.start()
+    return server, int(bound)

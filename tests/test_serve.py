@@ -1,0 +1,415 @@
+"""The serving runtime: plans, the drop policy, a task queue's batching, and a served
+pipeline driven by tritonclient and by the load engine on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc.aio as tgrpc
+import tritonclient.http.aio as thttp
+
+from ridgeline.clock import MonotonicClock
+from ridgeline.errors import PlanError
+from ridgeline.loadgen.records import Outcome
+from ridgeline.loadgen.schedule import from_arrival
+from ridgeline.loadgen.step import StepConfig, measure_step
+from ridgeline.pipeline.plan import Plan, dump_plan, load_plan
+from ridgeline.policies.batching import BatchingConfig
+from ridgeline.serve.backends import TensorInfo
+from ridgeline.serve.batcher import TaskQueue
+from ridgeline.serve.dropping import (
+    ExecModel,
+    TaskTiming,
+    expected_remaining_s,
+    expected_wait_s,
+    should_drop,
+)
+from ridgeline.serve.graph import adapt
+from ridgeline.serve.metrics import ServeMetrics
+from ridgeline.serve.runtime import PlanServer
+from ridgeline.workload.arrivals import parse_arrival
+
+TASK = {"segment": {"kind": "cpu", "cores": 1}, "latency_budget_ms": 100}
+
+
+def synthetic(base_ms: float, per_item_ms: float, **kw: Any) -> dict[str, Any]:
+    return {
+        "variant": "synthetic",
+        "synthetic": {"base_ms": base_ms, "per_item_ms": per_item_ms},
+        **TASK,
+        **kw,
+    }
+
+
+def three_task_plan(slo_ms: float = 400, **detect: Any) -> dict[str, Any]:
+    """A detector (3 objects per frame) feeding two classifiers."""
+    return {
+        "name": "traffic",
+        "slo_ms": slo_ms,
+        "tasks": {
+            "detect": synthetic(5, 1, batch_size=8, max_queue_delay_ms=5, **detect),
+            "car": synthetic(3, 0.5, batch_size=16, max_queue_delay_ms=5),
+            "face": synthetic(3, 0.5, batch_size=16, max_queue_delay_ms=5),
+        },
+        "edges": [
+            {"source": "detect", "target": "car", "factor": 3},
+            {"source": "detect", "target": "face", "factor": 1.5},
+        ],
+    }
+
+
+# --- the plan ---------------------------------------------------------------------------
+
+
+def test_a_plan_round_trips_through_yaml(tmp_path: Path) -> None:
+    plan = Plan.model_validate(three_task_plan())
+    path = tmp_path / "plan.yaml"
+    path.write_text(dump_plan(plan))
+    assert load_plan(path) == plan
+    assert plan.sources() == ["detect"]
+    assert (plan.arrival_factor("car"), plan.arrival_factor("face")) == (3.0, 1.5)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {
+                "edges": [
+                    {"source": "car", "target": "detect"},
+                    {"source": "detect", "target": "car"},
+                ]
+            },
+            "cycle: car -> detect -> car",
+        ),
+        ({"edges": [{"source": "detect", "target": "nope"}]}, "names task 'nope'"),
+        ({"slo_ms": 150}, "path detect -> car has latency budgets summing to 200 ms"),
+    ],
+)
+def test_a_bad_plan_names_the_problem_and_the_fix(
+    tmp_path: Path, change: dict[str, Any], message: str
+) -> None:
+    doc = {**three_task_plan(), **change}
+    path = tmp_path / "plan.yaml"
+    path.write_text(_yaml(doc))
+    with pytest.raises(PlanError, match=re.escape(message)):
+        load_plan(path)
+
+
+def test_a_batch_over_the_models_limit_is_refused_at_load(tmp_path: Path) -> None:
+    doc = three_task_plan()
+    doc["tasks"]["car"]["batch_size"] = 128  # the synthetic model allows 64
+    path = tmp_path / "plan.yaml"
+    path.write_text(_yaml(doc))
+    with pytest.raises(PlanError, match=r"tasks\.car: .*batch_size 128 is over .* 64; lower it"):
+        load_plan(path)
+
+
+def _yaml(doc: dict[str, Any]) -> str:
+    import yaml
+
+    return yaml.safe_dump(doc)
+
+
+def test_a_missing_artifact_is_named_at_start(tmp_path: Path) -> None:
+    doc = three_task_plan()
+    doc["tasks"]["car"] = {**TASK, "variant": "resnet", "artifact": "models/missing.onnx"}
+    plan = Plan.model_validate(doc)
+
+    async def start() -> None:
+        async with PlanServer(plan, tmp_path, http_port=0, grpc_port=None):
+            pass
+
+    with pytest.raises(PlanError, match=r"tasks\.car\.artifact: .*missing\.onnx does not exist"):
+        asyncio.run(start())
+
+
+# --- the drop policy (pure) -------------------------------------------------------------
+
+
+def test_expected_wait_counts_full_batches_ahead_and_the_queue_delay() -> None:
+    t = TaskTiming(
+        ExecModel(0.010), queued_rows=9, batch_size=4, instances=1, max_queue_delay_s=0.005
+    )
+    # 2 full batches ahead (20 ms), and its own batch (9 % 4 + 1 = 2 rows) will not fill
+    assert expected_wait_s(t) == pytest.approx(0.025)
+    t2 = TaskTiming(
+        ExecModel(0.010), queued_rows=11, batch_size=4, instances=2, max_queue_delay_s=0.005
+    )
+    # 2 full batches over 2 instances: one round; its batch fills (11 % 4 + 1 = 4)
+    assert expected_wait_s(t2) == pytest.approx(0.010)
+
+
+def test_a_busy_instance_adds_half_a_batch() -> None:
+    t = TaskTiming(
+        ExecModel(0.010), queued_rows=3, batch_size=4, instances=1, max_queue_delay_s=0.0, busy=1
+    )
+    assert expected_wait_s(t) == pytest.approx(0.005)
+
+
+def test_the_exec_model_fits_warmup_and_scales_up_fast_down_slowly() -> None:
+    m = ExecModel.from_warmup(0.012, 8, 0.026)  # 1 row 12 ms, 8 rows 26 ms: 10 + 2/row
+    assert (m.time(1), m.time(8)) == (pytest.approx(0.012), pytest.approx(0.026))
+    slow = m.observe(4, 0.036)  # modelled 18 ms, took 36: scale 1 -> 1.5
+    assert slow.scale == pytest.approx(1.5)
+    assert slow.observe(4, 0.018).scale == pytest.approx(1.5 - 0.05 * 0.5)
+
+
+def test_expected_remaining_follows_the_longest_path() -> None:
+    idle = TaskTiming(ExecModel(0.010), 0, 4, 1, 0.0)
+    slow = TaskTiming(ExecModel(0.030), 0, 4, 1, 0.0)
+    timings = {"a": idle, "b": idle, "c": slow}
+    children = {"a": ["b", "c"], "b": [], "c": []}
+    assert expected_remaining_s("a", timings, children) == pytest.approx(0.040)
+    assert should_drop(0.0, 0.039, 0.040) and not should_drop(0.0, 0.040, 0.040)
+
+
+# --- a task queue in-process -------------------------------------------------------------
+
+
+class Held:
+    """An instance that records batch sizes and holds each batch until released."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+        self.release = asyncio.Event()
+
+    async def run(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        self.sizes.append(len(inputs["X"]))
+        await self.release.wait()
+        return {"Y": inputs["X"] * 2}
+
+
+async def test_requests_queued_behind_a_busy_instance_go_as_one_batch() -> None:
+    spec = [TensorInfo("X", "FP32", (-1, 2))]
+    out = [TensorInfo("Y", "FP32", (-1, 2))]
+    inst = Held()
+    q = TaskQueue(
+        "t",
+        spec,
+        out,
+        BatchingConfig(max_batch_size=4),
+        [inst],
+        MonotonicClock(),
+        ServeMetrics(lambda: 1.0),
+    )
+    far = MonotonicClock().now() + 60
+    futures = [q.submit(1, [np.full((1, 2), i, np.float32)], far) for i in range(6)]
+    await asyncio.sleep(0)
+    inst.release.set()
+    answers = await asyncio.gather(*futures)
+    assert inst.sizes == [1, 4, 1]  # the first goes alone, the next four wait together
+    assert [float(a[0][0, 0]) for a in answers] == [0, 2, 4, 6, 8, 10]
+
+
+async def test_a_request_that_cannot_make_its_deadline_is_dropped_at_once() -> None:
+    spec = [TensorInfo("X", "FP32", (-1, 2))]
+    inst = Held()
+    q = TaskQueue(
+        "t",
+        spec,
+        [TensorInfo("Y", "FP32", (-1, 2))],
+        BatchingConfig(max_batch_size=1),
+        [inst],
+        MonotonicClock(),
+        ServeMetrics(lambda: 1.0),
+    )
+    q.exec = ExecModel(0.050)  # measured: a batch takes 50 ms
+    now = MonotonicClock().now()
+    first = q.submit(1, [np.zeros((1, 2), np.float32)], now + 10)
+    await asyncio.sleep(0)
+    # the instance is busy: expected 25 ms (half a batch) + 50 ms, over 60 ms
+    late = q.submit(1, [np.zeros((1, 2), np.float32)], now + 0.060)
+    with pytest.raises(Exception, match="dropped: cannot meet SLO at task 't'"):
+        await late
+    inst.release.set()
+    await first
+
+
+def test_adapt_reshapes_a_parents_outputs_into_a_childs_inputs() -> None:
+    parent = [np.arange(6, dtype=np.float32).reshape(1, 6)]
+    images, ids = adapt(
+        parent, 2, [TensorInfo("img", "FP32", (-1, 4)), TensorInfo("ids", "INT64", (-1, 3))]
+    )
+    assert images.tolist() == [[0, 1, 2, 3], [4, 5, 0, 1]]
+    assert ids.dtype == np.int64 and ids.tolist() == [[0, 1, 1], [1, 1, 1]]
+
+
+# --- a served pipeline -------------------------------------------------------------------
+
+
+@pytest.fixture
+async def served(tmp_path: Path) -> AsyncIterator[PlanServer]:
+    async with PlanServer(
+        Plan.model_validate(three_task_plan()), tmp_path, http_port=0, grpc_port=0
+    ) as server:
+        yield server
+
+
+def expected_pipeline(x: np.ndarray) -> dict[str, np.ndarray]:
+    """Synthetic tasks answer 2·input; children get the parent's answer adapted."""
+    det = 2 * x
+    spec = [TensorInfo("INPUT0", "FP32", (-1, 16))]
+    car = 2 * adapt([det], math.floor(len(x) * 3), spec)[0]
+    face = 2 * adapt([det], math.floor(len(x) * 1.5), spec)[0]
+    return {"car.OUTPUT0": car, "face.OUTPUT0": face}
+
+
+async def test_tritonclient_http_infers_the_pipeline_and_a_task(served: PlanServer) -> None:
+    client = thttp.InferenceServerClient(served.http_url.removeprefix("http://"))
+    try:
+        x = np.arange(32, dtype=np.float32).reshape(2, 16)
+        inp = thttp.InferInput("INPUT0", [2, 16], "FP32")
+        inp.set_data_from_numpy(x)
+        result = await client.infer("traffic", [inp])
+        for name, want in expected_pipeline(x).items():
+            np.testing.assert_allclose(result.as_numpy(name), want)
+        task = await client.infer("detect", [inp])
+        np.testing.assert_allclose(task.as_numpy("OUTPUT0"), 2 * x)
+        config = await client.get_model_config("detect")
+        assert config["max_batch_size"] == 8
+        assert config["dynamic_batching"]["max_queue_delay_microseconds"] == 5000
+        meta = await client.get_model_metadata("traffic")
+        assert [o["name"] for o in meta["outputs"]] == ["car.OUTPUT0", "face.OUTPUT0"]
+    finally:
+        await client.close()
+
+
+async def test_tritonclient_grpc_infers_the_pipeline(served: PlanServer) -> None:
+    client = tgrpc.InferenceServerClient(f"127.0.0.1:{served.grpc_port}")
+    try:
+        x = np.ones((1, 16), dtype=np.float32)
+        inp = tgrpc.InferInput("INPUT0", [1, 16], "FP32")
+        inp.set_data_from_numpy(x)
+        result = await client.infer("traffic", [inp])
+        for name, want in expected_pipeline(x).items():
+            np.testing.assert_allclose(result.as_numpy(name), want)
+        config = await client.get_model_config("car", as_json=True)
+        assert int(config["config"]["max_batch_size"]) == 16
+    finally:
+        await client.close()
+
+
+async def test_a_bad_request_gets_the_protocols_error_and_serving_goes_on(
+    served: PlanServer,
+) -> None:
+    client = thttp.InferenceServerClient(served.http_url.removeprefix("http://"))
+    try:
+        bad = thttp.InferInput("INPUT0", [1, 15], "FP32")
+        bad.set_data_from_numpy(np.zeros((1, 15), np.float32))
+        with pytest.raises(Exception, match="shape"):
+            await client.infer("traffic", [bad])
+        good = thttp.InferInput("INPUT0", [1, 16], "FP32")
+        good.set_data_from_numpy(np.zeros((1, 16), np.float32))
+        assert (await client.infer("detect", [good])).as_numpy("OUTPUT0").shape == (1, 16)
+    finally:
+        await client.close()
+
+
+def metric_sum(text: str, name: str, task: str) -> float:
+    m = re.search(rf'^{name}\{{task="{task}"\}} (\S+)$', text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+async def load(url: str, rate: float, seconds: float) -> Any:
+    sched = from_arrival(parse_arrival("poisson", rate), seconds)
+    return await measure_step(url, sched, StepConfig())
+
+
+@pytest.mark.slow
+async def test_batching_at_load_and_drops_under_a_tight_slo(tmp_path: Path) -> None:
+    """At a fixed rate the detector batches (mean batch > 1). With an SLO tighter than a
+    busy detector allows, requests are dropped at once and those answered stay within
+    the SLO."""
+    import aiohttp
+
+    async with PlanServer(
+        Plan.model_validate(three_task_plan()), tmp_path, http_port=0, grpc_port=None
+    ) as server:
+        step = await load(server.model_url(), 300.0, 3.0)
+        async with aiohttp.ClientSession() as s, s.get(f"{server.http_url}/metrics") as r:
+            text = await r.text()
+        batches = metric_sum(text, "ridgeline_task_batch_size_count", "detect")
+        rows = metric_sum(text, "ridgeline_task_batch_size_sum", "detect")
+        assert step.summary.ok == step.summary.sent and batches > 0
+        assert rows / batches > 1.0
+
+    slo = 60.0  # a detector batch of 8 alone takes 26 ms, and the classifiers follow
+    tight = three_task_plan(slo_ms=slo)
+    for t in tight["tasks"].values():
+        t["latency_budget_ms"] = 30
+    tight["tasks"]["detect"]["synthetic"] = {"base_ms": 10, "per_item_ms": 2}
+    async with PlanServer(
+        Plan.model_validate(tight), tmp_path, http_port=0, grpc_port=None
+    ) as server:
+        step = await load(server.model_url(), 250.0, 3.0)
+    rec = step.records
+    ok = rec.outcome == int(Outcome.OK)
+    assert step.summary.dropped > 0.1 * step.summary.sent
+    assert step.summary.errors == 0
+    assert np.percentile(rec.latency_from_schedule[ok], 99) * 1000 <= slo
+
+
+# --- the zoo's real models, from the example plan ----------------------------------------
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "plans" / "traffic-cpu.yaml"
+
+
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from ridgeline.zoo import build_zoo
+
+    out = tmp_path_factory.mktemp("zoo")
+    build_zoo(out, ["detector", "classifier", "face"])
+    return out
+
+
+@pytest.mark.slow
+async def test_the_example_plan_batches_at_load_and_drops_under_a_tight_slo(zoo: Path) -> None:
+    """detector → car and face classifiers, real ONNX on CPU. At a fixed rate the
+    detector forms batches (mean > 1); with a tight SLO, drops rise and the answered
+    requests stay within it."""
+    import aiohttp
+
+    plan = load_plan(EXAMPLE)
+    async with PlanServer(plan, EXAMPLE.parent, http_port=0, grpc_port=0, zoo=zoo) as server:
+        client = tgrpc.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+        try:
+            frame = tgrpc.InferInput("images", [1, 3, 320, 320], "FP32")
+            frame.set_data_from_numpy(np.zeros((1, 3, 320, 320), np.float32))
+            result = await client.infer("traffic", [frame])
+            assert result.as_numpy("car.logits").shape == (2, 1000)  # factor 2
+            assert result.as_numpy("face.embedding").shape == (1, 512)
+        finally:
+            await client.close()
+        step = await load(server.model_url(), 60.0, 4.0)
+        async with aiohttp.ClientSession() as s, s.get(f"{server.http_url}/metrics") as r:
+            text = await r.text()
+    batches = metric_sum(text, "ridgeline_task_batch_size_count", "detect")
+    rows = metric_sum(text, "ridgeline_task_batch_size_sum", "detect")
+    assert step.summary.errors == 0 and rows / batches > 1.0
+    loose_drops = step.summary.dropped
+
+    slo = 120.0
+    tight = plan.model_copy(
+        update={
+            "slo_ms": slo,
+            "tasks": {
+                n: t.model_copy(update={"latency_budget_ms": 60.0}) for n, t in plan.tasks.items()
+            },
+        }
+    )
+    async with PlanServer(tight, EXAMPLE.parent, http_port=0, grpc_port=None, zoo=zoo) as server:
+        step = await load(server.model_url(), 60.0, 4.0)
+    rec = step.records
+    ok = rec.outcome == int(Outcome.OK)
+    assert step.summary.errors == 0
+    assert step.summary.dropped > max(loose_drops, 0.05 * step.summary.sent)
+    assert np.percentile(rec.latency_from_schedule[ok], 99) * 1000 <= slo
