@@ -5,7 +5,7 @@ import ridgeline
 
 def test_all_is_pinned_and_every_name_resolves() -> None:
     assert ridgeline.__all__ == sorted(ridgeline.__all__)
-    assert len(ridgeline.__all__) == 51
+    assert len(ridgeline.__all__) == 55
     for name in ridgeline.__all__:
         assert getattr(ridgeline, name) is not None, name
     assert all(not name.startswith("_") for name in ridgeline.__all__)

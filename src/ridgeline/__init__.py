@@ -15,6 +15,7 @@ __version__ = "0.1.0"  # before the imports: submodules read it
 from ridgeline.capacity import allocate
 from ridgeline.errors import (
     ConfigError,
+    PlanError,
     RidgelineError,
     RunInterrupted,
     StoreError,
@@ -31,11 +32,13 @@ from ridgeline.loadgen.runloop import run_coroutine
 from ridgeline.loadgen.schedule import Schedule, from_arrival, from_trace
 from ridgeline.loadgen.step import StepConfig, StepResult, measure_step, run_step
 from ridgeline.loadgen.validity import ValidityConfig, assess_validity
+from ridgeline.pipeline.plan import Plan, load_plan
 from ridgeline.policies.batching import BatchingConfig
 from ridgeline.probe.api import make_driver, run_probe
 from ridgeline.probe.drivers import NetworkDriver, SimDriver
 from ridgeline.probe.orchestrator import ProbeConfig, ProbeResult, probe
 from ridgeline.search import CapacityEstimate, parse_strategy
+from ridgeline.serve.runtime import PlanServer
 from ridgeline.targets import Reply, Target, make_target
 from ridgeline.telemetry.store import RunStore
 from ridgeline.telemetry.summary import StepSummary
@@ -51,6 +54,9 @@ __all__ = [
     "LatencyModel",
     "NetworkDriver",
     "Outcome",
+    "Plan",
+    "PlanError",
+    "PlanServer",
     "ProbeConfig",
     "ProbeResult",
     "Progress",
@@ -81,6 +87,7 @@ __all__ = [
     "capacity_rps",
     "from_arrival",
     "from_trace",
+    "load_plan",
     "load_preset",
     "make_driver",
     "make_target",
