@@ -413,3 +413,50 @@ async def test_the_example_plan_batches_at_load_and_drops_under_a_tight_slo(zoo:
     assert step.summary.errors == 0
     assert step.summary.dropped > max(loose_drops, 0.05 * step.summary.sent)
     assert np.percentile(rec.latency_from_schedule[ok], 99) * 1000 <= slo
+
+
+# --- a worker crash, a token, a body bound ----------------------------------------------
+
+
+def doubler_plan(**extra: Any) -> Plan:
+    task = {**TASK, "variant": "doubler", "python": {"target": "_serve_backends:Doubler"}}
+    return Plan.model_validate({"name": "p", "slo_ms": 1000, "tasks": {"double": task}, **extra})
+
+
+async def test_a_crashed_worker_fails_its_batch_restarts_and_serving_goes_on(
+    tmp_path: Path,
+) -> None:
+    from _serve_backends import CRASH
+
+    async with PlanServer(doubler_plan(), tmp_path, http_port=0, grpc_port=None) as server:
+        client = thttp.InferenceServerClient(server.http_url.removeprefix("http://"))
+        try:
+            x = thttp.InferInput("X", [1, 4], "FP32")
+            x.set_data_from_numpy(np.full((1, 4), CRASH, np.float32))
+            with pytest.raises(Exception, match="exit code 3"):
+                await asyncio.wait_for(client.infer("double", [x]), 10)
+            x.set_data_from_numpy(np.ones((1, 4), np.float32))
+            answer = await asyncio.wait_for(client.infer("double", [x]), 30)
+            np.testing.assert_allclose(answer.as_numpy("Y"), 2 * np.ones((1, 4)))
+        finally:
+            await client.close()
+        assert server.workers["double"][0].restarts == 1
+
+
+async def test_the_token_guards_every_endpoint_and_bodies_are_bounded(tmp_path: Path) -> None:
+    import aiohttp
+
+    plan = doubler_plan()
+    async with PlanServer(
+        plan, tmp_path, http_port=0, grpc_port=None, token="s3cret", max_body_bytes=1024
+    ) as server:
+        async with aiohttp.ClientSession() as s:
+            async with s.get(f"{server.http_url}/v2/models/double/config") as r:
+                assert r.status == 401
+            auth = {"Authorization": "Bearer s3cret"}
+            async with s.get(f"{server.http_url}/v2/models/double/config", headers=auth) as r:
+                assert r.status == 200
+            big = b'{"inputs": [' + b" " * 2048 + b"]}"
+            async with s.post(f"{server.model_url('double')}/infer", data=big, headers=auth) as r:
+                assert r.status == 413
+        assert server.host == "127.0.0.1"

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -108,6 +108,13 @@ class SyntheticModel(_Frozen):
     outputs: tuple[TensorDecl, ...] = (TensorDecl(name="OUTPUT0"),)
 
 
+class PythonModel(_Frozen):
+    """Any importable backend class (``package.module:Class``), called with ``options``."""
+
+    target: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
 class TaskPlan(_Frozen):
     """What one task runs, on what, with what batching, in what budget."""
 
@@ -116,6 +123,7 @@ class TaskPlan(_Frozen):
         None, description="ONNX file (relative to the plan file); default: the zoo's"
     )
     synthetic: SyntheticModel | None = Field(None, description="a latency model instead")
+    python: PythonModel | None = Field(None, description="a Python backend class instead")
     segment: Segment = Field(default_factory=CpuSegment)
     batch_size: int = Field(1, ge=1, le=4096, description="largest batch")
     max_queue_delay_ms: float = Field(0.0, ge=0, le=60_000, description="batching delay")
@@ -125,8 +133,11 @@ class TaskPlan(_Frozen):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        if self.artifact is not None and self.synthetic is not None:
-            raise ValueError("give either artifact or synthetic, not both")
+        given = [k for k in ("artifact", "synthetic", "python") if getattr(self, k) is not None]
+        if len(given) > 1:
+            raise ValueError(
+                f"give one of artifact, synthetic or python, not {' and '.join(given)}"
+            )
         if self.synthetic is not None and self.batch_size > self.synthetic.max_batch_size:
             raise ValueError(
                 f"batch_size {self.batch_size} is over the synthetic model's "

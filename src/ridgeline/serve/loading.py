@@ -27,7 +27,12 @@ from pathlib import Path
 from ridgeline.errors import PlanError
 from ridgeline.fakeserver.model import TensorSpec
 from ridgeline.pipeline.plan import CpuSegment, Plan, TaskPlan, TensorDecl
-from ridgeline.serve.backends import BackendConfig, OnnxBackendConfig, SyntheticBackendConfig
+from ridgeline.serve.backends import (
+    BackendConfig,
+    OnnxBackendConfig,
+    PythonBackendConfig,
+    SyntheticBackendConfig,
+)
 from ridgeline.serve.workers import Placement
 
 
@@ -88,6 +93,8 @@ def _backend(name: str, task: TaskPlan, plan_dir: Path, zoo: Path) -> BackendCon
                 TensorSpec(name=t.name, datatype=t.datatype, shape=t.shape) for t in s.outputs
             ),
         )
+    if task.python is not None:
+        return PythonBackendConfig(target=task.python.target, options=task.python.options)
     if task.artifact is not None:
         path = (plan_dir / task.artifact).resolve()
         if not path.is_file():
