@@ -17,3 +17,15 @@ def add_rows(heading: str, comment: str, rows: list[str], doc: Path = DOC) -> No
         end -= 1
     lines[end:end] = [f"<!-- {comment} -->", *rows]
     doc.write_text("\n".join(lines) + "\n")
+
+
+def ensure_section(heading: str, intro: list[str], doc: Path = DOC) -> None:
+    """Append the section ``heading`` with ``intro`` (its methodology and table header)
+    at the end of the doc, unless a line already starts with ``heading``."""
+    lines = doc.read_text().splitlines()
+    if any(line.startswith(heading) for line in lines):
+        return
+    while lines and not lines[-1].strip():
+        lines.pop()
+    lines += ["", heading, "", *intro]
+    doc.write_text("\n".join(lines) + "\n")

@@ -1,0 +1,158 @@
+"""The three servers, each as a context manager that starts it in its own process group,
+waits until its model is ready, yields its endpoint, and stops it all on the way out.
+
+Every server gets the same work: the same ONNX file, one onnxruntime session (CPU,
+``threads`` intra-op threads, one inter-op thread) in one worker process beside its HTTP
+front end, and dynamic batching of at most ``batch`` requests within ``delay_ms``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from _serve_peers.procs import free_port, running
+from _serve_peers.venv import BenchEnv
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Serving:
+    """What every server serves, and how."""
+
+    model: str
+    onnx: Path
+    zoo: Path
+    inputs: list[dict[str, object]]
+    outputs: list[dict[str, object]]
+    batch: int
+    delay_ms: float
+    threads: int
+    work: Path
+
+    def env(self) -> dict[str, str]:
+        return {
+            "OMP_NUM_THREADS": str(self.threads),
+            "RIDGELINE_BENCH_THREADS": str(self.threads),
+            "PYTHONPATH": str(HERE),
+        }
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    name: str
+    http_port: int
+    grpc_port: int | None
+    model: str
+    config: str
+    """How it was configured, in a few words."""
+
+    @property
+    def model_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}/v2/models/{self.model}"
+
+
+def _ready(port: int, model: str) -> str:
+    return f"http://127.0.0.1:{port}/v2/models/{model}/ready"
+
+
+@contextlib.contextmanager
+def ridgeline(s: Serving, loop: str = "asyncio") -> Iterator[Endpoint]:
+    """``PlanServer`` on a one-task plan (``_serve_peers/ridgeline_app.py``), early
+    dropping off (neither peer drops), its worker pinned to one core."""
+    plan = s.work / "ridgeline-plan.yaml"
+    plan.write_text(
+        f"name: serve-bench\nslo_ms: 50\ntasks:\n  {s.model}:\n"
+        f"    variant: {s.model}\n"
+        f"    segment: {{kind: cpu, cores: 1, threads: {s.threads}}}\n"
+        f"    batch_size: {s.batch}\n    max_queue_delay_ms: {s.delay_ms:g}\n"
+        "    instances: 1\n    latency_budget_ms: 50\n"
+    )
+    http, grpc = free_port(), free_port()
+    cmd = [sys.executable, str(HERE / "ridgeline_app.py"), str(plan), "--zoo", str(s.zoo)]
+    cmd += ["--port", str(http), "--grpc-port", str(grpc), "--loop", loop]
+    with running(cmd, ready_url=_ready(http, s.model), log=s.work / "ridgeline.log", env=s.env()):
+        yield Endpoint(
+            "ridgeline",
+            http,
+            grpc,
+            s.model,
+            f"PlanServer ({loop} loop), batch ≤ {s.batch} in {s.delay_ms:g} ms, no dropping",
+        )
+
+
+@contextlib.contextmanager
+def mlserver(s: Serving, bench: BenchEnv) -> Iterator[Endpoint]:
+    """``mlserver start DIR``: the custom runtime (``_serve_peers/mlserver_runtime.py``)
+    in one parallel worker, adaptive batching on."""
+    root = s.work / "mlserver"
+    (root / s.model).mkdir(parents=True, exist_ok=True)
+    http, grpc, metrics = free_port(), free_port(), free_port()
+    settings = {
+        "debug": False,
+        "host": "127.0.0.1",
+        "http_port": http,
+        "grpc_port": grpc,
+        "metrics_port": metrics,
+        "parallel_workers": 1,
+    }
+    (root / "settings.json").write_text(json.dumps(settings))
+    model_settings = {
+        "name": s.model,
+        "implementation": "mlserver_runtime.OnnxRuntimeModel",
+        "parameters": {"uri": str(s.onnx)},
+        "inputs": s.inputs,
+        "outputs": s.outputs,
+        "max_batch_size": s.batch,
+        "max_batch_time": s.delay_ms / 1000,
+    }
+    (root / s.model / "model-settings.json").write_text(json.dumps(model_settings))
+    cmd = [str(bench.bin("mlserver")), "start", str(root)]
+    with running(
+        cmd, ready_url=_ready(http, s.model), log=s.work / "mlserver.log", env=s.env(), cwd=root
+    ):
+        yield Endpoint(
+            "MLServer",
+            http,
+            grpc,
+            s.model,
+            f"parallel_workers 1, max_batch_size {s.batch}, max_batch_time {s.delay_ms:g} ms",
+        )
+
+
+@contextlib.contextmanager
+def ray_serve(s: Serving, bench: BenchEnv) -> Iterator[Endpoint]:
+    """One Ray Serve replica (``_serve_peers/ray_app.py``) on a local Ray of 2 CPUs;
+    stopped with SIGINT, on which it shuts Serve and Ray down itself."""
+    http = free_port()
+    temp = Path(tempfile.mkdtemp(prefix="rl-ray-", dir="/tmp"))  # short: Ray's socket paths
+    cmd = [str(bench.python), str(HERE / "ray_app.py"), str(s.onnx), "--name", s.model]
+    cmd += ["--port", str(http), "--batch", str(s.batch), "--delay-ms", f"{s.delay_ms:g}"]
+    cmd += ["--temp-dir", str(temp)]
+    env = {**s.env(), "RAY_USAGE_STATS_ENABLED": "0"}
+    try:
+        with running(
+            cmd,
+            ready_url=_ready(http, s.model),
+            log=s.work / "ray.log",
+            env=env,
+            start_timeout_s=300,
+            stop_signal=signal.SIGINT,
+        ):
+            yield Endpoint(
+                "Ray Serve",
+                http,
+                None,
+                s.model,
+                f"1 replica, @serve.batch({s.batch}, {s.delay_ms:g} ms), inference in a thread",
+            )
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)

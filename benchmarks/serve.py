@@ -1,0 +1,293 @@
+"""Serving-runtime benchmark (issue: ridgeline serve vs MLServer vs Ray Serve, and
+perf_analyzer). Not a test: `.venv/bin/python benchmarks/serve.py`.
+
+1. The same ONNX model (efficientnet-b0 from the zoo) served by ridgeline serve, by
+   MLServer (a custom runtime on the same onnxruntime session) and by Ray Serve (a
+   deployment on the same session), one server up at a time, in the same run; each gets
+   one worker process running one session (CPU, 1 intra-op thread) and dynamic batching
+   of at most 8 requests within 5 ms (``_serve_peers/servers.py``).
+2. For each: the maximum throughput at p99 ≤ 50 ms (from the schedule) and errors <
+   0.1 %, found by ridgeline's probe (binary search, Poisson arrivals, warmup, a long
+   confirmation) over v2 HTTP with the same JSON request — goal: ridgeline ≥ 1.5× MLServer.
+3. perf_analyzer (tritonclient 2.48) driving ridgeline serve over HTTP and gRPC at the
+   rate ridgeline's probe found, beside ridgeline's own step at that rate.
+
+The peers live in their own venv, `.bench-venv/`, made on first use
+(``_serve_peers/venv.py`` says what goes in and why); a peer that cannot be installed or
+started here is reported in the rows with the reason, and the others are still measured.
+Rows go to docs/benchmarks.md unless RIDGELINE_BENCH_NO_WRITE=1.
+
+Settings: RIDGELINE_BENCH_DURATION (step length, s; default 10),
+RIDGELINE_BENCH_CONFIRM_REQUESTS (a confirmation's requests at least; default 10000,
+0: three step lengths), RIDGELINE_BENCH_WARMUP_MAX_S (default 90; 0: no warmup),
+RIDGELINE_BENCH_PEERS (default ridgeline,mlserver,ray), RIDGELINE_BENCH_LOOP (ridgeline's
+event loop: asyncio, the default, or uvloop — see ``_serve_peers/ridgeline_app.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from datetime import UTC, datetime
+from pathlib import Path
+
+from _doc import DOC, add_rows, ensure_section
+from _serve_peers import servers
+from _serve_peers.perf_analyzer import PaResult, PerfAnalyzer, find_perf_analyzer, run_rate
+from _serve_peers.procs import PeerFailed
+from _serve_peers.venv import BenchEnv, ensure_bench_venv
+from loadgen import machine
+
+from ridgeline.health.warmup import WarmupConfig
+from ridgeline.loadgen.replayer import ReplayConfig
+from ridgeline.loadgen.runloop import run_coroutine
+from ridgeline.loadgen.schedule import from_arrival
+from ridgeline.loadgen.step import StepConfig, measure_step
+from ridgeline.loadgen.validity import ValidityConfig
+from ridgeline.probe.drivers import NetworkDriver
+from ridgeline.probe.orchestrator import ProbeConfig, ProbeResult, probe
+from ridgeline.search.base import StepPlan, StepVerdict
+from ridgeline.targets.tensors import TensorSpec
+from ridgeline.telemetry.summary import StepSummary
+from ridgeline.workload.arrivals import parse_arrival
+from ridgeline.zoo import build_zoo
+
+ROOT = Path(__file__).resolve().parent.parent
+HEADING = "## Serving runtime (`benchmarks/serve.py`)"
+MODEL = "efficientnet-b0"
+SLO = "p99<50ms,errors<0.1%"
+BATCH, DELAY_MS, THREADS = 8, 5.0, 1
+MIN_RATE, MAX_RATE, PRECISION = 10.0, 2000.0, 0.03
+STEP_S = float(os.environ.get("RIDGELINE_BENCH_DURATION", "10"))
+CONFIRM_REQUESTS = int(os.environ.get("RIDGELINE_BENCH_CONFIRM_REQUESTS", "10000"))
+WARMUP_MAX_S = float(os.environ.get("RIDGELINE_BENCH_WARMUP_MAX_S", "90"))
+PEERS = os.environ.get("RIDGELINE_BENCH_PEERS", "ridgeline,mlserver,ray").split(",")
+LOOP = os.environ.get("RIDGELINE_BENCH_LOOP", "asyncio")
+PA_INTERVAL_MS = 3000
+REPLAY = ReplayConfig(timeout_s=5.0)
+# A step counts when the generator's p99 send lateness is ≤ 5 ms: 1 ms (the default) does
+# not hold beside a server on the same 2 cores sending 395 kB bodies. Latency is timed
+# from the schedule, so lateness counts against the server measured, never for it.
+VALIDITY = ValidityConfig(lateness_p99_bound_s=0.005)
+LABELS = {"ridgeline": "ridgeline", "mlserver": "MLServer", "ray": "Ray Serve"}
+
+INTRO = [
+    "Command: `.venv/bin/python benchmarks/serve.py` (on first use it builds the peers' own",
+    "virtual environment, `.bench-venv/`: MLServer, Ray Serve, onnxruntime, and perf_analyzer",
+    "from the tritonclient 2.48 wheel).",
+    "",
+    "- *Model*: efficientnet-b0 from the zoo (`build_zoo`, classifier family), input `images`",
+    "  FP32 [-1, 3, 136, 136], output `logits` [-1, 1000]. Each request is one row, the v2",
+    "  JSON body ridgeline's v2 HTTP target sends (≈ 395 kB): the same bytes to every server.",
+    "- *The same work*: every server runs one onnxruntime session (CPU, 1 intra-op and 1",
+    "  inter-op thread, default graph optimisation: the settings of ridgeline's `onnx`",
+    "  backend) in one worker process beside its HTTP front end, with dynamic batching of at",
+    "  most 8 requests within 5 ms. ridgeline serve: `PlanServer` on a one-task plan, early",
+    "  dropping off (neither peer drops), the worker pinned to a core. MLServer: a custom",
+    "  `MLModel` runtime, `parallel_workers: 1`, adaptive batching (`max_batch_size: 8`,",
+    "  `max_batch_time: 0.005`). Ray Serve: one replica (`num_cpus: 1`) with",
+    "  `@serve.batch(max_batch_size=8, batch_wait_timeout_s=0.005)`, the batch run in a thread,",
+    "  behind a small adapter answering the v2 health, metadata and JSON infer routes.",
+    "- *Measured*: ridgeline's probe (`ProbeConfig`, binary strategy, precision 3 %, Poisson",
+    "  arrivals, 10 s steps, warmup, confirmation by a run of ≥ 10,000 requests): the highest",
+    "  rate whose p99 from the schedule is ≤ 50 ms with errors < 0.1 %. One server up at a",
+    "  time, all in the same run, the load generator on the same 2 cores; a step counts when",
+    "  the generator's p99 send lateness is ≤ 5 ms (not 1 ms: 395 kB bodies beside a busy",
+    "  server; latency from the schedule charges any lateness to the server).",
+    "- *perf_analyzer*: against ridgeline serve at the rate its probe found",
+    "  (`--async --request-rate-range R`, 3 s windows until stable), over HTTP (it sends binary",
+    "  tensors, ridgeline JSON) and gRPC, beside a ridgeline step at the same constant rate over",
+    "  the same protocol. Its p99 is from the actual send.",
+    "",
+    "| date | bench | what | ridgeline | peers, ratio |",
+    "|---|---|---|---|---|",
+]
+
+
+def show_step(index: int, plan: StepPlan, v: StepVerdict) -> None:
+    p99 = f"{v.p99_ms:.1f} ms" if v.p99_ms is not None else "-"
+    print(
+        f"  {plan.purpose or 'step'} {plan.rate:,.1f}/s for {plan.duration_s:.0f} s: "
+        f"{v.state.value}, p99 {p99}, achieved {v.achieved_rps:,.1f}/s, score {v.score:.2f}"
+        + ("" if v.valid else f" (invalid: {v.reason})"),
+        flush=True,
+    )
+
+
+def capacity(url: str, inputs: tuple[TensorSpec, ...]) -> ProbeResult:
+    """The probe's highest sustainable rate under SLO, the same procedure for every server."""
+    driver = NetworkDriver(
+        url,
+        StepConfig(replay=REPLAY, validity=VALIDITY),
+        arrival="poisson",
+        target_options={"inputs": inputs},
+        batching_delay_s=DELAY_MS / 1000,  # the same windows for all (peers have no config)
+    )
+    cfg = ProbeConfig(
+        slo=SLO,
+        strategy="binary",
+        strategy_options={
+            "min_rate": MIN_RATE,
+            "max_rate": MAX_RATE,
+            "step_duration_s": STEP_S,
+            "precision": PRECISION,
+        },
+        warmup=WARMUP_MAX_S > 0,
+        warmup_config=WarmupConfig(max_s=max(WARMUP_MAX_S, 1.0)),
+        confirm_requests=CONFIRM_REQUESTS,
+    )
+    return run_coroutine(probe(driver, cfg, on_step=show_step))
+
+
+def at_rate(url: str, rate: float, inputs: tuple[TensorSpec, ...]) -> StepSummary:
+    """One ridgeline step at a constant ``rate`` (perf_analyzer's gaps are uniform too)."""
+    schedule = from_arrival(parse_arrival("constant", rate), STEP_S)
+    cfg = StepConfig(replay=REPLAY, validity=VALIDITY)
+    step = measure_step(url, schedule, cfg, target_options={"inputs": inputs})
+    return run_coroutine(step).summary
+
+
+def versus_perf_analyzer(
+    pa: PerfAnalyzer, ep: servers.Endpoint, rate: float, inputs: tuple[TensorSpec, ...], out: Path
+) -> dict[str, tuple[StepSummary, PaResult | str]]:
+    shape = "images:" + ",".join(str(d) for d in inputs[0].shape[1:])
+    urls = {"http": ep.model_url, "grpc": f"grpc://127.0.0.1:{ep.grpc_port}/{ep.model}"}
+    ports = {"http": ep.http_port, "grpc": ep.grpc_port or 0}
+    found = {}
+    for protocol in ("http", "grpc"):
+        print(f"perf_analyzer vs ridgeline over {protocol}, {rate:,.0f}/s", flush=True)
+        ours = at_rate(urls[protocol], rate, inputs)
+        print(f"  ridgeline: {ours.achieved_rps:,.1f}/s, p99 {ours.latency_ms.p99} ms", flush=True)
+        theirs = run_rate(pa, protocol, ports[protocol], ep.model, rate, shape, PA_INTERVAL_MS, out)
+        print(f"  perf_analyzer: {theirs}", flush=True)
+        found[protocol] = (ours, theirs)
+    return found
+
+
+def outcome(result: ProbeResult | str) -> str:
+    if isinstance(result, str):
+        return result
+    if result.capacity_rps is None:
+        return f"no sustainable rate at or above {MIN_RATE:g}/s ({result.reason})"
+    confirmed = "" if result.confirmed is not False else ", not confirmed"
+    return f"{result.capacity_rps:,.0f}/s{confirmed}"
+
+
+def rate_of(result: ProbeResult | str | None) -> float | None:
+    return None if result is None or isinstance(result, str) else result.capacity_rps
+
+
+def rows_for(
+    date: str,
+    results: dict[str, ProbeResult | str],
+    bench: BenchEnv,
+    pa: PerfAnalyzer | str,
+    vs_pa: dict[str, tuple[StepSummary, PaResult | str]],
+) -> list[str]:
+    v = bench.versions
+    ours = rate_of(results.get("ridgeline"))
+    peers = []
+    for key, dist, goal in (("mlserver", "mlserver", " (goal ≥ 1.5×)"), ("ray", "ray", "")):
+        if key not in results:
+            continue
+        name = f"{LABELS[key]} {v[dist]}" if dist in v else LABELS[key]
+        if isinstance(results[key], str):
+            peers.append(f"{name}: {results[key]}")
+            continue
+        theirs = rate_of(results[key])
+        ratio = f": **{ours / theirs:.2f}×**{goal}" if ours and theirs else ""
+        peers.append(f"{name} {outcome(results[key])}{ratio}")
+    what = (
+        f"{MODEL} (zoo), v2 HTTP/JSON, max throughput at `{SLO}` (probe: binary, Poisson,"
+        f" {STEP_S:g} s steps); each server 1 worker × {THREADS} onnxruntime thread"
+        f" (onnxruntime {v.get('onnxruntime', '?')}), batches ≤ {BATCH} within {DELAY_MS:g} ms"
+    )
+    ridgeline = outcome(results["ridgeline"]) if "ridgeline" in results else "not measured"
+    rows = [f"| {date} | serve | {what} | {ridgeline} | {'; '.join(peers) or '-'} |"]
+    if isinstance(pa, str):
+        rows.append(f"| {date} | serve | perf_analyzer → ridgeline serve | - | {pa} |")
+    for protocol, (step, pa_result) in vs_pa.items():
+        mine = (
+            f"{step.achieved_rps:,.1f}/s, p99 {step.latency_ms.p99 or 0:.1f} ms from schedule"
+            f" ({step.latency_from_send_ms.p99 or 0:.1f} from send), errors {step.error_rate:.1%}"
+        )
+        if isinstance(pa_result, str):
+            peer = f"perf_analyzer: {pa_result}"
+        else:
+            agree = pa_result.throughput / step.achieved_rps if step.achieved_rps else float("nan")
+            peer = (
+                f"perf_analyzer {pa_result.throughput:,.1f} infer/s, p99 {pa_result.p99_ms:.1f} ms:"
+                f" throughput ratio **{agree:.3f}**"
+            )
+        body = " (binary tensors; ridgeline: JSON)" if protocol == "http" else ""
+        rows.append(
+            f"| {date} | serve | perf_analyzer 2.48 → ridgeline serve, v2 {protocol.upper()}"
+            f"{body}, constant {step.offered_rps:,.1f}/s | {mine} | {peer} |"
+        )
+    return rows
+
+
+def main() -> None:
+    started = time.time()
+    bench = ensure_bench_venv(ROOT / ".bench-venv")
+    for group, why in bench.problems.items():
+        print(f"{group}: {why}", flush=True)
+    pa = find_perf_analyzer(bench)
+    print(f"perf_analyzer: {pa if isinstance(pa, str) else pa.version}", flush=True)
+    results: dict[str, ProbeResult | str] = {}
+    vs_pa: dict[str, tuple[StepSummary, PaResult | str]] = {}
+    with tempfile.TemporaryDirectory(prefix="rl-serve-") as tmp:
+        work = Path(tmp)
+        variant = build_zoo(work / "zoo", ["classifier"]).variant(MODEL)
+        inputs = tuple(TensorSpec(t.name, t.datatype, t.shape) for t in variant.inputs)
+        serving = servers.Serving(
+            model=MODEL,
+            onnx=work / "zoo" / variant.path,
+            zoo=work / "zoo",
+            inputs=[t.model_dump(mode="json") for t in variant.inputs],
+            outputs=[t.model_dump(mode="json") for t in variant.outputs],
+            batch=BATCH,
+            delay_ms=DELAY_MS,
+            threads=THREADS,
+            work=work,
+        )
+        starters: dict[str, Callable[[], AbstractContextManager[servers.Endpoint]]] = {
+            "ridgeline": lambda: servers.ridgeline(serving, LOOP),
+            "mlserver": lambda: servers.mlserver(serving, bench),
+            "ray": lambda: servers.ray_serve(serving, bench),
+        }
+        needs = {"mlserver": "MLServer", "ray": "Ray Serve"}
+        for key in PEERS:
+            problem: str | None = bench.problems.get(needs.get(key, ""))
+            if problem is None and key != "ridgeline":
+                problem = bench.problems.get("onnxruntime")
+            if problem is not None:
+                results[key] = problem
+                continue
+            print(f"== {LABELS[key]}", flush=True)
+            try:
+                with starters[key]() as ep:
+                    print(f"  up: {ep.model_url} ({ep.config})", flush=True)
+                    results[key] = capacity(ep.model_url, inputs)
+                    rate = rate_of(results[key])
+                    if key == "ridgeline" and isinstance(pa, PerfAnalyzer) and rate:
+                        vs_pa = versus_perf_analyzer(pa, ep, rate, inputs, work)
+            except PeerFailed as e:
+                results[key] = f"failed to start here: {e}"
+            print(f"  {LABELS[key]}: {outcome(results[key])}", flush=True)
+    date = datetime.now(UTC).strftime("%Y-%m-%d")
+    rows = rows_for(date, results, bench, pa, vs_pa)
+    print("\n".join(rows))
+    print(json.dumps({k: outcome(r) for k, r in results.items()} | {"versions": bench.versions}))
+    print(f"took {time.time() - started:.0f} s")
+    if os.environ.get("RIDGELINE_BENCH_NO_WRITE") != "1" and DOC.exists():
+        ensure_section(HEADING, INTRO)
+        add_rows(HEADING, f"benchmarks/serve.py, {date}, {machine()}", rows)
+
+
+if __name__ == "__main__":
+    main()
