@@ -122,7 +122,6 @@ def test_a_server_dying_mid_search_leaves_a_critical_stored_run(tmp_path: Path) 
                 break
             time.sleep(0.1)
         url = f"http://127.0.0.1:{port_file.read_text()}/v2/models/fake"
-        threading.Timer(4.0, server.kill).start()
         cfg = ProbeConfig(
             slo="p99<100ms",
             strategy="binary",
@@ -130,7 +129,15 @@ def test_a_server_dying_mid_search_leaves_a_critical_stored_run(tmp_path: Path) 
             strategy_options={"min_rate": 50.0, "step_duration_s": 2.0},
         )
         with RunStore(tmp_path / "r.sqlite") as store:
-            r = run_coroutine(probe(NetworkDriver(url, StepConfig()), cfg, store=store))
+            # the server dies once the first step is measured
+            r = run_coroutine(
+                probe(
+                    NetworkDriver(url, StepConfig()),
+                    cfg,
+                    store=store,
+                    on_step=lambda *_: server.kill(),
+                )
+            )
             run = store.get_run(r.run_id)
     finally:
         server.kill()
