@@ -224,3 +224,22 @@ async def test_a_worker_whose_restart_fails_is_down_and_says_why(tmp_path: Path)
         with pytest.raises(WorkerError, match=r"restart failed: .*loaded before"):
             await worker.run({"X": _rows(1)})
         assert worker.restarts == 1
+
+
+def test_a_batch_bigger_than_the_pipe_buffer_runs_under_uvloop(tmp_path: Path) -> None:
+    """uvloop's add_reader makes the pipe non-blocking; a multi-MB batch must still go
+    through whole (the serve CLI runs on uvloop)."""
+    import uvloop
+
+    from ridgeline.serve.backends import PythonBackendConfig
+    from ridgeline.serve.workers import Worker
+
+    async def main() -> float:
+        config = PythonBackendConfig(target="_serve_backends:Doubler")
+        async with Worker(config) as worker:
+            x = np.ones((262_144, 4), np.float32)  # 4 MiB
+            out = await asyncio.wait_for(worker.run({"X": x}), 30)
+            return float(out["Y"].sum())
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        assert runner.run(main()) == 2 * 262_144 * 4

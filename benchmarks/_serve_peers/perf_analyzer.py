@@ -75,19 +75,23 @@ def run_rate(
     port: int,
     model: str,
     rate: float,
-    shape: str,
+    data: Path,
     interval_ms: int,
     out_dir: Path,
 ) -> PaResult | str:
-    """perf_analyzer at ``rate`` requests/s (async, uniform gaps), over ``protocol``;
-    its result, or why it failed. ``-x 1``: it finds no version of its own otherwise."""
+    """perf_analyzer at ``rate`` requests/s (async, uniform gaps), over ``protocol``,
+    sending the input in ``data`` (its JSON input-data file); over HTTP as JSON tensors,
+    as ridgeline's v2 HTTP target does. Its result, or why it failed. ``-x 1``: it finds
+    no model version of its own otherwise."""
     out = out_dir / f"perf_analyzer_{protocol}.csv"
     cmd = [
         str(pa.exe),
         *("-m", model, "-x", "1", "-u", f"127.0.0.1:{port}", "-i", protocol, "--async"),
         *("--request-rate-range", str(round(rate)), "--measurement-interval", str(interval_ms)),
-        *("--shape", shape, "--percentile", "99", "-f", str(out)),
+        *("--input-data", str(data), "--percentile", "99", "-f", str(out)),
     ]
+    if protocol == "http":
+        cmd += ["--input-tensor-format", "json", "--output-tensor-format", "json"]
     print("  $", " ".join(cmd[1:]), flush=True)
     try:
         done = subprocess.run(

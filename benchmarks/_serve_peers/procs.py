@@ -43,7 +43,7 @@ def log_tail(log: Path, lines: int = 6) -> str:
         text = log.read_text(errors="replace").strip().splitlines()
     except OSError:
         return "(no log)"
-    return " | ".join(line.strip() for line in text[-lines:]) or "(empty log)"
+    return " / ".join(line.strip() for line in text[-lines:]) or "(empty log)"
 
 
 @contextlib.contextmanager

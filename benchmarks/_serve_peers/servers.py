@@ -12,6 +12,7 @@ import contextlib
 import json
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -54,6 +55,8 @@ class Endpoint:
     model: str
     config: str
     """How it was configured, in a few words."""
+    process: subprocess.Popen[bytes]
+    log: Path
 
     @property
     def model_url(self) -> str:
@@ -79,13 +82,16 @@ def ridgeline(s: Serving, loop: str = "asyncio") -> Iterator[Endpoint]:
     http, grpc = free_port(), free_port()
     cmd = [sys.executable, str(HERE / "ridgeline_app.py"), str(plan), "--zoo", str(s.zoo)]
     cmd += ["--port", str(http), "--grpc-port", str(grpc), "--loop", loop]
-    with running(cmd, ready_url=_ready(http, s.model), log=s.work / "ridgeline.log", env=s.env()):
+    log = s.work / "ridgeline.log"
+    with running(cmd, ready_url=_ready(http, s.model), log=log, env=s.env()) as proc:
         yield Endpoint(
             "ridgeline",
             http,
             grpc,
             s.model,
             f"PlanServer ({loop} loop), batch ≤ {s.batch} in {s.delay_ms:g} ms, no dropping",
+            proc,
+            log,
         )
 
 
@@ -116,43 +122,49 @@ def mlserver(s: Serving, bench: BenchEnv) -> Iterator[Endpoint]:
     }
     (root / s.model / "model-settings.json").write_text(json.dumps(model_settings))
     cmd = [str(bench.bin("mlserver")), "start", str(root)]
-    with running(
-        cmd, ready_url=_ready(http, s.model), log=s.work / "mlserver.log", env=s.env(), cwd=root
-    ):
+    log = s.work / "mlserver.log"
+    with running(cmd, ready_url=_ready(http, s.model), log=log, env=s.env(), cwd=root) as proc:
         yield Endpoint(
             "MLServer",
             http,
             grpc,
             s.model,
             f"parallel_workers 1, max_batch_size {s.batch}, max_batch_time {s.delay_ms:g} ms",
+            proc,
+            log,
         )
 
 
 @contextlib.contextmanager
 def ray_serve(s: Serving, bench: BenchEnv) -> Iterator[Endpoint]:
-    """One Ray Serve replica (``_serve_peers/ray_app.py``) on a local Ray of 2 CPUs;
-    stopped with SIGINT, on which it shuts Serve and Ray down itself."""
+    """One Ray Serve replica (``_serve_peers/ray_app.py``) on a local Ray of 2 CPUs, its
+    workers at normal priority; stopped with SIGINT, on which it shuts Serve and Ray
+    down itself."""
     http = free_port()
     temp = Path(tempfile.mkdtemp(prefix="rl-ray-", dir="/tmp"))  # short: Ray's socket paths
     cmd = [str(bench.python), str(HERE / "ray_app.py"), str(s.onnx), "--name", s.model]
     cmd += ["--port", str(http), "--batch", str(s.batch), "--delay-ms", f"{s.delay_ms:g}"]
     cmd += ["--temp-dir", str(temp)]
-    env = {**s.env(), "RAY_USAGE_STATS_ENABLED": "0"}
+    # Ray runs its workers at nice 15 by default: 0 puts them level with the other servers
+    env = {**s.env(), "RAY_USAGE_STATS_ENABLED": "0", "RAY_worker_niceness": "0"}
+    log = s.work / "ray.log"
     try:
         with running(
             cmd,
             ready_url=_ready(http, s.model),
-            log=s.work / "ray.log",
+            log=log,
             env=env,
             start_timeout_s=300,
             stop_signal=signal.SIGINT,
-        ):
+        ) as proc:
             yield Endpoint(
                 "Ray Serve",
                 http,
                 None,
                 s.model,
                 f"1 replica, @serve.batch({s.batch}, {s.delay_ms:g} ms), inference in a thread",
+                proc,
+                log,
             )
     finally:
         shutil.rmtree(temp, ignore_errors=True)

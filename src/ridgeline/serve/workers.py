@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing
+import os
 import signal
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -195,6 +196,9 @@ class _Process:
         self._batch_id = -1
         self._loop.add_reader(self._conn.fileno(), self._on_readable)
         self._loop.add_reader(self._process.sentinel, self._on_exit)
+        # uvloop's add_reader makes the descriptor non-blocking; Connection.send and recv
+        # need it blocking, or a batch bigger than the pipe's buffer fails half-sent
+        os.set_blocking(self._conn.fileno(), True)
 
     async def run(self, batch_id: int, inputs: Mapping[str, Array]) -> dict[str, Array]:
         if self._reply is not None and not self._reply.done():
@@ -208,8 +212,8 @@ class _Process:
         self._batch_id = batch_id
         self._reply = reply = self._loop.create_future()
         reply.add_done_callback(_retrieve)
-        with contextlib.suppress(OSError):  # a dead process: _on_exit fails the reply
-            self._conn.send((batch_id, dict(inputs)))
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self._conn.send((batch_id, dict(inputs)))  # a dead process: _on_exit fails it
         return await asyncio.shield(reply)
 
     async def close(self, timeout_s: float) -> None:
