@@ -25,6 +25,7 @@ bench: $(STAMP)
 	command -v wrk >/dev/null || apt-get install -y -qq wrk >/dev/null 2>&1 || echo "wrk not installed: its rows will say n/a"
 	$(BIN)/python benchmarks/loadgen.py
 	$(BIN)/python benchmarks/search.py
+	$(BIN)/python benchmarks/serve.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
@@ -34,4 +35,4 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info
+	rm -rf $(VENV) .bench-venv build *.egg-info src/*.egg-info

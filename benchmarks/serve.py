@@ -21,8 +21,8 @@ Settings: RIDGELINE_BENCH_DURATION (step length, s; default 10);
 RIDGELINE_BENCH_CONFIRM_REQUESTS (a confirmation's requests at least; default 3000, 0:
 three step lengths; the probe's own default is 10000); RIDGELINE_BENCH_WARMUP_MAX_S
 (default 90; 0: no warmup); RIDGELINE_BENCH_PEERS (default ridgeline,mlserver,ray);
-RIDGELINE_BENCH_LOOP (ridgeline's event loop: asyncio, the default, or uvloop — see
-``_serve_peers/ridgeline_app.py``).
+RIDGELINE_BENCH_LOOP (ridgeline's event loop: uvloop, the default, as `ridgeline serve`
+runs, or asyncio).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ CONFIRM_REQUESTS = int(os.environ.get("RIDGELINE_BENCH_CONFIRM_REQUESTS", "3000"
 CONFIRM_RETRIES = 3
 WARMUP_MAX_S = float(os.environ.get("RIDGELINE_BENCH_WARMUP_MAX_S", "90"))
 PEERS = os.environ.get("RIDGELINE_BENCH_PEERS", "ridgeline,mlserver,ray").split(",")
-LOOP = os.environ.get("RIDGELINE_BENCH_LOOP", "asyncio")
+LOOP = os.environ.get("RIDGELINE_BENCH_LOOP", "uvloop")
 PA_INTERVAL_MS = 3000
 PA_FRACTION = 0.8  # of ridgeline's capacity: at the edge perf_analyzer never stabilises
 REPLAY = ReplayConfig(timeout_s=5.0)

@@ -2,10 +2,8 @@
 
 ``python ridgeline_app.py PLAN.yaml --zoo DIR --port P --grpc-port G [--loop L] [--drop]``
 prints READY once the plan is served and serves until SIGTERM or SIGINT. It is
-``ridgeline serve`` less the CLI, with a choice of event loop: ``ridgeline serve`` runs on
-uvloop, whose ``add_reader`` turns a worker's pipe non-blocking, so a batch larger than
-the socket buffer (8 rows of 3×136×136 FP32 are 1.7 MB) is never sent and the server
-hangs while warming up; asyncio's own loop (the default here) leaves the pipe blocking.
+``ridgeline serve`` less the CLI, with a choice of event loop (uvloop by default, as
+``ridgeline serve`` runs).
 """
 
 from __future__ import annotations
@@ -44,7 +42,7 @@ def main() -> None:
     p.add_argument("--zoo", required=True)
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--grpc-port", type=int, required=True)
-    p.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
+    p.add_argument("--loop", choices=("asyncio", "uvloop"), default="uvloop")
     p.add_argument("--drop", action="store_true", help="early dropping (off: as the peers)")
     args = p.parse_args()
     if args.loop == "uvloop":
