@@ -262,6 +262,8 @@ def real_time(date: str) -> list[str]:
         res = run_coroutine(probe(make(), cfg))
         probe_s = time.time() - t
     print("real", truth, res.capacity_rps, res.test_seconds, flush=True)
+    for t in res.trajectory:  # the path, for whoever reads the log
+        print(f"  {t['rate']:.1f} {t['purpose']} {t['state']} score {t['score']:.2f}", flush=True)
     return [
         f"| {date} | search (real time, loopback) | fake server `default`, `{REAL_SLO}`:"
         f" long constant-rate runs ({LONG_S:.0f} s each) {truth:,.0f}/s in {truth_s:.0f} s"
