@@ -19,12 +19,12 @@ import grpc
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
-from ridgeline.errors import ConfigError
 from ridgeline.fakeserver import _describe
 from ridgeline.fakeserver._outputs import compute_outputs
 from ridgeline.fakeserver.engine import BatchingEngine, Status
 from ridgeline.fakeserver.model import LatencyModel
 from ridgeline.v2.grpc_codec import decode_request, encode_response
+from ridgeline.v2.server import serve_grpc
 from ridgeline.v2.tensors import InvalidRequest
 
 
@@ -139,21 +139,10 @@ async def start_grpc(
 ) -> tuple[Any, int]:
     """Start a grpc.aio server on ``host:port`` (0 picks one); return (server, port)."""
     interceptors = [] if token is None else [_TokenInterceptor(token, engine.stats.finish)]
-    server = grpc.aio.server(
-        interceptors=interceptors,
-        options=[
-            ("grpc.max_receive_message_length", max_message_bytes),
-            ("grpc.max_send_message_length", -1),
-            ("grpc.so_reuseport", 0),
-        ],
+    return await serve_grpc(
+        _Servicer(model, engine),
+        interceptors,
+        host=host,
+        port=port,
+        max_message_bytes=max_message_bytes,
     )
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(_Servicer(model, engine), server)
-    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    try:
-        bound = server.add_insecure_port(address)
-    except RuntimeError:
-        bound = 0
-    if bound == 0:
-        raise ConfigError(f"cannot bind gRPC to {address}; is the port taken? Pick another or 0")
-    await server.start()
-    return server, int(bound)

@@ -16,7 +16,6 @@ Errors are ``{"error": "..."}``: 400 bad request, 401 bad token, 404 unknown mod
 from __future__ import annotations
 
 import asyncio
-import hmac
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from ridgeline.v2.http_codec import (
     infer_answer,
     parse_infer,
 )
+from ridgeline.v2.server import auth_middleware
 from ridgeline.v2.tensors import InvalidRequest, decode_inputs
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -172,22 +172,6 @@ def _web(answer: Answer) -> web.Response:
     return resp
 
 
-def _auth_middleware(token: str, stats_finish: Callable[[str], None]) -> Any:
-    expected = f"Bearer {token}".encode()
-
-    @web.middleware
-    async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-        given = request.headers.get("Authorization", "").encode()
-        if not hmac.compare_digest(given, expected):
-            stats_finish("unauthorized")
-            resp = error_response("missing or wrong bearer token; send Authorization: Bearer", 401)
-            resp.headers["WWW-Authenticate"] = "Bearer"
-            return resp
-        return await handler(request)
-
-    return auth
-
-
 def build_app(
     model: LatencyModel,
     engine: BatchingEngine,
@@ -197,7 +181,7 @@ def build_app(
     max_body_bytes: int,
 ) -> web.Application:
     """The aiohttp app serving v2, metrics and OpenAI routes for one model."""
-    middlewares = [] if token is None else [_auth_middleware(token, engine.stats.finish)]
+    middlewares = [] if token is None else [auth_middleware(token, engine.stats.finish)]
     app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares)
     r = _V2Routes(model, engine, exporter, max_body_bytes)
     add = app.router

@@ -153,13 +153,17 @@ class _Routes:
         return _web(infer_answer(model, req, outputs, VERSION))
 
 
-def _auth(token: str) -> Any:
+def auth_middleware(token: str, on_deny: Callable[[str], None] | None = None) -> Any:
+    """aiohttp middleware: every request needs ``Authorization: Bearer TOKEN`` (401
+    otherwise; ``on_deny("unauthorized")`` counts it)."""
     expected = f"Bearer {token}".encode()
 
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         given = request.headers.get("Authorization", "").encode()
         if not hmac.compare_digest(given, expected):
+            if on_deny is not None:
+                on_deny("unauthorized")
             resp = _json(
                 {"error": "missing or wrong bearer token; send Authorization: Bearer"}, 401
             )
@@ -180,7 +184,8 @@ def build_http_app(
 ) -> web.Application:
     """The aiohttp app serving ``models``; ``metrics`` renders (body, content type)."""
     app = web.Application(
-        client_max_size=max_body_bytes, middlewares=[] if token is None else [_auth(token)]
+        client_max_size=max_body_bytes,
+        middlewares=[] if token is None else [auth_middleware(token)],
     )
     r = _Routes(models, name, max_body_bytes)
     add = app.router
@@ -303,15 +308,30 @@ async def start_grpc_server(
     max_message_bytes: int,
 ) -> tuple[Any, int]:
     """Start a grpc.aio server for ``models`` on ``host:port`` (0: any); (server, port)."""
+    interceptors = [] if token is None else [_TokenInterceptor(token)]
+    return await serve_grpc(
+        _Servicer(models, name),
+        interceptors,
+        host=host,
+        port=port,
+        max_message_bytes=max_message_bytes,
+    )
+
+
+async def serve_grpc(
+    servicer: Any, interceptors: list[Any], *, host: str, port: int, max_message_bytes: int
+) -> tuple[Any, int]:
+    """A started grpc.aio server running ``servicer`` (a GRPCInferenceService) on
+    ``host:port`` (0: any free port); (server, bound port). A taken port is a ConfigError."""
     server = grpc.aio.server(
-        interceptors=[] if token is None else [_TokenInterceptor(token)],
+        interceptors=interceptors,
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", -1),
             ("grpc.so_reuseport", 0),
         ],
     )
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(_Servicer(models, name), server)
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         bound = server.add_insecure_port(address)
