@@ -7,10 +7,11 @@ from typing import Any
 
 from ridgeline import __version__
 from ridgeline.fakeserver.metrics import Stats
-from ridgeline.fakeserver.model import LatencyModel, TensorSpec
+from ridgeline.fakeserver.model import LatencyModel
+from ridgeline.v2 import describe
 
 SERVER_NAME = "ridgeline-fakeserver"
-VERSION = "1"
+VERSION = describe.VERSION
 EXTENSIONS = ["binary_tensor_data", "model_configuration", "statistics", "openai"]
 
 
@@ -18,43 +19,21 @@ def server_metadata() -> dict[str, Any]:
     return {"name": SERVER_NAME, "version": __version__, "extensions": EXTENSIONS}
 
 
-def _tensor_metadata(spec: TensorSpec) -> dict[str, Any]:
-    return {"name": spec.name, "datatype": spec.datatype, "shape": list(spec.shape)}
-
-
 def model_metadata(model: LatencyModel) -> dict[str, Any]:
-    return {
-        "name": model.name,
-        "versions": [VERSION],
-        "platform": "ridgeline_fake",
-        "inputs": [_tensor_metadata(s) for s in model.inputs],
-        "outputs": [_tensor_metadata(s) for s in model.outputs],
-    }
-
-
-def _tensor_config(spec: TensorSpec) -> dict[str, Any]:
-    data_type = "TYPE_STRING" if spec.datatype == "BYTES" else f"TYPE_{spec.datatype}"
-    return {"name": spec.name, "data_type": data_type, "dims": list(spec.shape[1:])}
+    return describe.model_metadata(model.name, "ridgeline_fake", model.inputs, model.outputs)
 
 
 def model_config(model: LatencyModel) -> dict[str, Any]:
     """Triton-style model configuration (the JSON form of ``model_config.proto``)."""
-    b = model.batching
-    return {
-        "name": model.name,
-        "platform": "ridgeline_fake",
-        "backend": "ridgeline_fake",
-        "max_batch_size": b.max_batch_size,
-        "input": [_tensor_config(s) for s in model.inputs],
-        "output": [_tensor_config(s) for s in model.outputs],
-        "dynamic_batching": {
-            "preferred_batch_size": list(b.preferred_batch_sizes),
-            "max_queue_delay_microseconds": round(b.max_queue_delay_s * 1e6),
-        },
-        "instance_group": [
-            {"name": f"{model.name}_0", "kind": "KIND_GPU", "count": model.instances}
-        ],
-    }
+    return describe.model_config(
+        model.name,
+        "ridgeline_fake",
+        model.inputs,
+        model.outputs,
+        model.batching,
+        model.instances,
+        "KIND_GPU",
+    )
 
 
 def repository_index(model: LatencyModel) -> list[dict[str, Any]]:

@@ -31,21 +31,14 @@ from ridgeline.serve.graph import GraphRunner
 from ridgeline.serve.loading import setup_plan
 from ridgeline.serve.metrics import InstanceView, ServeMetrics
 from ridgeline.serve.workers import Worker
-from ridgeline.v2.server import VERSION, build_http_app, start_grpc_server
+from ridgeline.v2 import describe
+from ridgeline.v2.describe import VERSION
+from ridgeline.v2.server import build_http_app, start_grpc_server
 from ridgeline.v2.spec import TensorLike
 from ridgeline.v2.tensors import NUMPY_DTYPES, Array
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 SERVER_NAME = "ridgeline-serve"
-
-
-def _tensor(t: TensorInfo) -> dict[str, Any]:
-    return {"name": t.name, "datatype": t.datatype, "shape": list(t.shape)}
-
-
-def _config_tensor(t: TensorInfo) -> dict[str, Any]:
-    kind = "TYPE_STRING" if t.datatype == "BYTES" else f"TYPE_{t.datatype}"
-    return {"name": t.name, "data_type": kind, "dims": list(t.shape[1:])}
 
 
 class _Model:
@@ -68,31 +61,13 @@ class _Model:
         self.success_ns = self.failure_ns = 0
 
     def metadata(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "versions": [VERSION],
-            "platform": self._platform,
-            "inputs": [_tensor(t) for t in self.inputs],
-            "outputs": [_tensor(t) for t in self.outputs],
-        }
+        return describe.model_metadata(self.name, self._platform, self.inputs, self.outputs)
 
     def config(self) -> dict[str, Any]:
-        b = self._batching
-        return {
-            "name": self.name,
-            "platform": self._platform,
-            "backend": self._platform,
-            "max_batch_size": self.max_batch_size,
-            "input": [_config_tensor(t) for t in self.inputs],
-            "output": [_config_tensor(t) for t in self.outputs],
-            "dynamic_batching": {
-                "preferred_batch_size": list(b.preferred_batch_sizes),
-                "max_queue_delay_microseconds": round(b.max_queue_delay_s * 1e6),
-            },
-            "instance_group": [
-                {"name": f"{self.name}_0", "kind": "KIND_CPU", "count": self._instances}
-            ],
-        }
+        b = self._batching.model_copy(update={"max_batch_size": self.max_batch_size})
+        return describe.model_config(
+            self.name, self._platform, self.inputs, self.outputs, b, self._instances, "KIND_CPU"
+        )
 
     def statistics(self) -> dict[str, Any]:
         return {

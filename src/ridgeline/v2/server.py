@@ -29,12 +29,12 @@ from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
 from ridgeline import __version__
 from ridgeline.errors import ConfigError, RidgelineError
+from ridgeline.v2.describe import VERSION
 from ridgeline.v2.grpc_codec import decode_request, encode_response
 from ridgeline.v2.http_codec import HEADER_LENGTH, Answer, error_answer, infer_answer, parse_infer
 from ridgeline.v2.spec import ModelSpec
 from ridgeline.v2.tensors import Array, InvalidRequest, decode_inputs
 
-VERSION = "1"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 FailureKind = Literal["dropped", "unavailable", "internal"]
 
