@@ -11,8 +11,9 @@
 2. Warmup: the `vision-warmup` preset (3× slower for its first 60 s), probed by adaptive
    and binary search starting at 400/s, with warmup handling on and off, against the
    truth of its steady state (`vision`).
-3. Real time, on loopback: adaptive against the fake server, and the capacity measured
-   by long constant-rate runs (bisection, LONG_S each) under the same SLO.
+3. Real time, on loopback: adaptive against the fake server (REAL_RUNS times), and the
+   capacity measured by long constant-rate runs (bisection, LONG_S each) under the same
+   SLO.
 Rows are printed as Markdown and appended to docs/benchmarks.md.
 RIDGELINE_BENCH_SECTIONS=classes,warmup,real (the default) picks the sections to run.
 """
@@ -240,10 +241,12 @@ def main() -> None:
 
 LONG_S = float(os.environ.get("RIDGELINE_BENCH_LONG_S", "30"))
 REAL_SLO = "p99<50ms,errors<1%"
+REAL_RUNS = int(os.environ.get("RIDGELINE_BENCH_REAL_RUNS", "3"))
 
 
 def real_time(date: str) -> list[str]:
-    """Adaptive on loopback vs long constant-rate runs, same SLO, same server."""
+    """Adaptive on loopback (REAL_RUNS times) vs long constant-rate runs, same SLO, same
+    server: one run can meet a stall of the shared host, so the row shows every run."""
     model = load_preset("default")
     with running_in_process(model, grpc_port=None) as srv:
 
@@ -258,17 +261,23 @@ def real_time(date: str) -> list[str]:
             strategy="adaptive",
             strategy_options={"min_rate": 50.0, "step_duration_s": 5.0, "precision": 0.03},
         )
-        t = time.time()
-        res = run_coroutine(probe(make(), cfg))
-        probe_s = time.time() - t
-    print("real", truth, res.capacity_rps, res.test_seconds, flush=True)
-    for t in res.trajectory:  # the path, for whoever reads the log
-        print(f"  {t['rate']:.1f} {t['purpose']} {t['state']} score {t['score']:.2f}", flush=True)
+        results = []
+        for _ in range(REAL_RUNS):
+            t = time.time()
+            res = run_coroutine(probe(make(), cfg))
+            results.append((res, time.time() - t))
+            print("real", truth, res.capacity_rps, res.test_seconds, flush=True)
+            for v in res.trajectory:  # the path, for whoever reads the log
+                print(f"  {v['rate']:.1f} {v['purpose']} {v['state']} score {v['score']:.2f}")
+    worst = max((r for r, _ in results), key=lambda r: abs((r.capacity_rps or 0) / truth - 1))
+    runs = ", ".join(f"{r.capacity_rps or 0:,.0f}/s ({err(r, truth)})" for r, _ in results)
+    seconds = sum(r.test_seconds for r, _ in results) / len(results)
+    wall = sum(w for _, w in results) / len(results)
     return [
         f"| {date} | search (real time, loopback) | fake server `default`, `{REAL_SLO}`:"
         f" long constant-rate runs ({LONG_S:.0f} s each) {truth:,.0f}/s in {truth_s:.0f} s"
-        f" | adaptive {res.capacity_rps or 0:,.0f}/s, {err(res, truth)}, in"
-        f" {res.test_seconds:.0f} test-s ({probe_s:.0f} s wall) | goal ±10 % |"
+        f" | adaptive, {len(results)} runs: {runs}; worst **{err(worst, truth)}**; mean"
+        f" {seconds:.0f} test-s ({wall:.0f} s wall) | goal ±10 % |"
     ]
 
 

@@ -414,6 +414,35 @@ def test_a_clear_failure_moves_the_bracket_at_once() -> None:
     assert abs(hit.capacity_rps / Batching().boundary - 1) <= 0.05
 
 
+@pytest.mark.parametrize("quarters", [(0.4, 0.4, 6.0, 0.4), (3.0, 4.0, 6.0, 5.0)])
+def test_a_failure_carried_by_one_quarter_is_re_tested_once(
+    quarters: tuple[float, ...],
+) -> None:
+    """A host stall during one slice of a step far below the boundary fails the step
+    (score 4) while its other quarters held: the step is run again and the search ends
+    where it would have. A failure in every quarter is the rate's: it moves the bracket."""
+    clean = drive(parse_strategy("adaptive", min_rate=10), MM1())
+    k = 2  # the third step, well inside the boundary
+    assert clean.trajectory[k].score < 0.5
+
+    @dataclass
+    class Stall:
+        calls: int = 0
+
+        def __call__(self, rate: float) -> StepVerdict:
+            self.calls += 1
+            if self.calls - 1 == k:
+                return replace(verdict(rate, 4.0), quarters=quarters)
+            return MM1()(rate)
+
+    stalled = drive(parse_strategy("adaptive", min_rate=10), Stall())
+    if max(sorted(quarters)[:3]) <= 1:
+        assert steps_of(stalled) == steps_of(clean)[: k + 1] + steps_of(clean)[k:]  # re-run
+        assert stalled.capacity_rps == clean.capacity_rps
+    else:
+        assert stalled.capacity_rps is not None and stalled.capacity_rps < 0.8 * MM1().boundary
+
+
 # --- shared rules -----------------------------------------------------------------------
 
 ALL = {**SEARCHES, "stability": {"rate": 85}}

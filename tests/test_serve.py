@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc.aio as tgrpc
 import tritonclient.http.aio as thttp
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ridgeline.clock import MonotonicClock
 from ridgeline.errors import PlanError
@@ -26,6 +28,7 @@ from ridgeline.serve.backends import TensorInfo
 from ridgeline.serve.batcher import TaskQueue
 from ridgeline.serve.dropping import (
     ExecModel,
+    Slack,
     TaskTiming,
     expected_remaining_s,
     expected_wait_s,
@@ -171,6 +174,38 @@ def test_expected_remaining_follows_the_longest_path() -> None:
     assert should_drop(0.0, 0.039, 0.040) and not should_drop(0.0, 0.040, 0.040)
 
 
+def test_the_slack_is_a_high_quantile_of_how_late_answers_came() -> None:
+    slack = Slack(initial_s=0.010, quantile=0.5, window=4, min_answers=3)
+    slack.observe(0.050, 0.040)
+    slack.observe(0.050, 0.045)
+    assert slack.slack_s == 0.010  # fewer than min_answers: the initial slack
+    slack.observe(0.050, 0.030)  # errors 10, 5, 20 ms: median 10
+    assert slack.slack_s == pytest.approx(0.010)
+    slack.observe(0.020, 0.050)  # −30 ms: the model was pessimistic
+    slack.observe(0.020, 0.050)  # the window (4) forgets the first: 5, 20, −30, −30
+    assert slack.slack_s == pytest.approx(-0.0125)
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.floats(0.05, 0.6), st.integers(0, 2**31))
+def test_admitted_requests_come_late_about_once_in_two_hundred(sigma: float, seed: int) -> None:
+    """Expected latencies spread over the budget, answers later than expected by a
+    lognormal error the queue model does not know: admitting only where expected plus
+    slack fits the budget, the late share of admitted requests is about 1 − quantile."""
+    rng = np.random.default_rng(seed)
+    slack, budget, late, admitted = Slack(initial_s=0.0), 1.0, 0, 0
+    for k in range(20_000):
+        expected = rng.uniform(0.0, budget)
+        if expected + slack.slack_s > budget:
+            continue  # dropped
+        took = expected + 0.1 * rng.lognormal(0.0, sigma)
+        if k >= 5_000:
+            admitted += 1
+            late += took > budget
+        slack.observe(took, expected)
+    assert admitted > 1_000 and late / admitted <= 0.015
+
+
 # --- a task queue in-process -------------------------------------------------------------
 
 
@@ -207,6 +242,31 @@ async def test_requests_queued_behind_a_busy_instance_go_as_one_batch() -> None:
     answers = await asyncio.gather(*futures)
     assert inst.sizes == [1, 4, 1]  # the first goes alone, the next four wait together
     assert [float(a[0][0, 0]) for a in answers] == [0, 2, 4, 6, 8, 10]
+
+
+async def test_a_request_kept_at_an_idle_queue_is_not_dropped() -> None:
+    """However slow the model thinks the task is (one slow batch inflates it), a request
+    that finds the queue idle runs: otherwise, once everything is dropped, nothing would
+    run to show the model it was wrong."""
+    q = TaskQueue(
+        "t",
+        [TensorInfo("X", "FP32", (-1, 2))],
+        [TensorInfo("Y", "FP32", (-1, 2))],
+        BatchingConfig(max_batch_size=1),
+        [Instant()],
+        MonotonicClock(),
+        ServeMetrics(lambda: 1.0),
+    )
+    q.exec = ExecModel(1.0)  # a batch "takes" 1 s
+    now = MonotonicClock().now()
+    answer = await q.submit(1, [np.ones((1, 2), np.float32)], now + 0.050, keep=q.idle())
+    assert answer[0].tolist() == [[2.0, 2.0]]
+    assert q.exec.time(1) < 1.0  # and the model learnt from it
+
+
+class Instant:
+    async def run(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        return {"Y": inputs["X"] * 2}
 
 
 async def test_a_request_that_cannot_make_its_deadline_is_dropped_at_once() -> None:
@@ -351,9 +411,11 @@ async def test_batching_at_load_and_drops_under_a_tight_slo(tmp_path: Path) -> N
         step = await load(server.model_url(), 250.0, 3.0)
     rec = step.records
     ok = rec.outcome == int(Outcome.OK)
-    assert step.summary.dropped > 0.1 * step.summary.sent
-    assert step.summary.errors == 0
-    assert np.percentile(rec.latency_from_schedule[ok], 99) * 1000 <= slo
+    p99 = np.percentile(rec.latency_from_schedule[ok], 99) * 1000
+    seen = f"{step.summary}; answered p99 {p99:.1f} ms"
+    assert step.summary.dropped > 0.1 * step.summary.sent, seen
+    assert step.summary.errors == 0, seen
+    assert p99 <= slo, seen
 
 
 # --- the zoo's real models, from the example plan ----------------------------------------
@@ -374,7 +436,8 @@ def zoo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 async def test_the_example_plan_batches_at_load_and_drops_under_a_tight_slo(zoo: Path) -> None:
     """detector → car and face classifiers, real ONNX on CPU. At a fixed rate the
     detector forms batches (mean > 1; dropping off, so every request counts); with a
-    tight SLO and dropping on, requests are dropped early, none fails."""
+    tight SLO and dropping on, requests are dropped early, none fails, and the answered
+    stay within the SLO (p99)."""
     import aiohttp
 
     plan = load_plan(EXAMPLE)
@@ -397,25 +460,29 @@ async def test_the_example_plan_batches_at_load_and_drops_under_a_tight_slo(zoo:
     rows = metric_sum(text, "ridgeline_task_batch_size_sum", "detect")
     assert step.summary.errors == 0 and rows / batches > 1.0
 
-    slo = 120.0
+    # frames go as binary tensors over gRPC, as an image client sends them: a 1.2 MB JSON
+    # frame would spend more of the SLO being parsed than being inferred
+    slo = 60.0
     tight = plan.model_copy(
         update={
             "slo_ms": slo,
             "tasks": {
-                n: t.model_copy(update={"latency_budget_ms": 60.0}) for n, t in plan.tasks.items()
+                n: t.model_copy(update={"latency_budget_ms": 30.0}) for n, t in plan.tasks.items()
             },
         }
     )
-    async with PlanServer(tight, EXAMPLE.parent, http_port=0, grpc_port=None, zoo=zoo) as server:
-        step = await load(server.model_url(), 30.0, 4.0)
-    ok = step.records.outcome == int(Outcome.OK)
-    assert step.summary.errors == 0
-    assert step.summary.dropped > 0.05 * step.summary.sent
-    assert ok.sum() > 0.2 * step.summary.sent, "nearly everything dropped"
-    # not asserted here: the answered p99 within the SLO. With three onnxruntime workers,
-    # the server and the load generator on 2 cores, batch times swing past what the
-    # drop policy predicts (measured: p99 167 ms under a 120 ms SLO). The synthetic
-    # pipeline's test above asserts it.
+    async with PlanServer(tight, EXAMPLE.parent, http_port=0, grpc_port=0, zoo=zoo) as server:
+        url = f"grpc://127.0.0.1:{server.grpc_port}/traffic"
+        await load(url, 30.0, 3.0)  # warm-up, as a probe runs one
+        step = await load(url, 30.0, 8.0)
+    rec = step.records
+    ok = rec.outcome == int(Outcome.OK)
+    p99 = np.percentile(rec.latency_from_schedule[ok], 99) * 1000
+    seen = f"{step.summary}; answered p99 {p99:.1f} ms"
+    assert step.summary.errors == 0, seen
+    assert step.summary.dropped > 0.05 * step.summary.sent, seen
+    assert ok.sum() > 0.2 * step.summary.sent, f"nearly everything dropped: {seen}"
+    assert p99 <= slo, seen
 
 
 # --- a worker crash, a token, a body bound ----------------------------------------------

@@ -93,6 +93,7 @@ def assess_step(
         reason = f"windows settled {smoothed.value}: {hs_reason(timeline)}"
     if not s.valid:
         reason = f"invalid step: {s.invalid_reason}"
+    quarters = quarter_scores(result, start, spike_windows, grace, policy)
     verdict = StepVerdict(
         rate=plan.rate,
         duration_s=plan.duration_s,
@@ -104,7 +105,8 @@ def assess_step(
         excluded_warmup_s=sum(w.end_s - w.start_s for w in wins[:start]),
         reason=reason,
         purpose=plan.purpose,
-        score_se=score_se(result, start, spike_windows, grace, policy),
+        score_se=score_se(quarters),
+        quarters=quarters,
     )
     return StepAssessment(verdict, timeline)
 
@@ -164,20 +166,27 @@ def _observation(
 QUARTERS = 4
 
 
-def score_se(
+def quarter_scores(
     result: StepResult, start: int, spikes: list[int], grace_s: float, policy: SLOPolicy
-) -> float:
-    """The standard error of ln(score) for the step, from the spread of the scores of its
-    ``QUARTERS`` consecutive time slices (each judged like the whole step): how far
-    another run of the same length could land. 0 when a slice has no finite score."""
+) -> tuple[float, ...]:
+    """The scores of the step's ``QUARTERS`` consecutive time slices of its steady span,
+    each judged like the whole step; empty when a slice has no finite score."""
     lo, end = _steady_span(result, start)
     keep = _kept(result, start, spikes)
     width = (end - lo) / QUARTERS
-    logs = []
+    scores = []
     for q in range(QUARTERS):
         a, b = lo + q * width, lo + (q + 1) * width
         score = assess(_observation(result, keep, a, b, spikes, grace_s), policy).score
         if not 0.0 < score < math.inf:
-            return 0.0
-        logs.append(math.log(score))
-    return statistics.stdev(logs) / math.sqrt(QUARTERS)
+            return ()
+        scores.append(score)
+    return tuple(scores)
+
+
+def score_se(quarters: tuple[float, ...]) -> float:
+    """The standard error of ln(score) for the step, from the spread of its quarters'
+    scores: how far another run of the same length could land. 0 without quarters."""
+    if len(quarters) < 2:
+        return 0.0
+    return statistics.stdev(math.log(q) for q in quarters) / math.sqrt(len(quarters))

@@ -30,8 +30,9 @@ has just predicted a step's score within ``trust_tolerance``. If the step holds,
 search has converged at ``c``; if not, the bracket moves down and the search goes on.
 Every converged estimate has been held that long.
 
-A failure scoring below ``spike_score`` that contradicts a sustained rate at or above it
-is held back and re-tested once before it moves the bracket. Otherwise the latest
+A failure that most of its step's quarters held (a stall of the host in one slice of
+time), or one scoring below ``spike_score`` that contradicts a sustained rate at or above
+it, is held back and re-tested once before it moves the bracket. Otherwise the latest
 evidence wins: a failure drops the sustainable points at or above it, a success the
 failures at or below it.
 """
@@ -228,9 +229,14 @@ def update(cfg: AdaptiveConfig, state: AdaptiveState, verdict: StepVerdict) -> A
 
 
 def _is_spike(cfg: AdaptiveConfig, points: tuple[StepVerdict, ...], verdict: StepVerdict) -> bool:
-    """A failure only a little past the boundary at a rate some sustained rate at or above
-    it contradicts: re-test it once before it moves the bracket."""
-    if verdict.sustainable or verdict.score >= cfg.spike_score:
+    """A failure to re-test once before it moves the bracket: one carried by a single
+    slice of its run (``transient``), or one only a little past the boundary at a rate
+    some sustained rate at or above it contradicts."""
+    if verdict.sustainable:
+        return False
+    if verdict.purpose != "confirm" and transient(verdict):
+        return True  # confirmations have their own rule: the majority of three
+    if verdict.score >= cfg.spike_score:
         return False
     # only evidence at least as long counts against it: a longer run that fails where a
     # shorter one passed is the better evidence, not a spike
@@ -238,6 +244,14 @@ def _is_spike(cfg: AdaptiveConfig, points: tuple[StepVerdict, ...], verdict: Ste
         p.sustainable and p.rate >= verdict.rate and p.duration_s >= verdict.duration_s
         for p in points
     )
+
+
+def transient(verdict: StepVerdict) -> bool:
+    """A failed step most of whose quarters held: the failure sits in one slice of time
+    (a stall of the host, a pause of the server), not in the rate. An overload past the
+    boundary fails in most quarters; one at the boundary in about half."""
+    held = sum(q <= 1.0 for q in verdict.quarters)
+    return not verdict.sustainable and 2 * held > len(verdict.quarters) > 0
 
 
 def _accept(points: tuple[StepVerdict, ...], verdict: StepVerdict) -> tuple[StepVerdict, ...]:

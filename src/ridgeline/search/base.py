@@ -42,6 +42,9 @@ class StepVerdict:
     purpose: str = ""
     score_se: float = 0.0
     """Standard error of ln(score): how far another run of the same length could land."""
+    quarters: tuple[float, ...] = ()
+    """The scores of the step's consecutive quarters, each judged like the whole step
+    (empty when a quarter has no finite score)."""
 
     @property
     def sustainable(self) -> bool:

@@ -5,10 +5,10 @@ an instance is free, ``policies.batching.decide`` says whether to send a batch n
 a preferred size, or the oldest request has waited the queue delay) or to wait until
 when; the same function drives the fake server and the simulator. A request that can
 no longer make its deadline is dropped (``dropping``) when it arrives and again when
-its batch forms, so no instance works on an answer nobody will use. A batch's inputs
-are concatenated along the batch dimension, run on the instance, and its outputs split
-back by rows; an instance's failure (a crash included) fails that batch's requests
-with an error, never leaving them waiting.
+its batch forms (unless it arrived at an idle server), so no instance works on an answer
+nobody will use. A batch's inputs are concatenated along the batch dimension, run on the
+instance, and its outputs split back by rows; an instance's failure (a crash included)
+fails that batch's requests with an error, never leaving them waiting.
 """
 
 from __future__ import annotations
@@ -41,10 +41,12 @@ class Instance(Protocol):
 
 
 class _Item:
-    __slots__ = ("arrays", "arrival", "deadline", "future", "rows")
+    __slots__ = ("arrays", "arrival", "deadline", "future", "kept", "rows")
 
     def __init__(self, rows: int, arrays: list[Array], deadline: float, arrival: float) -> None:
         self.rows, self.arrays, self.deadline, self.arrival = rows, arrays, deadline, arrival
+        self.kept = False
+        """Arrived at an idle server: never dropped (``dropping``)."""
         self.future: asyncio.Future[list[Array]] = asyncio.get_running_loop().create_future()
 
 
@@ -85,15 +87,20 @@ class TaskQueue:
             len(self.instances) - len(self._free),
         )
 
+    def idle(self) -> bool:
+        """Nothing queued and no instance busy."""
+        return not self._items and len(self._free) == len(self.instances)
+
     def expected_s(self) -> float:
         """From joining this queue now to the end of the longest path after it."""
         t = self.timing()
         return expected_wait_s(t) + self.exec.time(t.own_rows) + self.remaining_after()
 
     def submit(
-        self, rows: int, arrays: list[Array], deadline: float
+        self, rows: int, arrays: list[Array], deadline: float, keep: bool = False
     ) -> asyncio.Future[list[Array]]:
-        """Queue one request of ``rows`` rows (≤ the batch size); its outputs' future."""
+        """Queue one request of ``rows`` rows (≤ the batch size); its outputs' future.
+        ``keep``: never drop it (it arrived at an idle server, ``dropping``)."""
         if not 1 <= rows <= self.cfg.max_batch_size:
             raise ValueError(f"{rows} rows for task {self.name!r} (1..{self.cfg.max_batch_size})")
         now = self.clock.now()
@@ -101,9 +108,10 @@ class TaskQueue:
         self.metrics.requests.labels(self.name).inc()
         if self._closed:
             item.future.set_exception(InferFailed("unavailable", "the server is shutting down"))
-        elif self.drop and should_drop(now, deadline, self.expected_s()):
+        elif self.drop and not keep and should_drop(now, deadline, self.expected_s()):
             self._drop(item, now)
         else:
+            item.kept = keep
             self._items.append(item)
             self._rows += rows
             self._pump()
@@ -136,7 +144,7 @@ class TaskQueue:
             while items and rows + items[0].rows <= d.size:
                 item = items.popleft()
                 self._rows -= item.rows
-                if self.drop and should_drop(now, item.deadline, rest):
+                if self.drop and not item.kept and should_drop(now, item.deadline, rest):
                     self._drop(item, now)
                     continue
                 batch.append(item)

@@ -9,13 +9,26 @@ request is dropped: it gets a clear "dropped: cannot meet SLO" answer, counted a
 from errors. Execution times come from an ``ExecModel`` per task: base and per-row time from
 warm-up batches, scaled by an upper envelope (quick to rise, slow to fall) of how much
 slower served batches ran.
+
+The expectation is a model, and on shared cores batch times swing past it. So the drop
+decision adds to it the ``Slack`` the answers show: a high quantile of how much later
+than expected at arrival they came back, over a recent window. Drops rise when answers
+run late; the answers stay within the SLO.
+
+A request that arrives at an idle server (nothing queued, no instance busy, at any task
+on its way) is never dropped, here or later:
+it is the best the server can do for it, and when everything has been dropped it is how
+the execution model and the slack learn again (both learn only from work done).
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+
+import numpy as np
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,3 +109,39 @@ def upper_envelope(old: float, sample: float, up: float = 0.5, down: float = 0.0
     if old == 0.0:
         return sample
     return old + (up if sample > old else down) * (sample - old)
+
+
+class Slack:
+    """How much later than expected answers come back: the ``quantile`` of (latency −
+    expected latency at arrival) over the last ``window`` answers, ``initial_s`` until
+    ``min_answers`` have come. Negative when the model is pessimistic: then it admits
+    more. The drop decision adds it to every expectation, so that only ``1 − quantile``
+    of admitted requests should come later than their deadline."""
+
+    def __init__(
+        self,
+        initial_s: float,
+        quantile: float = 0.995,
+        window: int = 400,
+        min_answers: int = 20,
+    ) -> None:
+        self.initial_s, self.quantile, self.min_answers = initial_s, quantile, min_answers
+        self._errors: deque[float] = deque(maxlen=window)
+        self._slack_s = initial_s
+        self._fresh = True
+
+    @property
+    def slack_s(self) -> float:
+        if not self._fresh:
+            self._slack_s = (
+                float(np.quantile(self._errors, self.quantile))
+                if len(self._errors) >= self.min_answers
+                else self.initial_s
+            )
+            self._fresh = True
+        return self._slack_s
+
+    def observe(self, latency_s: float, expected_s: float) -> None:
+        """An answer that took ``latency_s`` where ``expected_s`` was expected."""
+        self._errors.append(latency_s - expected_s)
+        self._fresh = False

@@ -2,7 +2,7 @@
 
 Per task: requests, rows, batches and their sizes, queue time, compute time, drops,
 errors; per instance: utilisation (busy fraction since start) and restarts; per
-pipeline: requests and end-to-end latency by outcome.
+pipeline: requests and end-to-end latency by outcome; per pipeline: the drop decision's slack.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
@@ -105,6 +105,13 @@ class ServeMetrics:
             "End-to-end latency of answered pipeline requests",
             ["pipeline"],
             buckets=_SECONDS,
+            registry=r,
+        )
+        self.drop_slack = Gauge(
+            "ridgeline_drop_slack_seconds",
+            "How much later than expected answers come (a high quantile), added to every "
+            "drop decision",
+            ["model"],
             registry=r,
         )
         self._instances = _Instances(uptime_s)

@@ -26,7 +26,7 @@ from ridgeline.pipeline.plan import Plan
 from ridgeline.policies.batching import BatchingConfig
 from ridgeline.serve.backends import TensorInfo
 from ridgeline.serve.batcher import TaskQueue
-from ridgeline.serve.dropping import ExecModel
+from ridgeline.serve.dropping import ExecModel, Slack
 from ridgeline.serve.graph import GraphRunner
 from ridgeline.serve.loading import setup_plan
 from ridgeline.serve.metrics import InstanceView, ServeMetrics
@@ -88,18 +88,24 @@ class _Model:
 
 
 class _TaskModel(_Model):
-    def __init__(self, queue: TaskQueue, budget_s: float, clock: Clock, **kw: Any) -> None:
+    def __init__(
+        self, queue: TaskQueue, budget_s: float, margin: float, clock: Clock, **kw: Any
+    ) -> None:
         super().__init__(**kw)
-        self.queue, self.budget_s, self.clock = queue, budget_s, clock
+        self.queue, self.budget_s, self.clock, self.margin = queue, budget_s, clock, margin
+        self.slack = Slack(initial_s=0.05 * budget_s)
 
     async def infer(self, rows: int, arrays: list[Array]) -> list[Array]:
         began = time.perf_counter()
-        deadline = self.clock.now() + self.budget_s
+        arrival = self.clock.now()
+        expected = self.queue.expected_s()
+        deadline = arrival + (1 - self.margin) * self.budget_s - self.slack.slack_s
         try:
-            out = await self.queue.submit(rows, arrays, deadline)
+            out = await self.queue.submit(rows, arrays, deadline, keep=self.queue.idle())
         except BaseException:
             self._count(False, began)
             raise
+        self.slack.observe(self.clock.now() - arrival, expected)
         self._count(True, began)
         return out
 
@@ -121,6 +127,7 @@ class _PipelineModel(_Model):
             raise
         m.pipeline_requests.labels(self.name, "ok").inc()
         m.pipeline_latency.labels(self.name).observe(time.perf_counter() - began)
+        m.drop_slack.labels(self.name).set(self.runner.slack.slack_s)
         self._count(True, began)
         return out
 
@@ -147,7 +154,7 @@ class PlanServer:
         token: str | None = None,
         zoo: Path | None = None,
         drop: bool = True,
-        drop_margin: float = 0.15,
+        drop_margin: float = 0.1,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         clock: Clock | None = None,
     ) -> None:
@@ -214,7 +221,8 @@ class PlanServer:
                 self.metrics.add_instance(_instance_view(name, i, w))
             self.models[name] = _TaskModel(
                 self.queues[name],
-                (1 - self.drop_margin) * task.latency_budget_ms / 1000.0,
+                task.latency_budget_ms / 1000.0,
+                self.drop_margin,
                 clock,
                 name=name,
                 inputs=sig.inputs,
