@@ -17,6 +17,7 @@ from ridgeline.loadgen.replayer import Progress, ReplayConfig
 from ridgeline.loadgen.schedule import Schedule, from_arrival, from_trace
 from ridgeline.loadgen.step import StepConfig, run_step
 from ridgeline.loadgen.validity import ValidityConfig
+from ridgeline.pipeline.plan_cli import plan_command
 from ridgeline.report.cli import report_command
 from ridgeline.telemetry.store import RunStore
 from ridgeline.workload.arrivals import parse_arrival
@@ -34,6 +35,7 @@ app.command("allocate")(allocate_command)
 app.add_typer(registry_app, name="registry")
 app.command("report")(report_command)
 app.add_typer(zoo_app, name="models", help="The local model zoo: real ONNX model families.")
+app.command("plan")(plan_command)
 
 
 def _target_options(model: str | None, header: list[str], token: str | None) -> dict[str, Any]:

@@ -30,9 +30,9 @@ it is loaded to serve (``serve.loading``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal, Protocol, Self
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -202,7 +202,23 @@ class Plan(_Frozen):
         return sum(self.arrival_factor(e.source) * e.factor for e in self.edges if e.target == task)
 
 
-def find_cycle(plan: Plan) -> list[str]:
+class _Arc(Protocol):
+    @property
+    def source(self) -> str: ...
+    @property
+    def target(self) -> str: ...
+
+
+class Graph(Protocol):
+    """A task graph: a plan, or a pipeline spec."""
+
+    @property
+    def tasks(self) -> Mapping[str, Any]: ...
+    @property
+    def edges(self) -> Sequence[_Arc]: ...
+
+
+def find_cycle(plan: Graph) -> list[str]:
     """One cycle of the task graph as ``[a, b, ..., a]``, or [] for a DAG."""
     colour: dict[str, int] = dict.fromkeys(plan.tasks, 0)  # 0 new, 1 on stack, 2 done
     stack: list[str] = []
@@ -227,18 +243,20 @@ def find_cycle(plan: Plan) -> list[str]:
     return []
 
 
-def paths(plan: Plan) -> Iterator[list[str]]:
+def paths(plan: Graph) -> Iterator[list[str]]:
     """Every source-to-sink path of a DAG."""
 
     def walk(t: str, prefix: list[str]) -> Iterator[list[str]]:
-        out = plan.children(t)
+        out = [e for e in plan.edges if e.source == t]
         if not out:
             yield [*prefix, t]
         for e in out:
             yield from walk(e.target, [*prefix, t])
 
-    for s in plan.sources():
-        yield from walk(s, [])
+    targets = {e.target for e in plan.edges}
+    for s in plan.tasks:
+        if s not in targets:
+            yield from walk(s, [])
 
 
 def load_plan(path: str | Path) -> Plan:

@@ -1,0 +1,212 @@
+"""GPU geometry: MIG profiles, where they may sit on a GPU, and the segment types a plan
+can put an instance on.
+
+A MIG-capable GPU has 7 compute slices and 8 memory slices. A profile (``3g.40gb``)
+takes some of each; it may start only at certain memory slices, as NVIDIA's
+``nvidia-smi mig -lgipp`` prints them (``{0,4}:4``: start at slice 0 or 4, span 4). A
+set of instances fits a GPU when their memory spans do not overlap and their compute
+slices add up to 7 or fewer (``fits``). The tables below follow NVIDIA's MIG user guide,
+"Supported MIG Profiles" (A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB), with SM counts
+from ``nvidia-smi mig -lgip`` and memory bandwidth a fraction of the GPU's by memory
+slices.
+
+A segment type is what an instance runs on: a MIG profile, or an MPS share of one (a
+fraction of a ``1g`` slice's threads, ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``). Whole GPUs
+are the largest profile (``7g``). The planner counts cost in compute slices: an MPS
+share of 1/k costs 1/k of a slice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from types import MappingProxyType
+
+from ridgeline.errors import ConfigError, UnknownKindError
+
+COMPUTE_SLICES = 7
+MEMORY_SLICES = 8
+
+
+@dataclass(frozen=True, slots=True)
+class MigProfile:
+    """One MIG GPU-instance profile on one GPU type."""
+
+    name: str
+    """As nvidia-smi names it, e.g. ``3g.40gb``."""
+    compute: int
+    """Compute slices (of 7)."""
+    memory_slices: int
+    """Memory slices (of 8) its placement spans."""
+    memory_gb: float
+    sms: int
+    starts: tuple[int, ...]
+    """Memory slices where it may start (``nvidia-smi mig -lgipp``)."""
+    profile_id: int
+    """The GPU-instance profile ID ``nvidia-smi mig -cgi`` takes."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuType:
+    name: str
+    memory_gb: float
+    sms: int
+    """SMs of the whole GPU without MIG."""
+    fp16_tflops: float
+    """Dense FP16 tensor throughput of the whole GPU (the roofline's compute roof)."""
+    bandwidth_gbps: float
+    """Memory bandwidth of the whole GPU, GB/s (the roofline's memory roof)."""
+    profiles: tuple[MigProfile, ...]
+
+    def profile(self, name: str) -> MigProfile:
+        for p in self.profiles:
+            if p.name == name:
+                return p
+        raise UnknownKindError(f"{self.name} MIG profile", name, [p.name for p in self.profiles])
+
+    @property
+    def whole(self) -> MigProfile:
+        """The profile that is the whole GPU (7 compute slices)."""
+        return max(self.profiles, key=lambda p: (p.compute, p.memory_slices))
+
+
+def _a100(memory_gb: int, bandwidth: float) -> GpuType:
+    m = memory_gb // 8  # memory per memory slice, as the profile names round it
+    return GpuType(
+        name=f"A100-{memory_gb}GB",
+        memory_gb=memory_gb,
+        sms=108,
+        fp16_tflops=312.0,
+        bandwidth_gbps=bandwidth,
+        profiles=(
+            MigProfile(f"1g.{m}gb", 1, 1, m, 14, (0, 1, 2, 3, 4, 5, 6), 19),
+            MigProfile(f"1g.{2 * m}gb", 1, 2, 2 * m, 14, (0, 2, 4, 6), 15),
+            MigProfile(f"2g.{2 * m}gb", 2, 2, 2 * m, 28, (0, 2, 4), 14),
+            MigProfile(f"3g.{4 * m}gb", 3, 4, 4 * m, 42, (0, 4), 9),
+            MigProfile(f"4g.{4 * m}gb", 4, 4, 4 * m, 56, (0,), 5),
+            MigProfile(f"7g.{8 * m}gb", 7, 8, 8 * m, 98, (0,), 0),
+        ),
+    )
+
+
+_H100 = GpuType(
+    name="H100-80GB",
+    memory_gb=80,
+    sms=132,
+    fp16_tflops=989.0,
+    bandwidth_gbps=3350.0,
+    profiles=(
+        MigProfile("1g.10gb", 1, 1, 10, 16, (0, 1, 2, 3, 4, 5, 6), 19),
+        MigProfile("1g.20gb", 1, 2, 20, 26, (0, 2, 4, 6), 15),
+        MigProfile("2g.20gb", 2, 2, 20, 32, (0, 2, 4), 14),
+        MigProfile("3g.40gb", 3, 4, 40, 60, (0, 4), 9),
+        MigProfile("4g.40gb", 4, 4, 40, 64, (0,), 5),
+        MigProfile("7g.80gb", 7, 8, 80, 132, (0,), 0),
+    ),
+)
+
+GPU_TYPES: Mapping[str, GpuType] = MappingProxyType(
+    {g.name: g for g in (_a100(40, 1555.0), _a100(80, 2039.0), _H100)}
+)
+"""Every GPU type the planner knows, by name."""
+
+
+def gpu_type(name: str) -> GpuType:
+    """The GPU type called ``name``; an unknown one lists the known."""
+    found = GPU_TYPES.get(name)
+    if found is None:
+        raise UnknownKindError("GPU type", name, GPU_TYPES)
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentType:
+    """What one instance runs on: a MIG profile, or an MPS share of one."""
+
+    gpu: str
+    profile: str
+    share: Fraction = Fraction(1)
+    """1 for the whole MIG instance; 1/k for one of k MPS clients sharing it."""
+
+    @property
+    def label(self) -> str:
+        return self.profile if self.share == 1 else f"{self.profile}@{self.share}"
+
+    def slices(self) -> Fraction:
+        """Compute slices it costs."""
+        return gpu_type(self.gpu).profile(self.profile).compute * self.share
+
+    def sms(self) -> float:
+        return gpu_type(self.gpu).profile(self.profile).sms * float(self.share)
+
+    def bandwidth_gbps(self) -> float:
+        g = gpu_type(self.gpu)
+        p = g.profile(self.profile)
+        return g.bandwidth_gbps * p.memory_slices / MEMORY_SLICES * float(self.share)
+
+
+MPS_SHARES: tuple[Fraction, ...] = (Fraction(1, 2), Fraction(1, 3))
+"""MPS shares of a ``1g`` slice the planner may use."""
+
+
+def segment_types(
+    gpu: str, *, spatial: bool = True, mps: Sequence[Fraction] = MPS_SHARES
+) -> list[SegmentType]:
+    """The segment types of ``gpu``: with spatial partitioning, every MIG profile with
+    one memory-slice span per compute slice class (the smallest memory for each compute
+    size) and MPS shares of the smallest; without, the whole GPU only."""
+    g = gpu_type(gpu)
+    if not spatial:
+        return [SegmentType(gpu, g.whole.name)]
+    out = [SegmentType(gpu, p.name) for p in g.profiles]
+    smallest = min(g.profiles, key=lambda p: (p.compute, p.memory_slices))
+    out += [SegmentType(gpu, smallest.name, s) for s in mps]
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """A MIG instance at a start memory slice of one GPU."""
+
+    profile: MigProfile
+    start: int
+
+    @property
+    def span(self) -> range:
+        return range(self.start, self.start + self.profile.memory_slices)
+
+
+def fits(placed: Iterable[Placed]) -> str | None:
+    """None when these instances can share one GPU; else why not: a start that the
+    profile does not allow, memory spans that overlap, or more than 7 compute slices."""
+    used: dict[int, str] = {}
+    compute = 0
+    for p in placed:
+        if p.start not in p.profile.starts:
+            return (
+                f"{p.profile.name} cannot start at memory slice {p.start} (valid starts: "
+                f"{', '.join(map(str, p.profile.starts))})"
+            )
+        for s in p.span:
+            if s in used:
+                return f"{p.profile.name} at {p.start} overlaps {used[s]} at memory slice {s}"
+            used[s] = f"{p.profile.name}@{p.start}"
+        compute += p.profile.compute
+    if compute > COMPUTE_SLICES:
+        return f"{compute} compute slices, over the {COMPUTE_SLICES} a GPU has"
+    return None
+
+
+def parse_gpus(text: str) -> dict[str, int]:
+    """``8xA100-80GB`` or ``2xA100-80GB,4xH100-80GB`` → {type: count}."""
+    out: dict[str, int] = {}
+    for part in (p.strip() for p in text.split(",")):
+        count, sep, name = part.partition("x")
+        if not sep or not count.isdigit() or int(count) < 1:
+            raise ConfigError(
+                f"GPUs {part!r}: write COUNTxTYPE, e.g. 8xA100-80GB (types: {', '.join(GPU_TYPES)})"
+            )
+        gpu_type(name)
+        out[name] = out.get(name, 0) + int(count)
+    return out

@@ -1,0 +1,615 @@
+"""The planner: per task a variant, a segment type, a batch size and an instance count,
+by a MILP solved with HiGHS (the JigsawServe method).
+
+Every task ``t`` picks one configuration ``c`` = (variant, segment type, batch size)
+from the profile table. Its demand is the pipeline's rate times the factors along its
+incoming paths, which may depend on the upstream variants; so the model's choices are
+options (configuration, scenario of those upstream variants), each with its exact
+demand, and from it the fewest instances that serve it at ``max_utilisation`` (queues
+stay short) and the time its batch may wait to fill: ``(batch − 1)`` over the demand, at
+most one execution time (the queue delay the plan sets). An option's latency is that
+wait plus the batch execution. The constraints, each as its English statement in the
+code:
+
+* one option per task, its scenario agreeing with what the upstream tasks chose;
+* latency: on every source-to-sink path, the sum of the chosen latencies ≤ the SLO
+  (task-graph budgeting: the budgets fall out of the solve; switch T off for equal
+  per-task budgets of SLO / the longest path's task count);
+* accuracy: on every path, the product of the chosen variants' accuracies (each a
+  fraction of its task's best) ≥ the floor, as a sum of logarithms;
+* resources: slices used ≤ those available, per pool (compute slices of a GPU type, or
+  CPU cores).
+
+Objective: fewest slices, then the highest accuracy (``objective="accuracy"``: the
+reverse), solved in two passes: the first optimum becomes a bound for the second.
+
+Switches (``Features``): A (accuracy scaling: other variants than each task's best),
+S (spatial partitioning: MIG slices and MPS shares; off: whole GPUs only), T
+(task-graph budgeting). All off is the "none" baseline; A+T is Loki-like.
+
+An infeasible request says which constraint binds (``InfeasiblePlan``): the fastest path
+already over the SLO, the accuracy floor out of reach within the SLO, or the slices
+needed against those available.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Literal
+
+import highspy
+import numpy as np
+
+from ridgeline.errors import PlanError
+from ridgeline.pipeline.plan import CpuSegment, MigSegment, MpsSegment, Plan, TaskPlan
+from ridgeline.pipeline.profiles import CPU, ProfileRow, ProfileTable, parse_segment, segment_cost
+from ridgeline.pipeline.spec import PipelineSpec
+
+Objective = Literal["slices", "accuracy"]
+
+
+class InfeasiblePlan(PlanError):
+    """No plan meets every constraint; the message says which binds and by how much."""
+
+    def __init__(self, message: str, binding: str) -> None:
+        super().__init__(message)
+        self.binding = binding
+        """``latency``, ``accuracy`` or ``resources``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Features:
+    """Which of JigsawServe's three features are on (all by default)."""
+
+    accuracy_scaling: bool = True
+    spatial: bool = True
+    graph_budgets: bool = True
+
+    @classmethod
+    def parse(cls, text: str) -> Features:
+        """``A,S,T`` (any subset, ``none`` for none)."""
+        parts = {p.strip().upper() for p in text.split(",") if p.strip()}
+        if parts == {"NONE"}:
+            parts = set()
+        bad = parts - {"A", "S", "T"}
+        if bad:
+            raise PlanError(
+                f"features {', '.join(sorted(bad))}: write a subset of A,S,T (accuracy "
+                "scaling, spatial partitioning, task-graph budgeting) or none"
+            )
+        return cls("A" in parts, "S" in parts, "T" in parts)
+
+    @property
+    def label(self) -> str:
+        on = [k for k, v in zip("AST", self.as_tuple(), strict=True) if v]
+        return "+".join(on) or "none"
+
+    def as_tuple(self) -> tuple[bool, bool, bool]:
+        return (self.accuracy_scaling, self.spatial, self.graph_budgets)
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """One candidate configuration of one task."""
+
+    task: str
+    row: ProfileRow
+    accuracy: float
+    """The variant's accuracy as a fraction of its task's best."""
+    cost: Fraction
+    """Slices (or cores) one instance uses."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedTask:
+    """A configuration at a demand: what it costs and how long a request takes."""
+
+    task: str
+    config: Config
+    instances: int
+    """The fewest that serve ``demand_rps`` at ``max_utilisation``."""
+    demand_rps: float
+    queue_ms: float
+    """The longest a batch waits to fill: ``(batch − 1)`` over the demand, at most one
+    execution time (the queue delay the plan sets)."""
+
+    @classmethod
+    def at(cls, config: Config, demand_rps: float, max_utilisation: float) -> PlannedTask:
+        row = config.row
+        n = math.ceil(demand_rps / (max_utilisation * row.throughput_rps) - 1e-9)
+        fill_ms = (row.batch - 1) / demand_rps * 1000.0
+        return cls(config.task, config, max(n, 1), demand_rps, min(fill_ms, row.latency_ms))
+
+    @property
+    def variant(self) -> str:
+        return self.config.row.variant
+
+    @property
+    def latency_ms(self) -> float:
+        return self.queue_ms + self.config.row.latency_ms
+
+    @property
+    def slices(self) -> Fraction:
+        return self.config.cost * self.instances
+
+    @property
+    def utilisation(self) -> float:
+        return self.demand_rps / (self.instances * self.config.row.throughput_rps)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanResult:
+    spec: PipelineSpec
+    features: Features
+    tasks: dict[str, PlannedTask]
+    slices: dict[str, float]
+    """Slices (or cores) used, per pool."""
+    available: dict[str, float]
+    accuracy: float
+    """System accuracy: the lowest over paths of the product of task accuracies, as a
+    fraction of the best reachable."""
+    solve_s: float
+    gap: float
+    """The MILP's relative optimality gap at the end of the (first) solve."""
+    path_latency_ms: dict[tuple[str, ...], float] = field(default_factory=dict)
+
+    @property
+    def slices_used(self) -> float:
+        return sum(self.slices.values())
+
+
+@dataclass(frozen=True, slots=True)
+class PlannerOptions:
+    objective: Objective = "slices"
+    max_utilisation: float = 0.8
+    """Instances are sized so each runs at most this busy: queues stay short."""
+    time_limit_s: float = 10.0
+    mip_gap: float = 0.01
+
+
+def candidates(
+    spec: PipelineSpec, table: ProfileTable, pools: Sequence[str], features: Features
+) -> dict[str, list[Config]]:
+    """Every configuration each task may take, under the feature switches."""
+    out: dict[str, list[Config]] = {}
+    for name, task in spec.tasks.items():
+        best = task.best_accuracy()
+        variants = [v for v in task.variants if features.accuracy_scaling or v.accuracy == best]
+        configs = []
+        for v in variants:
+            for pool in pools:
+                rows = table.for_variant(v.name, pool)
+                if not features.spatial:
+                    rows = [r for r in rows if _whole(pool, r.segment, table)]
+                configs += [
+                    Config(name, r, v.accuracy / best, segment_cost(pool, r.segment)) for r in rows
+                ]
+        if not configs:
+            missing = ", ".join(v.name for v in variants)
+            raise PlanError(
+                f"task {name!r} has no profile rows for its variants ({missing}) on "
+                f"{', '.join(pools)}; run `ridgeline profile` or add the rows"
+            )
+        out[name] = configs
+    return out
+
+
+def _whole(pool: str, label: str, table: ProfileTable) -> bool:
+    """Whether ``label`` is a whole device: the largest segment of the pool."""
+    if pool == CPU:
+        largest = max(segment_cost(CPU, r.segment) for r in table if r.pool == CPU)
+        return segment_cost(CPU, label) == largest
+    seg = parse_segment(pool, label)
+    return seg.share == 1 and seg.slices() == 7
+
+
+def plan_pipeline(
+    spec: PipelineSpec,
+    table: ProfileTable,
+    available: Mapping[str, float],
+    features: Features = Features(),
+    options: PlannerOptions = PlannerOptions(),
+) -> PlanResult:
+    """The plan with the fewest slices (then the highest accuracy) that meets the
+    demand, the SLO on every path and the accuracy floor within ``available`` slices
+    per pool (``{"A100-80GB": 56}``: 8 GPUs); ``InfeasiblePlan`` says what binds."""
+    configs = candidates(spec, table, list(available), features)
+    started = time.perf_counter()
+    solved = _Milp(spec, configs, available, features, options).solve()
+    if solved is None:
+        raise _diagnose(spec, configs, available, features, options)
+    chosen, gap = solved
+    return _result(spec, features, chosen, available, gap, started)
+
+
+Scenario = tuple[tuple[str, str], ...]
+"""Variants of the upstream tasks a task's demand depends on: ((task, variant), ...)."""
+
+
+def scenarios(spec: PipelineSpec, task: str) -> list[Scenario]:
+    """Every combination of variants of the tasks upstream of ``task`` whose edge
+    factors depend on their variant (one empty scenario when none do)."""
+    deps = sorted(
+        {
+            e.source
+            for e in spec.edges
+            if isinstance(e.factor, dict) and e.target in _upstream(spec, task) | {task}
+        }
+    )
+    names = [[(d, v.name) for v in spec.tasks[d].variants] for d in deps]
+    return [tuple(c) for c in itertools.product(*names)]
+
+
+def _upstream(spec: PipelineSpec, task: str) -> set[str]:
+    out: set[str] = set()
+    for e in spec.parents(task):
+        out |= {e.source} | _upstream(spec, e.source)
+    return out
+
+
+def demand_in(spec: PipelineSpec, task: str, scenario: Scenario) -> float:
+    """Requests/s reaching ``task`` when its upstream tasks run the variants given."""
+    chosen = dict(scenario)
+    if not spec.parents(task):
+        return spec.demand_rps
+    return sum(
+        demand_in(spec, e.source, scenario)
+        * (e.factor[chosen[e.source]] if isinstance(e.factor, dict) else e.factor)
+        for e in spec.parents(task)
+    )
+
+
+class _Milp:
+    """The MILP in labelled sections: data, variables, constraints, objective, solve,
+    status check.
+
+    One binary ``w[t, o]`` per task ``t`` and option ``o`` = (configuration, scenario of
+    the upstream variants its demand depends on). An option's demand is exact, so are
+    its instance count (the fewest at ``max_utilisation``), its slices and its batch
+    fill time: the model is a pure 0–1 program, whose LP relaxation is tight enough for
+    HiGHS to close the gap fast."""
+
+    def __init__(
+        self,
+        spec: PipelineSpec,
+        configs: Mapping[str, list[Config]],
+        available: Mapping[str, float],
+        features: Features,
+        options: PlannerOptions,
+        *,
+        resources: bool = True,
+        accuracy: bool = True,
+    ) -> None:
+        # --- data ---------------------------------------------------------------------
+        self.spec, self.options, self.features = spec, options, features
+        self.available = available
+        self.resources, self.accuracy = resources, accuracy
+        self.paths = [tuple(p) for p in spec.paths()]
+        self.options_of: dict[str, list[tuple[PlannedTask, Scenario]]] = {}
+        for t, cs in configs.items():
+            opts = []
+            for sc in scenarios(spec, t):
+                d = demand_in(spec, t, sc)
+                for c in cs:
+                    p = PlannedTask.at(c, d, options.max_utilisation)
+                    if p.latency_ms <= spec.slo_ms and (
+                        not resources or float(p.slices) <= available.get(c.row.pool, 0.0)
+                    ):
+                        opts.append((p, sc))
+            self.options_of[t] = opts
+
+    def solve(self) -> tuple[dict[str, PlannedTask], float] | None:
+        """The chosen option per task and the first pass's gap; None if infeasible."""
+        if any(not o for o in self.options_of.values()):
+            return None
+        spec, inf = self.spec, math.inf
+        rows: list[tuple[float, float, dict[int, float]]] = []
+        # --- variables: w[t][i] = 1 when task t takes option i -------------------------
+        w: dict[str, list[int]] = {}
+        k = 0
+        for t, opts in self.options_of.items():
+            w[t] = list(range(k, k + len(opts)))
+            k += len(opts)
+        # --- constraints ----------------------------------------------------------------
+        for t, opts in self.options_of.items():
+            # Each task takes exactly one option.
+            rows.append((1, 1, dict.fromkeys(w[t], 1.0)))
+            # Its scenario agrees with what the upstream tasks chose: for each task a it
+            # depends on and each variant v of a, t's options assuming v are taken
+            # exactly when a runs v.
+            deps = {a for _, sc in opts for a, _ in sc}
+            for a in sorted(deps):
+                for v in spec.tasks[a].variants:
+                    terms: dict[int, float] = {}
+                    for i, (_, sc) in zip(w[t], opts, strict=True):
+                        if dict(sc)[a] == v.name:
+                            terms[i] = 1.0
+                    for i, (p, _) in zip(w[a], self.options_of[a], strict=True):
+                        if p.variant == v.name:
+                            terms[i] = terms.get(i, 0.0) - 1.0
+                    rows.append((0, 0, terms))
+        slo = spec.slo_ms
+        if self.features.graph_budgets:
+            # Latency: on every path the chosen latencies add up to the SLO or less.
+            for path in self.paths:
+                terms = {}
+                for t in path:
+                    for i, (p, _) in zip(w[t], self.options_of[t], strict=True):
+                        terms[i] = p.latency_ms
+                rows.append((-inf, slo, terms))
+        else:
+            # Latency, equal budgets: each task within SLO / the longest path's length.
+            share = slo / max(len(p) for p in self.paths)
+            for t, opts in self.options_of.items():
+                terms = {i: p.latency_ms for i, (p, _) in zip(w[t], opts, strict=True)}
+                rows.append((-inf, share, terms))
+        if self.accuracy:
+            # Accuracy: on every path, Σ ln(accuracy / the task's best) ≥ ln(floor).
+            for path in self.paths:
+                terms = {}
+                for t in path:
+                    for i, (p, _) in zip(w[t], self.options_of[t], strict=True):
+                        terms[i] = math.log(p.config.accuracy)
+                rows.append((math.log(spec.accuracy_floor), inf, terms))
+        if self.resources:
+            # Resources: slices (or cores) used ≤ those available, per pool.
+            for pool, cap in self.available.items():
+                terms = {
+                    i: float(p.slices)
+                    for t, opts in self.options_of.items()
+                    for i, (p, _) in zip(w[t], opts, strict=True)
+                    if p.config.row.pool == pool
+                }
+                if terms:
+                    rows.append((-inf, cap, terms))
+        # --- objective --------------------------------------------------------------------
+        slices, lost = np.zeros(k), np.zeros(k)
+        for t, opts in self.options_of.items():
+            for i, (p, _) in zip(w[t], opts, strict=True):
+                slices[i] = float(p.slices)
+                lost[i] = -math.log(p.config.accuracy)  # accuracy lost, to minimise
+        first, second = (slices, lost) if self.options.objective == "slices" else (lost, slices)
+        # --- solve, in two passes: the first optimum bounds the second ------------------
+        h = _highs(k, rows, self.options)
+        gap = 0.0
+        for n, objective in enumerate((first, second)):
+            h.changeColsCost(k, np.arange(k, dtype=np.int32), objective)
+            h.run()
+            # --- status check --------------------------------------------------------------
+            status = h.getModelStatus()
+            if status == highspy.HighsModelStatus.kInfeasible:
+                return None
+            if status == highspy.HighsModelStatus.kTimeLimit and n == 0:
+                if not h.getInfo().primal_solution_status:
+                    raise PlanError(
+                        f"HiGHS found no plan within {self.options.time_limit_s:g} s; raise "
+                        "the time limit or give fewer profile rows"
+                    )
+            elif status != highspy.HighsModelStatus.kOptimal:
+                raise PlanError(f"HiGHS ended with status {h.modelStatusToString(status)}")
+            if n == 0:
+                gap = float(h.getInfo().mip_gap)
+                best = h.getInfo().objective_function_value
+                nz = np.nonzero(objective)[0].astype(np.int32)
+                h.addRow(-inf, best + 1e-6, len(nz), nz, objective[nz])
+        values = h.getSolution().col_value
+        chosen = {
+            t: self.options_of[t][int(np.argmax([values[i] for i in w[t]]))][0]
+            for t in self.options_of
+        }
+        return chosen, gap
+
+
+def _highs(
+    k: int, rows: list[tuple[float, float, dict[int, float]]], o: PlannerOptions
+) -> highspy.Highs:
+    """A HiGHS model of ``k`` binaries and ``rows`` (lower, upper, {column: coefficient})."""
+    h = _new_highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("mip_rel_gap", o.mip_gap)
+    h.setOptionValue("time_limit", o.time_limit_s)
+    h.setOptionValue("threads", 1)
+    empty_i, empty_f = np.array([], dtype=np.int32), np.array([], dtype=np.float64)
+    h.addCols(k, np.zeros(k), np.zeros(k), np.ones(k), 0, empty_i, empty_i, empty_f)
+    h.changeColsIntegrality(
+        k, np.arange(k, dtype=np.int32), np.full(k, highspy.HighsVarType.kInteger)
+    )
+    starts: list[int] = []
+    index: list[int] = []
+    value: list[float] = []
+    for _, _, terms in rows:
+        starts.append(len(index))
+        index.extend(terms)
+        value.extend(terms.values())
+    h.addRows(
+        len(rows),
+        np.array([r[0] for r in rows], dtype=np.float64),
+        np.array([r[1] for r in rows], dtype=np.float64),
+        len(index),
+        np.array(starts, dtype=np.int32),
+        np.array(index, dtype=np.int32),
+        np.array(value, dtype=np.float64),
+    )
+    return h
+
+
+def _new_highs() -> highspy.Highs:
+    """A HiGHS instance. HiGHS prints a banner on stdout (the file descriptor, past
+    Python) when a process makes its first one, which would break ``--json`` output: it
+    is made with descriptor 1 pointed at /dev/null."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            return highspy.Highs()  # type: ignore[no-untyped-call]
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _result(
+    spec: PipelineSpec,
+    features: Features,
+    chosen: Mapping[str, PlannedTask],
+    available: Mapping[str, float],
+    gap: float,
+    started: float,
+) -> PlanResult:
+    slices: dict[str, float] = {}
+    for p in chosen.values():
+        pool = p.config.row.pool
+        slices[pool] = slices.get(pool, 0.0) + float(p.slices)
+    paths = [tuple(p) for p in spec.paths()]
+    accuracy = min(math.prod(chosen[t].config.accuracy for t in p) for p in paths)
+    latency = {p: sum(chosen[t].latency_ms for t in p) for p in paths}
+    return PlanResult(
+        spec,
+        features,
+        dict(chosen),
+        slices,
+        dict(available),
+        accuracy,
+        time.perf_counter() - started,
+        gap,
+        latency,
+    )
+
+
+def _diagnose(
+    spec: PipelineSpec,
+    configs: Mapping[str, list[Config]],
+    available: Mapping[str, float],
+    features: Features,
+    options: PlannerOptions,
+) -> InfeasiblePlan:
+    """Which constraint binds: re-solve without resources, then without accuracy."""
+    loose = _Milp(spec, configs, available, features, options, resources=False).solve()
+    if loose is not None:
+        need: dict[str, float] = {}
+        for p in loose[0].values():
+            need[p.config.row.pool] = need.get(p.config.row.pool, 0.0) + float(p.slices)
+        short = ", ".join(
+            f"{need.get(p, 0.0):g} slices needed on {p}, {cap:g} available"
+            for p, cap in available.items()
+        )
+        return InfeasiblePlan(
+            f"not enough resources for {spec.demand_rps:g} req/s: {short}; add GPUs, lower "
+            "the demand or the accuracy floor",
+            "resources",
+        )
+    fastest = {
+        t: min(
+            PlannedTask.at(c, demand_in(spec, t, sc), options.max_utilisation).latency_ms
+            for c in cs
+            for sc in scenarios(spec, t)
+        )
+        for t, cs in configs.items()
+    }
+    worst = max(spec.paths(), key=lambda p: sum(fastest[t] for t in p))
+    over = sum(fastest[t] for t in worst) - spec.slo_ms
+    if over > 0 or not features.graph_budgets:
+        detail = (
+            f"the fastest path {' -> '.join(worst)} already takes "
+            f"{sum(fastest[t] for t in worst):.1f} ms, {over:.1f} ms over the SLO "
+            f"{spec.slo_ms:g} ms"
+            if over > 0
+            else f"with equal per-task budgets (T off), some task cannot fit "
+            f"{spec.slo_ms / max(len(p) for p in spec.paths()):.1f} ms"
+        )
+        return InfeasiblePlan(
+            f"{detail}; raise the SLO, or profile faster segments or smaller variants",
+            "latency",
+        )
+    return InfeasiblePlan(
+        f"the accuracy floor {spec.accuracy_floor:g} needs variants whose latency does not "
+        f"fit the SLO {spec.slo_ms:g} ms on any path; lower the floor or raise the SLO",
+        "accuracy",
+    )
+
+
+def max_demand(
+    spec: PipelineSpec,
+    table: ProfileTable,
+    available: Mapping[str, float],
+    features: Features = Features(),
+    options: PlannerOptions = PlannerOptions(),
+    rel: float = 0.01,
+) -> tuple[float, PlanResult | None]:
+    """The largest demand ``available`` can serve (to relative precision ``rel``), by
+    bisection over plans, and the plan there (None when not even the smallest fits)."""
+
+    def feasible(rate: float) -> PlanResult | None:
+        try:
+            return plan_pipeline(
+                spec.model_copy(update={"demand_rps": rate}), table, available, features, options
+            )
+        except InfeasiblePlan:
+            return None
+
+    lo, hi = 0.0, spec.demand_rps
+    best: PlanResult | None = None
+    while (found := feasible(hi)) is not None:
+        lo, hi, best = hi, hi * 2, found
+    if best is None:
+        lo = hi / 1024
+        if (found := feasible(lo)) is None:
+            return 0.0, None
+        best = found
+    while hi - lo > rel * lo:
+        mid = (lo + hi) / 2
+        found = feasible(mid)
+        lo, hi, best = (mid, hi, found) if found is not None else (lo, mid, best)
+    return lo, best
+
+
+def to_plan(result: PlanResult) -> Plan:
+    """The Plan ``ridgeline serve`` runs: per task its variant, segment, batch, queue
+    delay, instances, and a latency budget (its latency, scaled up so the tightest path
+    uses the whole SLO)."""
+    spec = result.spec
+    slack = min(spec.slo_ms / ms for ms in result.path_latency_ms.values())
+    tasks = {}
+    for t, p in result.tasks.items():
+        row, v = p.config.row, spec.tasks[t].variant(p.variant)
+        tasks[t] = TaskPlan(
+            variant=v.name,
+            artifact=v.artifact,
+            synthetic=v.synthetic,
+            segment=_segment(row),
+            batch_size=row.batch,
+            max_queue_delay_ms=math.floor(p.queue_ms * 1000) / 1000,
+            instances=p.instances,
+            latency_budget_ms=p.latency_ms * slack * (1 - 1e-9),
+        )
+    edges = []
+    variants = {t: p.variant for t, p in result.tasks.items()}
+    for e in spec.edges:
+        edges.append(
+            {"source": e.source, "target": e.target, "factor": e.factor_for(variants[e.source])}
+        )
+    return Plan.model_validate(
+        {
+            "name": spec.name,
+            "slo_ms": spec.slo_ms,
+            "tasks": {t: tp.model_dump() for t, tp in tasks.items()},
+            "edges": edges,
+            "demand_rps": spec.demand_rps,
+        }
+    )
+
+
+def _segment(row: ProfileRow) -> CpuSegment | MigSegment | MpsSegment:
+    if row.pool == CPU:
+        return CpuSegment(cores=int(segment_cost(CPU, row.segment)))
+    seg = parse_segment(row.pool, row.segment)
+    if seg.share == 1:
+        return MigSegment(gpu=row.pool, profile=seg.profile)
+    return MpsSegment(gpu=row.pool, profile=seg.profile, share=float(seg.share))

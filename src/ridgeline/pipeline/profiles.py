@@ -1,0 +1,143 @@
+"""Profiles: latency and throughput per (variant, segment type, batch size).
+
+One row says: an instance of ``variant`` on one segment of type ``segment`` (of the
+``pool``: a GPU type such as ``A100-80GB``, or ``cpu``) runs a batch of ``batch`` in
+``latency_ms`` and so serves ``throughput_rps`` items per second. Each row is marked
+``measured`` (by ``ridgeline profile``, against the serving runtime's workers) or
+``modelled`` (a roofline calibrated by the measured rows). Stored as CSV::
+
+    variant,pool,segment,batch,latency_ms,throughput_rps,source
+    yolov5n,A100-80GB,1g.10gb,4,6.1,655.7,modelled
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, fields
+from fractions import Fraction
+from pathlib import Path
+from typing import Literal
+
+from ridgeline.errors import PlanError
+from ridgeline.pipeline.gpu import SegmentType, gpu_type
+
+CPU = "cpu"
+"""The pool of a host's CPU cores; its segment labels are ``cpuN`` (N cores)."""
+
+Source = Literal["measured", "modelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileRow:
+    variant: str
+    pool: str
+    """A GPU type (``A100-80GB``) or ``cpu``."""
+    segment: str
+    """A segment label: a MIG profile (``1g.10gb``), an MPS share (``1g.10gb@1/2``) or
+    ``cpuN``."""
+    batch: int
+    latency_ms: float
+    """Execution time of one batch of ``batch`` on one instance."""
+    throughput_rps: float
+    """Items per second one instance serves at this batch size."""
+    source: Source = "modelled"
+
+
+def segment_cost(pool: str, label: str) -> Fraction:
+    """What one instance on segment ``label`` of ``pool`` uses: compute slices of a GPU,
+    or cores of the CPU."""
+    if pool == CPU:
+        return Fraction(_cores(label))
+    return parse_segment(pool, label).slices()
+
+
+def parse_segment(pool: str, label: str) -> SegmentType:
+    """The GPU segment type a label names (``1g.10gb`` or ``1g.10gb@1/2``)."""
+    profile, _, share = label.partition("@")
+    gpu_type(pool).profile(profile)  # an unknown profile lists the valid ones
+    return SegmentType(pool, profile, Fraction(share) if share else Fraction(1))
+
+
+def _cores(label: str) -> int:
+    if not label.startswith("cpu") or not label[3:].isdigit() or int(label[3:]) < 1:
+        raise PlanError(f"CPU segment {label!r}: write cpuN, N cores (e.g. cpu1)")
+    return int(label[3:])
+
+
+class ProfileTable:
+    """Rows, looked up by variant and pool."""
+
+    def __init__(self, rows: Iterable[ProfileRow]) -> None:
+        self.rows = list(rows)
+
+    def __iter__(self) -> Iterator[ProfileRow]:
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def for_variant(self, variant: str, pool: str) -> list[ProfileRow]:
+        return [r for r in self.rows if r.variant == variant and r.pool == pool]
+
+    def pools(self) -> list[str]:
+        return sorted({r.pool for r in self.rows})
+
+    def to_csv(self) -> str:
+        out = io.StringIO()
+        names = [f.name for f in fields(ProfileRow)]
+        w = csv.DictWriter(out, names, lineterminator="\n")
+        w.writeheader()
+        for r in self.rows:
+            w.writerow({n: getattr(r, n) for n in names})
+        return out.getvalue()
+
+    @classmethod
+    def from_csv(cls, text: str, where: str = "profiles") -> ProfileTable:
+        rows = []
+        names = [f.name for f in fields(ProfileRow)]
+        reader = csv.DictReader(io.StringIO(text))
+        missing = [n for n in names if n not in (reader.fieldnames or [])]
+        if missing:
+            raise PlanError(
+                f"{where}: missing columns {', '.join(missing)}; the header must be "
+                f"{','.join(names)}"
+            )
+        for k, rec in enumerate(reader, start=2):
+            try:
+                row = ProfileRow(
+                    variant=rec["variant"],
+                    pool=rec["pool"],
+                    segment=rec["segment"],
+                    batch=int(rec["batch"]),
+                    latency_ms=float(rec["latency_ms"]),
+                    throughput_rps=float(rec["throughput_rps"]),
+                    source=_source(rec["source"]),
+                )
+            except (TypeError, ValueError) as e:
+                raise PlanError(f"{where} line {k}: {e}; fix the row") from None
+            if row.batch < 1 or row.latency_ms <= 0 or row.throughput_rps <= 0:
+                raise PlanError(
+                    f"{where} line {k}: batch, latency_ms and throughput_rps must be positive"
+                )
+            segment_cost(row.pool, row.segment)  # a bad segment names itself
+            rows.append(row)
+        return cls(rows)
+
+
+def _source(text: str) -> Source:
+    if text == "measured":
+        return "measured"
+    if text == "modelled":
+        return "modelled"
+    raise ValueError(f"source {text!r} is neither measured nor modelled")
+
+
+def load_profiles(path: str | Path) -> ProfileTable:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise PlanError(f"cannot read profiles {p}: {e.strerror}; check the path") from e
+    return ProfileTable.from_csv(text, str(p))

@@ -1,0 +1,353 @@
+"""The planner's MILP: exact answers on small cases, every plan re-checked by an
+independent checker on random specs and profiles, optimality against brute force, and
+infeasibility that names what binds."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from fractions import Fraction
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from ridgeline.errors import PlanError
+from ridgeline.pipeline.gpu import gpu_type
+from ridgeline.pipeline.planner import (
+    Features,
+    InfeasiblePlan,
+    PlannerOptions,
+    PlanResult,
+    max_demand,
+    plan_pipeline,
+    to_plan,
+)
+from ridgeline.pipeline.profiles import ProfileRow, ProfileTable
+from ridgeline.pipeline.spec import PipelineSpec
+
+GPU = "A100-80GB"
+
+
+def row(variant: str, segment: str, batch: int, ms: float, pool: str = GPU) -> ProfileRow:
+    return ProfileRow(variant, pool, segment, batch, ms, batch / ms * 1000.0)
+
+
+def spec(**over: Any) -> PipelineSpec:
+    doc: dict[str, Any] = {
+        "name": "p",
+        "slo_ms": 100,
+        "demand_rps": 100,
+        "tasks": {
+            "detect": {
+                "variants": [{"name": "small", "accuracy": 30}, {"name": "big", "accuracy": 50}]
+            },
+            "classify": {"variants": [{"name": "cls", "accuracy": 80}]},
+        },
+        "edges": [{"source": "detect", "target": "classify", "factor": 2}],
+    }
+    doc.update(over)
+    return PipelineSpec.model_validate(doc)
+
+
+# --- an independent checker -------------------------------------------------------------
+
+
+def check(result: PlanResult, table: ProfileTable, available: dict[str, float]) -> None:
+    """Re-check a plan from its Plan document, the spec and the table alone: demand met
+    at 80 % utilisation, every path within the SLO, slices within what is available, the
+    accuracy floor on every path."""
+    s, plan = result.spec, to_plan(result)
+    rows = {(r.variant, r.pool, r.segment, r.batch): r for r in table}
+
+    def demand(task: str) -> float:
+        into = [e for e in s.edges if e.target == task]
+        if not into:
+            return s.demand_rps
+        return sum(demand(e.source) * e.factor_for(plan.tasks[e.source].variant) for e in into)
+
+    latency: dict[str, float] = {}
+    used: dict[str, Fraction] = {}
+    for name, t in plan.tasks.items():
+        seg = t.segment
+        assert seg.kind in ("mig", "mps")
+        label = (
+            seg.profile
+            if seg.kind == "mig"
+            else f"{seg.profile}@{Fraction(seg.share).limit_denominator(12)}"
+        )
+        r = rows[(t.variant, seg.gpu, label, t.batch_size)]
+        assert t.instances * r.throughput_rps * 0.8 >= demand(name) * (1 - 1e-9), name
+        fill_ms = (t.batch_size - 1) / demand(name) * 1000
+        assert t.max_queue_delay_ms <= r.latency_ms + 1e-6
+        latency[name] = min(fill_ms, r.latency_ms) + r.latency_ms
+        compute = gpu_type(seg.gpu).profile(seg.profile).compute
+        share = Fraction(1) if seg.kind == "mig" else Fraction(seg.share).limit_denominator(12)
+        used[seg.gpu] = used.get(seg.gpu, Fraction(0)) + compute * share * t.instances
+    for pool, n in used.items():
+        assert n <= available[pool] + 1e-9
+    for path in walk(s):
+        assert sum(latency[t] for t in path) <= s.slo_ms + 1e-6, path
+        acc = math.prod(
+            s.tasks[t].variant(plan.tasks[t].variant).accuracy / s.tasks[t].best_accuracy()
+            for t in path
+        )
+        assert acc >= s.accuracy_floor - 1e-9, path
+
+
+def walk(s: PipelineSpec) -> list[list[str]]:
+    targets = {e.target for e in s.edges}
+    out: list[list[str]] = []
+
+    def go(t: str, prefix: list[str]) -> None:
+        nxt = [e.target for e in s.edges if e.source == t]
+        if not nxt:
+            out.append([*prefix, t])
+        for n in nxt:
+            go(n, [*prefix, t])
+
+    for t in s.tasks:
+        if t not in targets:
+            go(t, [])
+    return out
+
+
+# --- exact answers ----------------------------------------------------------------------
+
+
+def table_two_tasks() -> ProfileTable:
+    return ProfileTable(
+        [
+            row("small", "1g.10gb", 1, 5.0),  # 200/s
+            row("small", "1g.10gb", 4, 10.0),  # 400/s
+            row("big", "1g.10gb", 4, 40.0),  # 100/s
+            row("big", "3g.40gb", 4, 12.0),  # 333/s
+            row("cls", "1g.10gb", 8, 20.0),  # 400/s
+            row("cls", "1g.10gb@1/2", 8, 30.0),  # 267/s on half a slice
+        ]
+    )
+
+
+def test_the_fewest_slices_that_meet_demand_latency_and_the_floor() -> None:
+    """Detect at 100/s must run 'big' ('small' is 60 % as accurate, under the 0.9
+    floor). On 1g, big serves 80/s at 80 % busy: two instances, each batch waiting up to
+    30 ms to fill, 70 ms in all, which leaves classify 30 ms: too little for either of
+    its rows (40 ms on 1g, 60 ms on half a slice). So big on one 3g (24 ms: 3 slices) and
+    classify at 200/s on half a slice (213/s at 80 %, 60 ms): 84 ms, 3.5 slices."""
+    t = table_two_tasks()
+    result = plan_pipeline(spec(), t, {GPU: 14})
+    detect, classify = result.tasks["detect"], result.tasks["classify"]
+    assert (detect.variant, detect.config.row.segment, detect.instances) == ("big", "3g.40gb", 1)
+    assert (classify.config.row.segment, classify.instances) == ("1g.10gb@1/2", 1)
+    assert result.slices == {GPU: 3.5}
+    assert result.accuracy == 1.0
+    assert result.path_latency_ms == {("detect", "classify"): pytest.approx(84.0)}
+    check(result, t, {GPU: 14})
+
+
+def test_a_looser_slo_buys_fewer_slices() -> None:
+    loose = plan_pipeline(spec(slo_ms=200), table_two_tasks(), {GPU: 14})
+    tight = plan_pipeline(spec(), table_two_tasks(), {GPU: 14})
+    assert loose.slices_used < tight.slices_used
+    check(loose, table_two_tasks(), {GPU: 14})
+
+
+def test_a_lower_floor_lets_a_cheaper_variant_in() -> None:
+    cheap = plan_pipeline(spec(accuracy_floor=0.5, slo_ms=200), table_two_tasks(), {GPU: 14})
+    assert cheap.tasks["detect"].variant == "small"
+    assert cheap.accuracy == pytest.approx(0.6)
+
+
+def test_variant_dependent_factors_set_the_childs_demand() -> None:
+    s = spec(
+        slo_ms=200,
+        accuracy_floor=0.5,
+        edges=[{"source": "detect", "target": "classify", "factor": {"small": 1, "big": 3}}],
+    )
+    result = plan_pipeline(s, table_two_tasks(), {GPU: 14})
+    assert result.tasks["detect"].variant == "small"
+    assert result.tasks["classify"].demand_rps == 100.0
+    check(result, table_two_tasks(), {GPU: 14})
+
+
+def test_switches_off_narrow_the_choices() -> None:
+    t = table_two_tasks()
+    no_a = plan_pipeline(
+        spec(accuracy_floor=0.5, slo_ms=200), t, {GPU: 14}, Features(False, True, True)
+    )
+    assert no_a.tasks["detect"].variant == "big"  # only each task's best
+    whole = ProfileTable([*t, row("big", "7g.80gb", 8, 8.0), row("cls", "7g.80gb", 8, 5.0)])
+    no_s = plan_pipeline(spec(), whole, {GPU: 14}, Features(True, False, True))
+    assert {p.config.row.segment for p in no_s.tasks.values()} == {"7g.80gb"}
+    assert Features.parse("a, t").label == "A+T" and Features.parse("none").label == "none"
+    with pytest.raises(PlanError, match="features X: write a subset of A,S,T"):
+        Features.parse("A,X")
+
+
+# --- infeasible: what binds -------------------------------------------------------------
+
+
+def test_an_slo_under_the_fastest_path_names_the_gap() -> None:
+    with pytest.raises(InfeasiblePlan, match=r"fastest path detect -> classify already takes") as e:
+        plan_pipeline(spec(slo_ms=20), table_two_tasks(), {GPU: 14})
+    assert e.value.binding == "latency"
+
+
+def test_too_few_slices_says_how_many_are_needed() -> None:
+    with pytest.raises(InfeasiblePlan, match=r"3.5 slices needed on A100-80GB, 2 available") as e:
+        plan_pipeline(spec(), table_two_tasks(), {GPU: 2})
+    assert e.value.binding == "resources"
+
+
+def test_a_floor_out_of_reach_within_the_slo_says_so() -> None:
+    t = ProfileTable(
+        [
+            row("small", "1g.10gb", 1, 5.0),
+            row("big", "1g.10gb", 1, 95.0),
+            row("cls", "1g.10gb", 1, 10.0),
+        ]
+    )
+    with pytest.raises(InfeasiblePlan, match=r"accuracy floor 0\.9 needs variants") as e:
+        plan_pipeline(spec(), t, {GPU: 56})
+    assert e.value.binding == "accuracy"
+
+
+def test_a_variant_without_profile_rows_is_named() -> None:
+    with pytest.raises(
+        PlanError, match=r"task 'classify' has no profile rows for its variants \(cls\)"
+    ):
+        plan_pipeline(spec(), ProfileTable([row("big", "3g.40gb", 4, 12.0)]), {GPU: 14})
+
+
+def test_max_demand_is_the_edge_of_feasibility() -> None:
+    t, avail = table_two_tasks(), {GPU: 7.0}
+    top, result = max_demand(spec(), t, avail, rel=0.01)
+    assert result is not None
+    check(result, t, avail)
+    with pytest.raises(InfeasiblePlan):
+        plan_pipeline(spec(demand_rps=top * 1.02), t, avail)
+
+
+# --- properties on random specs and profiles --------------------------------------------
+
+PROFILES = ["1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb", "1g.10gb@1/2", "1g.10gb@1/3"]
+SPEED = {
+    "1g.10gb": 1,
+    "2g.20gb": 2,
+    "3g.40gb": 3,
+    "7g.80gb": 7,
+    "1g.10gb@1/2": 0.5,
+    "1g.10gb@1/3": 0.33,
+}
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> tuple[PipelineSpec, ProfileTable, dict[str, float]]:
+    n = draw(st.integers(1, 4))
+    names = [f"t{i}" for i in range(n)]
+    tasks: dict[str, Any] = {}
+    rows = []
+    for t in names:
+        k = draw(st.integers(1, 3))
+        variants = []
+        for j in range(k):
+            v = f"{t}v{j}"
+            acc = draw(st.floats(0.5, 1.0))
+            variants.append({"name": v, "accuracy": acc})
+            work = draw(st.floats(1.0, 30.0))  # ms per item on a 1g slice
+            for seg in draw(
+                st.lists(st.sampled_from(PROFILES), min_size=1, max_size=4, unique=True)
+            ):
+                for b in draw(
+                    st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=3, unique=True)
+                ):
+                    ms = (2.0 + work * b**0.7) / SPEED[seg]
+                    rows.append(row(v, seg, b, ms))
+        tasks[t] = {"variants": variants}
+    edges = []
+    for i in range(1, n):  # a DAG: every later task has a parent among the earlier ones
+        parent = names[draw(st.integers(0, i - 1))]
+        if draw(st.booleans()):
+            f: Any = draw(st.floats(0.5, 3.0))
+        else:
+            f = {v["name"]: draw(st.floats(0.5, 3.0)) for v in tasks[parent]["variants"]}
+        edges.append({"source": parent, "target": names[i], "factor": f})
+    s = PipelineSpec.model_validate(
+        {
+            "name": "r",
+            "slo_ms": draw(st.floats(30, 400)),
+            "accuracy_floor": draw(st.floats(0.3, 1.0)),
+            "demand_rps": draw(st.floats(5, 500)),
+            "tasks": tasks,
+            "edges": edges,
+        }
+    )
+    return s, ProfileTable(rows), {GPU: float(7 * draw(st.integers(1, 30)))}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_every_plan_passes_the_independent_checker(
+    case: tuple[PipelineSpec, ProfileTable, dict[str, float]],
+) -> None:
+    s, table, avail = case
+    try:
+        result = plan_pipeline(s, table, avail)
+    except InfeasiblePlan as e:
+        assert e.binding in ("latency", "accuracy", "resources")
+        return
+    check(result, table, avail)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_the_plan_uses_no_more_slices_than_brute_force(
+    case: tuple[PipelineSpec, ProfileTable, dict[str, float]],
+) -> None:
+    """On specs small enough to enumerate, the MILP's slices equal the fewest any
+    combination of configurations needs (each with its fewest instances)."""
+    s, table, avail = case
+    assume(len(s.tasks) <= 2)
+    best = brute_force(s, table, avail)
+    try:
+        result = plan_pipeline(s, table, avail, options=PlannerOptions(mip_gap=0.0))
+    except InfeasiblePlan:
+        assert best is None
+        return
+    assert best is not None
+    assert result.slices_used == pytest.approx(best, abs=1e-6)
+
+
+def brute_force(s: PipelineSpec, table: ProfileTable, avail: dict[str, float]) -> float | None:
+    names = list(s.tasks)
+    options = [
+        [r for r in table if r.variant in {v.name for v in s.tasks[t].variants}] for t in names
+    ]
+    best: float | None = None
+    for combo in itertools.product(*options):
+        pick = dict(zip(names, combo, strict=True))
+        variants = {t: r.variant for t, r in pick.items()}
+        acc_ok = all(
+            math.prod(
+                s.tasks[t].variant(variants[t]).accuracy / s.tasks[t].best_accuracy() for t in p
+            )
+            >= s.accuracy_floor - 1e-12
+            for p in walk(s)
+        )
+        lat = {
+            t: r.latency_ms + min((r.batch - 1) / s.demand(t, variants) * 1000, r.latency_ms)
+            for t, r in pick.items()
+        }
+        if not acc_ok or any(sum(lat[t] for t in p) > s.slo_ms for p in walk(s)):
+            continue
+        slices = 0.0
+        for t, r in pick.items():
+            d = s.demand(t, variants)
+            n = math.ceil(d / (0.8 * r.throughput_rps) - 1e-9)
+            seg = r.segment.partition("@")
+            share = float(Fraction(seg[2])) if seg[2] else 1.0
+            slices += n * gpu_type(GPU).profile(seg[0]).compute * share
+        if slices <= avail[GPU] + 1e-9 and (best is None or slices < best):
+            best = slices
+    return best
