@@ -26,6 +26,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/loadgen.py
 	$(BIN)/python benchmarks/search.py
 	$(BIN)/python benchmarks/serve.py
+	$(BIN)/python benchmarks/planner.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

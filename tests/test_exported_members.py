@@ -5,7 +5,7 @@ import ridgeline
 
 def test_all_is_pinned_and_every_name_resolves() -> None:
     assert ridgeline.__all__ == sorted(ridgeline.__all__)
-    assert len(ridgeline.__all__) == 55
+    assert len(ridgeline.__all__) == 64
     for name in ridgeline.__all__:
         assert getattr(ridgeline, name) is not None, name
     assert all(not name.startswith("_") for name in ridgeline.__all__)
@@ -20,5 +20,7 @@ def test_errors_share_one_root() -> None:
         "TargetUnreachableError",
         "StoreError",
         "RunInterrupted",
+        "PlanError",
+        "InfeasiblePlan",
     ):
         assert issubclass(getattr(ridgeline, name), ridgeline.RidgelineError), name

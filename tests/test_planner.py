@@ -5,16 +5,22 @@ infeasibility that names what binds."""
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from typer.testing import CliRunner
 
+from ridgeline.cli import app
 from ridgeline.errors import PlanError
 from ridgeline.pipeline.gpu import gpu_type
+from ridgeline.pipeline.plan import load_plan
 from ridgeline.pipeline.planner import (
     Features,
     InfeasiblePlan,
@@ -25,9 +31,11 @@ from ridgeline.pipeline.planner import (
     to_plan,
 )
 from ridgeline.pipeline.profiles import ProfileRow, ProfileTable
-from ridgeline.pipeline.spec import PipelineSpec
+from ridgeline.pipeline.roofline import modelled_rows
+from ridgeline.pipeline.spec import PipelineSpec, load_spec
 
 GPU = "A100-80GB"
+runner = CliRunner(env={"COLUMNS": "200"})
 
 
 def row(variant: str, segment: str, batch: int, ms: float, pool: str = GPU) -> ProfileRow:
@@ -69,6 +77,7 @@ def check(result: PlanResult, table: ProfileTable, available: dict[str, float]) 
 
     latency: dict[str, float] = {}
     used: dict[str, Fraction] = {}
+    memory: dict[str, Fraction] = {}
     for name, t in plan.tasks.items():
         seg = t.segment
         assert seg.kind in ("mig", "mps")
@@ -85,8 +94,12 @@ def check(result: PlanResult, table: ProfileTable, available: dict[str, float]) 
         compute = gpu_type(seg.gpu).profile(seg.profile).compute
         share = Fraction(1) if seg.kind == "mig" else Fraction(seg.share).limit_denominator(12)
         used[seg.gpu] = used.get(seg.gpu, Fraction(0)) + compute * share * t.instances
+        spans = gpu_type(seg.gpu).profile(seg.profile).memory_slices
+        memory[seg.gpu] = memory.get(seg.gpu, Fraction(0)) + spans * share * t.instances
     for pool, n in used.items():
         assert n <= available[pool] + 1e-9
+    for pool, n in memory.items():  # 8 memory slices per GPU of 7 compute slices
+        assert n <= available[pool] / 7 * 8 + 1e-9
     for path in walk(s):
         assert sum(latency[t] for t in path) <= s.slo_ms + 1e-6, path
         acc = math.prod(
@@ -341,13 +354,57 @@ def brute_force(s: PipelineSpec, table: ProfileTable, avail: dict[str, float]) -
         }
         if not acc_ok or any(sum(lat[t] for t in p) > s.slo_ms for p in walk(s)):
             continue
-        slices = 0.0
+        slices = memory = 0.0
         for t, r in pick.items():
             d = s.demand(t, variants)
             n = math.ceil(d / (0.8 * r.throughput_rps) - 1e-9)
             seg = r.segment.partition("@")
             share = float(Fraction(seg[2])) if seg[2] else 1.0
             slices += n * gpu_type(GPU).profile(seg[0]).compute * share
-        if slices <= avail[GPU] + 1e-9 and (best is None or slices < best):
+            memory += n * gpu_type(GPU).profile(seg[0]).memory_slices * share
+        fits = slices <= avail[GPU] + 1e-9 and memory <= avail[GPU] / 7 * 8 + 1e-9
+        if fits and (best is None or slices < best):
             best = slices
     return best
+
+
+# --- the command ------------------------------------------------------------------------
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "specs"
+
+
+def test_ridgeline_plan_prints_a_plan_its_placement_and_writes_what_serve_reads(
+    tmp_path: Path,
+) -> None:
+    s = load_spec(EXAMPLES / "traffic.yaml")
+    variants = [v for t in s.tasks.values() for v in t.variants]
+    profiles = tmp_path / "p.csv"
+    profiles.write_text(ProfileTable(modelled_rows(variants, GPU, (1, 4, 16))).to_csv())
+    args = ["plan", str(EXAMPLES / "traffic.yaml"), "--profiles", str(profiles)]
+    got = runner.invoke(
+        app,
+        [
+            *args,
+            "--gpus",
+            "2xA100-80GB",
+            "--json",
+            "--out",
+            str(tmp_path / "plan.yaml"),
+            "--mig-parted",
+            str(tmp_path / "mig.yaml"),
+        ],
+    )
+    assert got.exit_code == 0, got.output
+    doc = json.loads(got.stdout)  # nothing else on stdout (HiGHS's banner included)
+    assert set(doc["tasks"]) == {"detect", "car", "face"}
+    assert doc["slices_used"] <= 14 and doc["accuracy"] >= 0.9
+    assert sum(doc["placement"]["gpus"].values()) <= 2
+    plan = load_plan(tmp_path / "plan.yaml")
+    assert {t: p.instances for t, p in plan.tasks.items()} == {
+        t: v["instances"] for t, v in doc["tasks"].items()
+    }
+    mig = yaml.safe_load((tmp_path / "mig.yaml").read_text())
+    assert mig["version"] == "v1" and mig["mig-configs"]["ridgeline"]
+    tight = runner.invoke(app, [*args, "--gpus", "1xA100-80GB", "--demand", "5000"])
+    assert tight.exit_code != 0
+    assert "slices needed on A100-80GB, 7 available" in tight.output

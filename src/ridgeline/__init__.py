@@ -32,7 +32,11 @@ from ridgeline.loadgen.runloop import run_coroutine
 from ridgeline.loadgen.schedule import Schedule, from_arrival, from_trace
 from ridgeline.loadgen.step import StepConfig, StepResult, measure_step, run_step
 from ridgeline.loadgen.validity import ValidityConfig, assess_validity
+from ridgeline.pipeline.placement import place
 from ridgeline.pipeline.plan import Plan, load_plan
+from ridgeline.pipeline.planner import Features, InfeasiblePlan, plan_pipeline, to_plan
+from ridgeline.pipeline.profiles import ProfileTable, load_profiles
+from ridgeline.pipeline.spec import PipelineSpec, load_spec
 from ridgeline.policies.batching import BatchingConfig
 from ridgeline.probe.api import make_driver, run_probe
 from ridgeline.probe.drivers import NetworkDriver, SimDriver
@@ -50,15 +54,19 @@ __all__ = [
     "CapacityEstimate",
     "ConfigError",
     "FakeServer",
+    "Features",
     "HealthState",
+    "InfeasiblePlan",
     "LatencyModel",
     "NetworkDriver",
     "Outcome",
+    "PipelineSpec",
     "Plan",
     "PlanError",
     "PlanServer",
     "ProbeConfig",
     "ProbeResult",
+    "ProfileTable",
     "Progress",
     "Records",
     "ReplayConfig",
@@ -89,16 +97,21 @@ __all__ = [
     "from_trace",
     "load_plan",
     "load_preset",
+    "load_profiles",
+    "load_spec",
     "make_driver",
     "make_target",
     "measure_step",
     "parse_arrival",
     "parse_slo",
     "parse_strategy",
+    "place",
+    "plan_pipeline",
     "probe",
     "read_trace",
     "replay",
     "run_coroutine",
     "run_probe",
     "run_step",
+    "to_plan",
 ]

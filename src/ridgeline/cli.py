@@ -18,6 +18,7 @@ from ridgeline.loadgen.schedule import Schedule, from_arrival, from_trace
 from ridgeline.loadgen.step import StepConfig, run_step
 from ridgeline.loadgen.validity import ValidityConfig
 from ridgeline.pipeline.plan_cli import plan_command
+from ridgeline.pipeline.profile_cli import profile_command
 from ridgeline.report.cli import report_command
 from ridgeline.telemetry.store import RunStore
 from ridgeline.workload.arrivals import parse_arrival
@@ -35,6 +36,7 @@ app.command("allocate")(allocate_command)
 app.add_typer(registry_app, name="registry")
 app.command("report")(report_command)
 app.add_typer(zoo_app, name="models", help="The local model zoo: real ONNX model families.")
+app.command("profile")(profile_command)
 app.command("plan")(plan_command)
 
 

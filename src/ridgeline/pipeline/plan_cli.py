@@ -14,6 +14,7 @@ from ridgeline._cli_common import fail as _fail
 from ridgeline._cli_common import out
 from ridgeline.errors import RidgelineError
 from ridgeline.pipeline.gpu import parse_gpus
+from ridgeline.pipeline.placement import Placement, place
 from ridgeline.pipeline.plan import dump_plan
 from ridgeline.pipeline.planner import (
     Features,
@@ -98,11 +99,14 @@ def plan_command(
     out_plan: Annotated[
         Path | None, typer.Option("--out", help="write the Plan YAML that `serve` runs")
     ] = None,
+    mig_parted: Annotated[
+        Path | None, typer.Option(help="write the GPUs' MIG layout as a mig-parted config")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Plan a pipeline by MILP (HiGHS): per task the variant, segment (MIG slice or MPS
     share), batch size and instances, so every path meets the SLO and accuracy stays
-    above its floor on the fewest slices."""
+    above its floor on the fewest slices; then lay the MIG instances out on the GPUs."""
     try:
         if objective not in ("slices", "accuracy"):
             raise typer.BadParameter("--objective must be slices or accuracy")
@@ -117,22 +121,38 @@ def plan_command(
             top, result = max_demand(s, table, available, f, options)
             if result is None:
                 raise InfeasiblePlan(f"no demand fits {gpus} under {f.label}", "resources")
-            if as_json:
-                out.print_json(json.dumps({"max_demand_rps": top, **result_json(result)}))
-                return
-            out.print(f"max demand on {gpus} ({f.label}): {top:,.1f} req/s")
+            if not as_json:
+                out.print(f"max demand on {gpus} ({f.label}): {top:,.1f} req/s")
         else:
             result = plan_pipeline(s, table, available, f, options)
-            if as_json:
-                out.print_json(json.dumps(result_json(result)))
-        if not as_json:
+        placement = _place(result, gpus)
+        if as_json:
+            doc = result_json(result)
+            if placement is not None:
+                doc["placement"] = {"gpus": placement.gpus, "devices": placement.device_map()}
+            if find_max_demand:
+                doc = {"max_demand_rps": top, **doc}
+            out.print_json(json.dumps(doc))
+        else:
             out.print(plan_table(result))
+            if placement is not None:
+                used = ", ".join(f"{n} × {g}" for g, n in placement.gpus.items())
+                out.print(f"placed on {used} ({len(placement.slots)} MIG instances)")
+        if mig_parted is not None and placement is not None:
+            mig_parted.write_text(placement.mig_parted())
         if out_plan is not None:
             out_plan.write_text(dump_plan(to_plan(result)))
             if not as_json:
                 out.print(f"plan written to {out_plan}; serve it with `ridgeline serve {out_plan}`")
     except RidgelineError as exc:
         _fail(exc)
+
+
+def _place(result: PlanResult, gpus: str) -> Placement | None:
+    """The plan's MIG instances on physical GPUs (None on CPU)."""
+    if all(pool == CPU for pool in result.slices):
+        return None
+    return place(to_plan(result), parse_gpus(gpus))
 
 
 def _available(gpus: str) -> dict[str, float]:

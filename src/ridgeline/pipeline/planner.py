@@ -18,7 +18,7 @@ code:
 * accuracy: on every path, the product of the chosen variants' accuracies (each a
   fraction of its task's best) ≥ the floor, as a sum of logarithms;
 * resources: slices used ≤ those available, per pool (compute slices of a GPU type, or
-  CPU cores).
+  CPU cores), and memory slices ≤ 8 per GPU (``placement`` then lays them out).
 
 Objective: fewest slices, then the highest accuracy (``objective="accuracy"``: the
 reverse), solved in two passes: the first optimum becomes a bound for the second.
@@ -48,6 +48,7 @@ import highspy
 import numpy as np
 
 from ridgeline.errors import PlanError
+from ridgeline.pipeline.gpu import COMPUTE_SLICES, MEMORY_SLICES, gpu_type
 from ridgeline.pipeline.plan import CpuSegment, MigSegment, MpsSegment, Plan, TaskPlan
 from ridgeline.pipeline.profiles import CPU, ProfileRow, ProfileTable, parse_segment, segment_cost
 from ridgeline.pipeline.spec import PipelineSpec
@@ -359,16 +360,21 @@ class _Milp:
                         terms[i] = math.log(p.config.accuracy)
                 rows.append((math.log(spec.accuracy_floor), inf, terms))
         if self.resources:
-            # Resources: slices (or cores) used ≤ those available, per pool.
+            # Resources: slices (or cores) used ≤ those available, per pool; and on a GPU
+            # pool, memory slices used ≤ 8 per GPU (a 3g takes 4 of 8: three 3g need
+            # two GPUs by compute, but 12 memory slices, so three GPUs).
             for pool, cap in self.available.items():
-                terms = {
-                    i: float(p.slices)
-                    for t, opts in self.options_of.items()
-                    for i, (p, _) in zip(w[t], opts, strict=True)
-                    if p.config.row.pool == pool
-                }
+                terms, memory = {}, {}
+                for t, opts in self.options_of.items():
+                    for i, (p, _) in zip(w[t], opts, strict=True):
+                        if p.config.row.pool == pool:
+                            terms[i] = float(p.slices)
+                            if pool != CPU:
+                                memory[i] = float(_memory_slices(p))
                 if terms:
                     rows.append((-inf, cap, terms))
+                if memory:
+                    rows.append((-inf, cap / COMPUTE_SLICES * MEMORY_SLICES, memory))
         # --- objective --------------------------------------------------------------------
         slices, lost = np.zeros(k), np.zeros(k)
         for t, opts in self.options_of.items():
@@ -405,6 +411,12 @@ class _Milp:
             for t in self.options_of
         }
         return chosen, gap
+
+
+def _memory_slices(p: PlannedTask) -> Fraction:
+    """Memory slices (of 8 per GPU) the instances of ``p`` span."""
+    seg = parse_segment(p.config.row.pool, p.config.row.segment)
+    return gpu_type(seg.gpu).profile(seg.profile).memory_slices * seg.share * p.instances
 
 
 def _highs(
@@ -497,7 +509,8 @@ def _diagnose(
         for p in loose[0].values():
             need[p.config.row.pool] = need.get(p.config.row.pool, 0.0) + float(p.slices)
         short = ", ".join(
-            f"{need.get(p, 0.0):g} slices needed on {p}, {cap:g} available"
+            f"{need.get(p, 0.0):g} {'cores' if p == CPU else 'slices'} needed on {p}, "
+            f"{cap:g} available"
             for p, cap in available.items()
         )
         return InfeasiblePlan(

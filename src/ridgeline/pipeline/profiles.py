@@ -20,7 +20,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Literal
 
-from ridgeline.errors import PlanError
+from ridgeline.errors import ConfigError, PlanError
 from ridgeline.pipeline.gpu import SegmentType, gpu_type
 
 CPU = "cpu"
@@ -121,7 +121,10 @@ class ProfileTable:
                 raise PlanError(
                     f"{where} line {k}: batch, latency_ms and throughput_rps must be positive"
                 )
-            segment_cost(row.pool, row.segment)  # a bad segment names itself
+            try:
+                segment_cost(row.pool, row.segment)
+            except ConfigError as e:
+                raise PlanError(f"{where} line {k}: {e}") from None
             rows.append(row)
         return cls(rows)
 

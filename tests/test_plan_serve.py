@@ -1,0 +1,65 @@
+"""profile → plan → serve on this host's CPU: the measured table plans a pipeline, and
+the plan serves within its SLO at its demand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ridgeline.loadgen.records import Outcome
+from ridgeline.loadgen.schedule import from_arrival
+from ridgeline.loadgen.step import StepConfig, measure_step
+from ridgeline.pipeline.plan import dump_plan, load_plan
+from ridgeline.pipeline.planner import plan_pipeline, to_plan
+from ridgeline.pipeline.profiles import CPU
+from ridgeline.pipeline.profiling import measure_cpu
+from ridgeline.pipeline.spec import PipelineSpec
+from ridgeline.serve.runtime import PlanServer
+from ridgeline.workload.arrivals import parse_arrival
+
+SPEC = {
+    "name": "two",
+    "slo_ms": 150,
+    "accuracy_floor": 0.8,
+    "demand_rps": 40,
+    "tasks": {
+        "detect": {
+            "variants": [
+                {"name": "fast", "accuracy": 30, "synthetic": {"base_ms": 4, "per_item_ms": 1}},
+                {"name": "good", "accuracy": 36, "synthetic": {"base_ms": 8, "per_item_ms": 3}},
+            ]
+        },
+        "classify": {
+            "variants": [
+                {"name": "cls", "accuracy": 80, "synthetic": {"base_ms": 3, "per_item_ms": 1}}
+            ]
+        },
+    },
+    "edges": [{"source": "detect", "target": "classify", "factor": 2}],
+}
+
+
+@pytest.mark.slow
+async def test_a_measured_cpu_table_plans_a_pipeline_that_serves(tmp_path: Path) -> None:
+    spec = PipelineSpec.model_validate(SPEC)
+    table = await measure_cpu(spec, tmp_path, cores=(1,), batches=(1, 4), seconds=1.0)
+    assert {r.source for r in table} == {"measured"}
+    assert {(r.variant, r.batch) for r in table} == {
+        (v, b) for v in ("fast", "good", "cls") for b in (1, 4)
+    }
+    result = plan_pipeline(spec, table, {CPU: 2.0})
+    # one core serves 40/s with either detector: the slices tie, the more accurate wins
+    assert result.tasks["detect"].variant == "good"
+    assert {t: p.instances for t, p in result.tasks.items()} == {"detect": 1, "classify": 1}
+    assert result.slices == {CPU: 2.0}
+    path = tmp_path / "plan.yaml"
+    path.write_text(dump_plan(to_plan(result)))
+    plan = load_plan(path)  # what `ridgeline plan --out` writes, `ridgeline serve` reads
+    async with PlanServer(plan, tmp_path, http_port=0, grpc_port=None) as server:
+        sched = from_arrival(parse_arrival("poisson", spec.demand_rps), 3.0)
+        step = await measure_step(server.model_url(), sched, StepConfig())
+    ok = step.records.outcome == int(Outcome.OK)
+    assert step.summary.errors == 0 and ok.sum() >= 0.95 * step.summary.sent, step.summary
+    assert np.percentile(step.records.latency_from_schedule[ok], 99) * 1000 <= spec.slo_ms

@@ -1,0 +1,343 @@
+"""Profiles: the roofline's laws and numbers, its calibration, the CSV table, and CPU
+rows measured against the real serving runtime."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from typer import Typer
+from typer.testing import CliRunner
+
+from ridgeline.errors import ConfigError, PlanError
+from ridgeline.pipeline.gpu import GPU_TYPES, segment_types
+from ridgeline.pipeline.profile_cli import profile_command
+from ridgeline.pipeline.profiles import CPU, ProfileRow, ProfileTable, load_profiles
+from ridgeline.pipeline.profiling import ensure_zoo, measure_cpu, model_gpus
+from ridgeline.pipeline.roofline import (
+    Cost,
+    Roofline,
+    calibrate,
+    cpu_modelled_rows,
+    modelled_rows,
+    variant_gflops,
+)
+from ridgeline.pipeline.spec import PipelineSpec, VariantSpec
+
+H100 = "H100-80GB"
+
+
+def by_key(rows: list[ProfileRow]) -> dict[tuple[str, str, int], ProfileRow]:
+    return {(r.variant, r.segment, r.batch): r for r in rows}
+
+
+# --- the formula on hand-picked numbers ----------------------------------------------------
+
+
+def test_compute_bound_on_a_whole_h100() -> None:
+    """7g.80gb is all 132 SMs: 989 TFLOP/s × 0.4 = 395.6 TFLOP/s reached, so 395.6 GFLOPs
+    take 1 ms per item; 335 MB at 3,350 GB/s is 0.1 ms, under it. Plus 1 ms overhead."""
+    rows = by_key(modelled_rows([Cost("c", 395.6, 335.0)], H100, [1, 4]))
+    assert rows["c", "7g.80gb", 1].latency_ms == pytest.approx(2.0, rel=1e-12)
+    assert rows["c", "7g.80gb", 1].throughput_rps == pytest.approx(500.0, rel=1e-12)
+    assert rows["c", "7g.80gb", 4].latency_ms == pytest.approx(5.0, rel=1e-12)
+    assert rows["c", "7g.80gb", 4].throughput_rps == pytest.approx(800.0, rel=1e-12)
+    assert {r.source for r in rows.values()} == {"modelled"}
+    twice = by_key(modelled_rows([Cost("c", 395.6, 335.0)], H100, [4], calibration=2.0))
+    assert twice["c", "7g.80gb", 4].latency_ms == pytest.approx(10.0, rel=1e-12)
+
+
+def test_memory_bound_weights_are_read_once_per_batch() -> None:
+    """All of 3,350 MB is weights (no activation traffic): 1 ms at 3,350 GB/s whatever the
+    batch, while 8 × 0.3956 GFLOPs compute in 0.008 ms; so batch 8 costs what batch 1 does."""
+    weights_only = Roofline(activation_mb_per_gflop=0.0)
+    rows = by_key(modelled_rows([Cost("w", 0.3956, 3350.0)], H100, [1, 8], model=weights_only))
+    assert rows["w", "7g.80gb", 1].latency_ms == pytest.approx(2.0, rel=1e-12)
+    assert rows["w", "7g.80gb", 8].latency_ms == pytest.approx(2.0, rel=1e-12)
+    assert rows["w", "7g.80gb", 8].throughput_rps == pytest.approx(4000.0, rel=1e-12)
+
+
+def test_an_mps_half_is_half_a_slice() -> None:
+    """Without overhead, half of a 1g slice's SMs and bandwidth takes twice as long."""
+    bare = Roofline(overhead_ms=0.0)
+    rows = by_key(modelled_rows([Cost("v", 5.0)], H100, [1, 8], model=bare))
+    for b in (1, 8):
+        half, whole = rows["v", "1g.10gb@1/2", b], rows["v", "1g.10gb", b]
+        assert half.latency_ms == pytest.approx(2 * whole.latency_ms, rel=1e-12)
+
+
+def test_a_cpu_segment_has_its_cores_peak() -> None:
+    """cpu2: 2 × 100 GFLOP/s × 0.4 = 80 GFLOP/s, so 0.08 GFLOPs take 1 ms per item; the
+    0.88 MB per item (0.08 weights + 0.8 activations) at 20 GB/s stay under it."""
+    rows = by_key(cpu_modelled_rows([Cost("c", 0.08)], [2], [1, 3]))
+    assert rows["c", "cpu2", 1].latency_ms == pytest.approx(2.0, rel=1e-12)
+    assert rows["c", "cpu2", 3].latency_ms == pytest.approx(4.0, rel=1e-12)
+    assert rows["c", "cpu2", 3].throughput_rps == pytest.approx(750.0, rel=1e-12)
+    assert rows["c", "cpu2", 3].pool == CPU
+
+
+def test_every_segment_type_of_the_gpu_gets_rows() -> None:
+    rows = modelled_rows([Cost("a", 1.0), Cost("b", 2.0)], "A100-80GB", [1, 2])
+    labels = {s.label for s in segment_types("A100-80GB")}
+    assert {r.segment for r in rows} == labels
+    assert len(rows) == 2 * len(labels) * 2
+    whole_only = modelled_rows([Cost("a", 1.0)], "A100-80GB", [1], spatial=False)
+    assert [r.segment for r in whole_only] == ["7g.80gb"]
+
+
+def test_gflops_come_from_the_spec_then_the_published_figures() -> None:
+    assert variant_gflops(VariantSpec(name="yolov5s", accuracy=1, gflops=20.0)) == 20.0
+    assert variant_gflops(VariantSpec(name="yolov5s", accuracy=1)) == 16.5
+    # EfficientNet's and ArcFace's sources print multiply-adds: FLOPs are twice that
+    assert variant_gflops(VariantSpec(name="efficientnet-b0", accuracy=1)) == 0.78
+    assert variant_gflops(VariantSpec(name="arcface-r50", accuracy=1)) == 12.6
+    # GIT publishes none: the zoo's builder counts the full-size model's
+    base = variant_gflops(VariantSpec(name="git-base-coco", accuracy=1))
+    assert 0 < base < variant_gflops(VariantSpec(name="git-large-coco", accuracy=1))
+
+
+def test_a_variant_without_gflops_is_named() -> None:
+    with pytest.raises(PlanError, match=r"'mystery'.*gflops:"):
+        modelled_rows([VariantSpec(name="mystery", accuracy=1)], H100, [1])
+
+
+def test_bad_arguments_say_what_to_fix() -> None:
+    with pytest.raises(PlanError, match="batch sizes"):
+        modelled_rows([Cost("a", 1.0)], H100, [0])
+    with pytest.raises(PlanError, match="calibration"):
+        modelled_rows([Cost("a", 1.0)], H100, [1], calibration=0.0)
+    with pytest.raises(PlanError, match="cpu_modelled_rows"):
+        modelled_rows([Cost("a", 1.0)], CPU, [1])
+
+
+# --- the laws -----------------------------------------------------------------------------
+
+costs = st.builds(
+    Cost,
+    name=st.just("v"),
+    gflops=st.floats(0.001, 2000.0),
+    mbytes=st.none() | st.floats(0.01, 20000.0),
+)
+pools = st.sampled_from(sorted(GPU_TYPES))
+batch_lists = st.lists(st.integers(1, 256), min_size=2, max_size=6, unique=True).map(sorted)
+
+
+@given(costs, pools, batch_lists)
+def test_latency_and_throughput_never_fall_with_the_batch(
+    cost: Cost, pool: str, batches: list[int]
+) -> None:
+    rows = modelled_rows([cost], pool, batches)
+    for seg in {r.segment for r in rows}:
+        ordered = [r for r in rows if r.segment == seg]  # in batch order
+        for small, big in itertools.pairwise(ordered):
+            assert big.latency_ms >= small.latency_ms
+            assert big.throughput_rps >= small.throughput_rps * (1 - 1e-12)
+
+
+@given(costs, pools, st.integers(1, 256))
+def test_a_segment_with_no_fewer_sms_nor_less_bandwidth_serves_no_less(
+    cost: Cost, pool: str, batch: int
+) -> None:
+    segs = segment_types(pool)
+    rows = by_key(modelled_rows([cost], pool, [batch]))
+    for a in segs:
+        for b in segs:
+            if a.sms() >= b.sms() and a.bandwidth_gbps() >= b.bandwidth_gbps():
+                big, small = rows["v", a.label, batch], rows["v", b.label, batch]
+                assert big.throughput_rps >= small.throughput_rps * (1 - 1e-12)
+
+
+@given(costs, st.floats(1.0, 100.0), pools, st.integers(1, 256))
+def test_more_flops_take_no_less_time(cost: Cost, scale: float, pool: str, batch: int) -> None:
+    heavier = dataclasses.replace(cost, name="h", gflops=(cost.gflops or 1.0) * scale)
+    rows = by_key(modelled_rows([cost, heavier], pool, [batch]))
+    for seg in segment_types(pool):
+        assert rows["h", seg.label, batch].latency_ms >= rows["v", seg.label, batch].latency_ms
+
+
+@given(costs, pools, st.floats(0.01, 100.0))
+def test_calibration_scales_every_latency(cost: Cost, pool: str, k: float) -> None:
+    bare = modelled_rows([cost], pool, [1, 16])
+    scaled = modelled_rows([cost], pool, [1, 16], calibration=k)
+    for r, s in zip(bare, scaled, strict=True):
+        assert s.latency_ms == pytest.approx(k * r.latency_ms, rel=1e-12)
+
+
+# --- calibration ----------------------------------------------------------------------------
+
+
+def test_calibration_recovers_a_known_factor() -> None:
+    model = cpu_modelled_rows([Cost("a", 0.05), Cost("b", 0.4)], [1, 2], [1, 4])
+    measured = [
+        dataclasses.replace(r, latency_ms=2.5 * r.latency_ms, source="measured") for r in model
+    ]
+    assert calibrate(ProfileTable(measured), model) == pytest.approx(2.5, rel=1e-12)
+    # an outlier, a row with no modelled twin and a modelled row do not move the median
+    noisy = [
+        dataclasses.replace(measured[0], latency_ms=100 * measured[0].latency_ms),
+        *measured[1:],
+        ProfileRow("c", CPU, "cpu1", 1, 50.0, 20.0, "measured"),
+        dataclasses.replace(model[1], latency_ms=1e6),
+    ]
+    assert calibrate(noisy, model) == pytest.approx(2.5, rel=1e-12)
+
+
+def test_calibration_needs_rows_in_common() -> None:
+    model = cpu_modelled_rows([Cost("a", 0.05)], [1], [1])
+    with pytest.raises(PlanError, match="measure the variants on CPU first"):
+        calibrate([ProfileRow("a", CPU, "cpu2", 1, 5.0, 200.0, "measured")], model)
+
+
+def test_gpu_rows_from_a_spec_without_zoo_models_are_uncalibrated() -> None:
+    """Synthetic models have no FLOPs to compare with: the bare roofline, said so."""
+    spec = synthetic_spec(gflops=2.0)
+    measured = ProfileTable([ProfileRow("s", CPU, "cpu1", 1, 6.0, 166.7, "measured")])
+    m = model_gpus(spec, measured, [H100, "A100-40GB"], [1, 2], ensure_zoo(spec, Path("nozoo")))
+    assert (m.calibration, m.basis) == (1.0, 0)
+    assert m.rows == [
+        *modelled_rows(spec.tasks["t"].variants, H100, [1, 2]),
+        *modelled_rows(spec.tasks["t"].variants, "A100-40GB", [1, 2]),
+    ]
+
+
+# --- the CSV table ------------------------------------------------------------------------
+
+
+def test_a_table_round_trips_through_csv(tmp_path: Path) -> None:
+    rows = [
+        *modelled_rows([Cost("yolov5n", 4.5), Cost("x", 0.3, 12.5)], "A100-80GB", [1, 8]),
+        ProfileRow("yolov5n", CPU, "cpu2", 4, 37.25, 107.38255033557047, "measured"),
+    ]
+    path = tmp_path / "p.csv"
+    path.write_text(ProfileTable(rows).to_csv())
+    assert load_profiles(path).rows == rows
+
+
+HEADER = "variant,pool,segment,batch,latency_ms,throughput_rps,source\n"
+GOOD = "a,H100-80GB,1g.10gb,1,2.0,500.0,modelled\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        (
+            "variant,pool,segment,batch,throughput_rps,source\na,H100-80GB,1g.10gb,1,5,modelled\n",
+            "missing columns latency_ms",
+        ),
+        (HEADER + GOOD + "a,H100-80GB,1g.10gb,2,3.0\n", "line 3"),
+        (HEADER + "a,H100-80GB,1g.10gb,1,-2.0,500.0,modelled\n", "line 2"),
+        (HEADER + GOOD + "a,H100-80GB,1g.10gb,x,2.0,500.0,modelled\n", "line 3"),
+        (HEADER + "a,H100-80GB,1g.10gb,1,2.0,500.0,guessed\n", "line 2"),
+    ],
+)
+def test_a_bad_row_names_its_line(text: str, says: str) -> None:
+    with pytest.raises(PlanError, match=says):
+        ProfileTable.from_csv(text, "p.csv")
+
+
+def test_an_unknown_mig_profile_names_its_line() -> None:
+    text = HEADER + GOOD + "a,H100-80GB,5g.50gb,1,2.0,500.0,modelled\n"
+    with pytest.raises(PlanError, match=r"line 3.*5g\.50gb"):
+        ProfileTable.from_csv(text, "p.csv")
+
+
+# --- measuring against the serving runtime -----------------------------------------------
+
+
+def synthetic_spec(gflops: float | None = None, max_batch_size: int = 64) -> PipelineSpec:
+    model = {"base_ms": 5, "per_item_ms": 1, "max_batch_size": max_batch_size}
+    variant = {"name": "s", "accuracy": 1.0, "synthetic": model, "gflops": gflops}
+    return PipelineSpec.model_validate(
+        {"name": "synth", "slo_ms": 1000, "demand_rps": 10, "tasks": {"t": {"variants": [variant]}}}
+    )
+
+
+async def test_what_cannot_be_measured_fails_before_any_server(tmp_path: Path) -> None:
+    with pytest.raises(PlanError, match="takes batches of 4 at most"):
+        await measure_cpu(synthetic_spec(max_batch_size=4), tmp_path, batches=(1, 8))
+    zoo_spec = PipelineSpec.model_validate(
+        {
+            "name": "z",
+            "slo_ms": 100,
+            "demand_rps": 1,
+            "tasks": {"detect": {"variants": [{"name": "yolov5n", "accuracy": 28.0}]}},
+        }
+    )
+    with pytest.raises(PlanError, match=r"tasks\.detect\.variants: 'yolov5n' needs the model zoo"):
+        await measure_cpu(zoo_spec, tmp_path / "nozoo")
+    too_many = len(os.sched_getaffinity(0)) + 1
+    with pytest.raises(ConfigError, match=f"this process may use {too_many - 1} cores"):
+        await measure_cpu(synthetic_spec(), tmp_path, cores=(too_many,))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+async def test_a_synthetic_variant_measures_its_latency_model(tmp_path: Path) -> None:
+    """base 5 ms + 1 ms per item: batches of 1 take 6 ms and of 4 take 9 ms, so 4 serve
+    more rows per second."""
+    seen: list[ProfileRow] = []
+    table = await measure_cpu(
+        synthetic_spec(), tmp_path, (1,), (1, 4), 1.5, warmup_s=0.3, on_row=seen.append
+    )
+    rows = by_key(table.rows)
+    assert seen == table.rows
+    assert {(r.pool, r.source) for r in table} == {(CPU, "measured")}
+    one, four = rows["s", "cpu1", 1], rows["s", "cpu1", 4]
+    assert one.latency_ms == pytest.approx(6.0, rel=0.3)
+    assert four.latency_ms == pytest.approx(9.0, rel=0.3)
+    assert four.throughput_rps > one.throughput_rps
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_the_command_writes_measured_and_modelled_rows(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "name: synth\nslo_ms: 1000\ndemand_rps: 10\ntasks:\n  t:\n    variants:\n"
+        "      - {name: s, accuracy: 1, gflops: 3.0, synthetic: {base_ms: 2, per_item_ms: 1}}\n"
+    )
+    app = Typer()
+    app.command()(profile_command)
+    out = tmp_path / "p.csv"
+    args = [str(spec), "--out", str(out), "--batches", "2", "--seconds", "0.5", "--gpus", H100]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    table = load_profiles(out)
+    assert [(r.segment, r.batch, r.source) for r in table.for_variant("s", CPU)] == [
+        ("cpu1", 2, "measured")
+    ]
+    assert len(table.for_variant("s", H100)) == len(segment_types(H100))
+    assert "uncalibrated" in result.output
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_zoo_variant_is_built_measured_and_calibrates_the_gpu_rows(tmp_path: Path) -> None:
+    """ArcFace R18 from a zoo the command builds; its measured rows calibrate the GPU
+    rows, which use the full-size model's FLOPs."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "name: faces\nslo_ms: 1000\ndemand_rps: 10\ntasks:\n  face:\n    variants:\n"
+        "      - {name: arcface-r18, accuracy: 79.13}\n"
+    )
+    app = Typer()
+    app.command()(profile_command)
+    out, zoo = tmp_path / "p.csv", tmp_path / "zoo"
+    args = [str(spec), "--out", str(out), "--zoo", str(zoo), "--batches", "1,2"]
+    result = CliRunner().invoke(app, [*args, "--seconds", "0.5", "--gpus", "A100-80GB"])
+    assert result.exit_code == 0, result.output
+    assert (zoo / "manifest.json").is_file()
+    table = load_profiles(out)
+    measured = table.for_variant("arcface-r18", CPU)
+    assert [(r.segment, r.batch, r.source) for r in measured] == [
+        ("cpu1", 1, "measured"),
+        ("cpu1", 2, "measured"),
+    ]
+    gpu = table.for_variant("arcface-r18", "A100-80GB")
+    assert len(gpu) == 2 * len(segment_types("A100-80GB"))
+    assert "calibrated ×" in result.output and "by 2 measured rows" in result.output
