@@ -63,3 +63,39 @@ async def test_a_measured_cpu_table_plans_a_pipeline_that_serves(tmp_path: Path)
     ok = step.records.outcome == int(Outcome.OK)
     assert step.summary.errors == 0 and ok.sum() >= 0.95 * step.summary.sent, step.summary
     assert np.percentile(step.records.latency_from_schedule[ok], 99) * 1000 <= spec.slo_ms
+
+
+@pytest.mark.slow
+async def test_the_zoos_models_profile_plan_and_serve(tmp_path: Path) -> None:
+    """The same loop on real ONNX models from the local zoo: a detector with two
+    variants, then a classifier."""
+    from ridgeline.zoo import build_zoo
+
+    zoo = tmp_path / "zoo"
+    build_zoo(zoo, ["detector", "classifier"])
+    spec = PipelineSpec.model_validate(
+        {
+            "name": "traffic",
+            "slo_ms": 300,
+            "accuracy_floor": 0.7,
+            "demand_rps": 8,
+            "tasks": {
+                "detect": {
+                    "variants": [
+                        {"name": "yolov5n", "accuracy": 28.0},
+                        {"name": "yolov5s", "accuracy": 37.4},
+                    ]
+                },
+                "car": {"variants": [{"name": "efficientnet-b0", "accuracy": 77.1}]},
+            },
+            "edges": [{"source": "detect", "target": "car", "factor": 2}],
+        }
+    )
+    table = await measure_cpu(spec, zoo, cores=(1,), batches=(1, 2), seconds=1.0)
+    assert len(table) == 6 and all(r.source == "measured" and r.latency_ms > 0 for r in table)
+    plan = to_plan(plan_pipeline(spec, table, {CPU: 2.0}))
+    async with PlanServer(plan, tmp_path, http_port=0, grpc_port=0, zoo=zoo) as server:
+        url = f"grpc://127.0.0.1:{server.grpc_port}/traffic"
+        step = await measure_step(url, from_arrival(parse_arrival("poisson", 8), 3.0), StepConfig())
+    ok = step.records.outcome == int(Outcome.OK)
+    assert step.summary.errors == 0 and ok.sum() >= 0.95 * step.summary.sent, step.summary

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from ridgeline.cli import app
-from ridgeline.errors import PlanError
-from ridgeline.pipeline.gpu import gpu_type
+from ridgeline.errors import ConfigError, PlanError
+from ridgeline.pipeline.gpu import gpu_type, parse_gpus
 from ridgeline.pipeline.plan import load_plan
 from ridgeline.pipeline.planner import (
     Features,
@@ -408,3 +408,31 @@ def test_ridgeline_plan_prints_a_plan_its_placement_and_writes_what_serve_reads(
     tight = runner.invoke(app, [*args, "--gpus", "1xA100-80GB", "--demand", "5000"])
     assert tight.exit_code != 0
     assert "slices needed on A100-80GB, 7 available" in tight.output
+
+
+def test_bad_specs_and_gpus_name_the_problem(tmp_path: Path) -> None:
+    cyclic = {
+        "name": "c",
+        "slo_ms": 100,
+        "demand_rps": 1,
+        "tasks": {
+            "a": {"variants": [{"name": "x", "accuracy": 1}]},
+            "b": {"variants": [{"name": "y", "accuracy": 1}]},
+        },
+        "edges": [{"source": "a", "target": "b"}, {"source": "b", "target": "a"}],
+    }
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cyclic))
+    with pytest.raises(PlanError, match="the task graph has a cycle: a -> b -> a; remove an edge"):
+        load_spec(path)
+    partial = {**cyclic, "edges": [{"source": "a", "target": "b", "factor": {"z": 2}}]}
+    path.write_text(yaml.safe_dump(partial))
+    with pytest.raises(ConfigError, match=r"factor names variants \['z'\], but a has \['x'\]"):
+        load_spec(path)
+    with pytest.raises(
+        ConfigError,
+        match="unknown GPU type 'V100'; valid GPU types are: A100-40GB, A100-80GB, H100-80GB",
+    ):
+        parse_gpus("4xV100")
+    with pytest.raises(ConfigError, match=r"unknown A100-80GB MIG profile '5g\.50gb'; valid"):
+        gpu_type(GPU).profile("5g.50gb")
