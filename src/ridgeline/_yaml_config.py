@@ -3,6 +3,7 @@ pydantic model — one path for the fake server's latency models and the simulat
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
@@ -46,3 +47,20 @@ def validate(model: type[M], mapping: dict[str, Any], where: str, what: str) -> 
             f"{'.'.join(str(x) for x in err['loc']) or '(top)'}: {err['msg']}" for err in e.errors()
         )
         raise ConfigError(f"{where}: invalid {what}: {problems}") from e
+
+
+def load_model(model: type[M], path: str | Path, what: str, fields: str) -> M:
+    """``model`` from the YAML file at ``path``; ``PlanError`` naming the file, the field
+    and the fix for anything wrong (a plan, a pipeline spec)."""
+    from ridgeline.errors import PlanError
+
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise PlanError(f"cannot read {what} {p}: {e.strerror}; check the path") from e
+    mapping = parse_mapping(text, str(p), fields)
+    try:
+        return validate(model, mapping, str(p), what)
+    except ConfigError as e:
+        raise PlanError(str(e)) from e

@@ -37,8 +37,7 @@ from typing import Annotated, Any, Literal, Protocol, Self
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ridgeline._yaml_config import parse_mapping, validate
-from ridgeline.errors import ConfigError, PlanError
+from ridgeline._yaml_config import load_model
 
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)]
 """A task or plan name: usable in a URL path and as a Prometheus label."""
@@ -168,16 +167,7 @@ class Plan(_Frozen):
 
     @model_validator(mode="after")
     def _a_dag_within_the_slo(self) -> Self:
-        for e in self.edges:
-            for end in (e.source, e.target):
-                if end not in self.tasks:
-                    raise ValueError(
-                        f"edge {e.source} -> {e.target} names task {end!r}, which is not in "
-                        f"tasks ({', '.join(sorted(self.tasks))})"
-                    )
-        cycle = find_cycle(self)
-        if cycle:
-            raise ValueError(f"the task graph has a cycle: {' -> '.join(cycle)}; remove an edge")
+        check_graph(self)
         for path in paths(self):
             total = sum(self.tasks[t].latency_budget_ms for t in path)
             if total > self.slo_ms * (1 + 1e-9):
@@ -216,6 +206,21 @@ class Graph(Protocol):
     def tasks(self) -> Mapping[str, Any]: ...
     @property
     def edges(self) -> Sequence[_Arc]: ...
+
+
+def check_graph(g: Graph) -> None:
+    """Raise ValueError (for a pydantic validator) naming an edge to an unknown task or a
+    cycle, with the fix."""
+    for e in g.edges:
+        for end in (e.source, e.target):
+            if end not in g.tasks:
+                raise ValueError(
+                    f"edge {e.source} -> {e.target} names task {end!r}, which is not in "
+                    f"tasks ({', '.join(sorted(g.tasks))})"
+                )
+    cycle = find_cycle(g)
+    if cycle:
+        raise ValueError(f"the task graph has a cycle: {' -> '.join(cycle)}; remove an edge")
 
 
 def find_cycle(plan: Graph) -> list[str]:
@@ -261,16 +266,7 @@ def paths(plan: Graph) -> Iterator[list[str]]:
 
 def load_plan(path: str | Path) -> Plan:
     """A plan from a YAML file; every problem names its field and the fix."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise PlanError(f"cannot read plan {p}: {e.strerror}; check the path") from e
-    mapping = parse_mapping(text, str(p), "name, slo_ms, tasks and edges")
-    try:
-        return validate(Plan, mapping, str(p), "plan")
-    except ConfigError as e:
-        raise PlanError(str(e)) from e
+    return load_model(Plan, path, "plan", "name, slo_ms, tasks and edges")
 
 
 def dump_plan(plan: Plan) -> str:
