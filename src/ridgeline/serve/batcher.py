@@ -73,23 +73,51 @@ class TaskQueue:
         self._items: deque[_Item] = deque()
         self._rows = 0
         self._free = list(range(len(self.instances)))
+        self.retired: set[int] = set()
+        """Instances no batch goes to any more (``retire``)."""
+        self._draining: dict[int, asyncio.Future[None]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._running: set[asyncio.Task[None]] = set()
         self._closed = False
+
+    @property
+    def active(self) -> int:
+        """Instances batches may go to."""
+        return len(self.instances) - len(self.retired)
 
     def timing(self) -> TaskTiming:
         return TaskTiming(
             self.exec,
             self._rows,
             self.cfg.max_batch_size,
-            len(self.instances),
+            self.active,
             self.cfg.max_queue_delay_s,
-            len(self.instances) - len(self._free),
+            self.active - len(self._free),
         )
 
     def idle(self) -> bool:
-        """Nothing queued and no instance busy."""
-        return not self._items and len(self._free) == len(self.instances)
+        """Nothing queued and no batch running."""
+        return not self._items and not self._running
+
+    def add_instance(self, instance: Instance) -> int:
+        """Start sending batches to ``instance`` too (warm it first); its slot."""
+        self.instances.append(instance)
+        slot = len(self.instances) - 1
+        self._free.append(slot)
+        self._pump()
+        return slot
+
+    def retire(self, slot: int) -> asyncio.Future[None]:
+        """Send no more batches to instance ``slot``; done once its batch in flight, if
+        any, has finished and been answered. What is queued goes to the others."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.retired.add(slot)
+        if slot in self._free:
+            self._free.remove(slot)
+            done.set_result(None)
+        else:
+            self._draining[slot] = done
+        return done
 
     def expected_s(self) -> float:
         """From joining this queue now to the end of the longest path after it."""
@@ -195,7 +223,12 @@ class TaskQueue:
                 if not item.future.done():
                     item.future.set_result(part)
         finally:
-            self._free.append(slot)
+            if slot in self.retired:
+                drained = self._draining.pop(slot, None)
+                if drained is not None and not drained.done():
+                    drained.set_result(None)
+            else:
+                self._free.append(slot)
             if not self._closed:
                 self._pump()
 

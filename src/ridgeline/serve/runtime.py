@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -114,9 +115,12 @@ class _PipelineModel(_Model):
     def __init__(self, runner: GraphRunner, metrics: ServeMetrics, drop: bool, **kw: Any) -> None:
         super().__init__(**kw)
         self.runner, self.metrics, self.drop = runner, metrics, drop
+        self.arrivals: deque[float] = deque(maxlen=1 << 16)
+        """When recent requests arrived (the reconfiguration controller's demand)."""
 
     async def infer(self, rows: int, arrays: list[Array]) -> list[Array]:
         began = time.perf_counter()
+        self.arrivals.append(self.runner.clock.now())
         m = self.metrics
         try:
             out = await self.runner.infer(rows, arrays, drop=self.drop)
@@ -262,21 +266,63 @@ class PlanServer:
         )
 
     async def _warm(self, name: str) -> None:
-        """Batches of zeros through each instance of ``name`` before serving: the first
-        run of a model is slow (allocation, kernels), and the warm times of one row and
-        of a full batch are the drop policy's first execution model."""
-        queue = self.queues[name]
-        full = queue.cfg.max_batch_size
+        """Batches of zeros through each instance of ``name`` before serving."""
         for worker in self.workers[name]:
-            await worker.run(self._zeros(queue, full))  # cold
-            times = {}
-            for rows in (1, full):
-                began = self.clock.now()
-                await worker.run(self._zeros(queue, rows))
-                times[rows] = self.clock.now() - began
-            model = ExecModel.from_warmup(times[1], full, times[full])
-            if model.time(full) > queue.exec.time(full):
-                queue.exec = model
+            await self._warm_one(self.queues[name], worker)
+
+    async def _warm_one(self, queue: TaskQueue, worker: Worker) -> None:
+        """The first run of a model is slow (allocation, kernels), and the warm times of
+        one row and of a full batch are the drop policy's first execution model."""
+        full = queue.cfg.max_batch_size
+        await worker.run(self._zeros(queue, full))  # cold
+        times = {}
+        for rows in (1, full):
+            began = self.clock.now()
+            await worker.run(self._zeros(queue, rows))
+            times[rows] = self.clock.now() - began
+        model = ExecModel.from_warmup(times[1], full, times[full])
+        if model.time(full) > queue.exec.time(full):
+            queue.exec = model
+
+    @property
+    def arrivals(self) -> deque[float]:
+        """When the pipeline's recent requests arrived (clock time)."""
+        model = self.models[self.plan.name]
+        assert isinstance(model, _PipelineModel)
+        return model.arrivals
+
+    async def scale(self, name: str, instances: int) -> None:
+        """Run ``instances`` instances of task ``name``, live: new workers start and warm
+        up before they take batches; retired ones finish their batch in flight, then
+        stop. What is queued is served by the others; no request is lost."""
+        if instances < 1:
+            raise PlanError(f"task {name!r}: {instances} instances; a task needs at least 1")
+        queue, workers = self.queues[name], self.workers[name]
+        active = [i for i in range(len(workers)) if i not in queue.retired]
+        task = self.plan.tasks[name]
+        if instances > len(active):
+            grown = task.model_copy(update={"instances": len(workers) + instances - len(active)})
+            plan = self.plan.model_copy(update={"tasks": {**self.plan.tasks, name: grown}})
+            setup = setup_plan(plan, self.plan_dir, self.zoo)[name]
+            new = [
+                Worker(setup.backend, p, name=f"{name}#{i}")
+                for i, p in enumerate(setup.placements)
+                if i >= len(workers)
+            ]
+            await asyncio.gather(*(w.start() for w in new))
+            for w in new:
+                await self._warm_one(queue, w)
+            for w in new:
+                workers.append(w)
+                queue.add_instance(w)
+                self.metrics.add_instance(_instance_view(name, len(workers) - 1, w))
+        for slot in reversed(active[instances:]):
+            await queue.retire(slot)
+            await workers[slot].stop()
+        update = {"instances": instances}
+        self.plan = self.plan.model_copy(
+            update={"tasks": {**self.plan.tasks, name: task.model_copy(update=update)}}
+        )
 
     @staticmethod
     def _zeros(queue: TaskQueue, rows: int) -> dict[str, Array]:

@@ -1,0 +1,90 @@
+"""The reconfiguration controller: the pure policy of ``reconfig`` applied to a live
+``PlanServer``.
+
+Every ``interval_s`` it estimates the pipeline's demand from its recent arrivals; when
+``reconfig.decide`` calls for a re-plan, it asks ``replan`` (for instance the planner at
+the new demand) for a plan, takes the difference, and applies it task by task with
+``PlanServer.scale``: new workers start and warm up before they take batches, retired
+ones finish their batch in flight. Every change is kept in ``events`` with its reason
+(and handed to ``on_event``, to store it). A change a live server cannot make in place
+(another variant, segment or batching for a task) is logged as skipped, not applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ridgeline.errors import RidgelineError
+from ridgeline.pipeline.plan import Plan
+from ridgeline.serve.reconfig import ReconfigConfig, ReconfigState, decide, diff, estimate_rps
+from ridgeline.serve.runtime import PlanServer
+
+
+@dataclass(frozen=True, slots=True)
+class ReconfigEvent:
+    t_s: float
+    """Seconds since the controller started."""
+    estimate_rps: float
+    planned_rps: float
+    reason: str
+    instances: dict[str, int]
+    """Instances per task after the change."""
+    skipped: tuple[str, ...] = ()
+    """Changes not applied, each with why."""
+
+
+@dataclass
+class Reconfigurer:
+    server: PlanServer
+    replan: Callable[[float], Plan]
+    cfg: ReconfigConfig = field(default_factory=ReconfigConfig)
+    interval_s: float = 0.5
+    on_event: Callable[[ReconfigEvent], None] | None = None
+    events: list[ReconfigEvent] = field(default_factory=list)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Watch and reconfigure until ``stop`` is set."""
+        clock = self.server.clock
+        t0 = clock.now()
+        arrivals = self.server.arrivals
+        planned = self.server.plan.demand_rps or 1.0
+        state = ReconfigState(planned_rps=planned, last_change_s=t0)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.interval_s)
+            if stop.is_set():
+                return
+            now = clock.now()
+            estimate = estimate_rps(list(arrivals), now, self.cfg.window_s)
+            replan, state = decide(self.cfg, state, now, estimate)
+            if replan is not None:
+                await self._apply(replan.demand_rps, replan.reason, estimate, now - t0)
+
+    async def _apply(self, demand: float, reason: str, estimate: float, t_s: float) -> None:
+        skipped: list[str] = []
+        try:
+            new = self.replan(demand)
+            for change in diff(self.server.plan, new):
+                if change.replaced:
+                    skipped.append(
+                        f"{change.task}: the new plan changes its variant, segment or "
+                        "batching, which a running task cannot take in place"
+                    )
+                    continue
+                await self.server.scale(change.task, change.instances_after)
+        except (RidgelineError, ValueError) as e:
+            skipped.append(f"re-plan for {demand:.1f} req/s failed: {e}")
+        event = ReconfigEvent(
+            t_s,
+            estimate,
+            demand,
+            reason,
+            {t: p.instances for t, p in self.server.plan.tasks.items()},
+            tuple(skipped),
+        )
+        self.events.append(event)
+        if self.on_event is not None:
+            self.on_event(event)

@@ -1,0 +1,96 @@
+"""Reconfiguration as a pure policy: when demand has moved far enough from the demand a
+plan was made for, re-plan; and what differs between the old plan and the new.
+
+* **Demand estimate** (``estimate_rps``): requests counted over the last ``window_s``.
+* **Band and cool-down** (``decide``): a re-plan is due when the estimate leaves
+  [planned·(1 − band), planned·(1 + band)] and at least ``cooldown_s`` has passed since
+  the last change, so that a noisy estimate does not make the server flap. The new plan
+  is made for the estimate times (1 + ``headroom``).
+* **Difference** (``diff``): per task, the instances to start or to drain, and whether
+  anything else changed (variant, segment, batching), which a live server cannot apply
+  to a running task in place.
+
+The runtime's controller (``serve.controller``) applies a difference live; a simulator
+can drive the same functions in virtual time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from ridgeline.pipeline.plan import Plan
+
+
+@dataclass(frozen=True, slots=True)
+class ReconfigConfig:
+    window_s: float = 5.0
+    """Demand is estimated over this many seconds of arrivals."""
+    band: float = 0.2
+    """Re-plan when the estimate is more than this fraction off the planned demand."""
+    cooldown_s: float = 10.0
+    """At least this long between two changes."""
+    headroom: float = 0.1
+    """Plan for the estimate times (1 + headroom)."""
+    min_rps: float = 1.0
+    """Never plan for less."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReconfigState:
+    planned_rps: float
+    last_change_s: float = float("-inf")
+
+
+@dataclass(frozen=True, slots=True)
+class Replan:
+    demand_rps: float
+    reason: str
+
+
+def estimate_rps(arrivals: Sequence[float], now: float, window_s: float) -> float:
+    """Requests per second over the ``window_s`` before ``now`` (arrival times, s)."""
+    recent = [t for t in arrivals if now - window_s < t <= now]
+    return len(recent) / window_s
+
+
+def decide(
+    cfg: ReconfigConfig, state: ReconfigState, now: float, estimate: float
+) -> tuple[Replan | None, ReconfigState]:
+    """Whether to re-plan now, and the state after."""
+    lo, hi = state.planned_rps * (1 - cfg.band), state.planned_rps * (1 + cfg.band)
+    if lo <= estimate <= hi:
+        return None, state
+    if now - state.last_change_s < cfg.cooldown_s:
+        return None, state
+    target = max(cfg.min_rps, estimate * (1 + cfg.headroom))
+    side = "above" if estimate > hi else "below"
+    reason = (
+        f"demand {estimate:.1f} req/s is {side} the band [{lo:.1f}, {hi:.1f}] around the "
+        f"planned {state.planned_rps:.1f} req/s; re-plan for {target:.1f} req/s"
+    )
+    return Replan(target, reason), replace(state, planned_rps=target, last_change_s=now)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskChange:
+    task: str
+    instances_before: int
+    instances_after: int
+    replaced: bool
+    """Something besides the instance count changed (variant, segment, batching)."""
+
+
+def diff(old: Plan, new: Plan) -> list[TaskChange]:
+    """What differs, task by task (tasks that did not change are left out)."""
+    if set(old.tasks) != set(new.tasks) or old.edges != new.edges:
+        raise ValueError("the new plan has other tasks or edges; serve it afresh")
+    out = []
+    for name, before in old.tasks.items():
+        after = new.tasks[name]
+        same_rest = before.model_copy(update={"instances": after.instances}) == after.model_copy(
+            update={"latency_budget_ms": before.latency_budget_ms}
+        )
+        if before.instances != after.instances or not same_rest:
+            out.append(TaskChange(name, before.instances, after.instances, not same_rest))
+    return out

@@ -1,0 +1,112 @@
+"""Reconfiguration: the pure policy (estimate, band, cool-down, difference) exactly, and
+the controller scaling a live server up and back down with every request answered."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ridgeline.loadgen.schedule import from_arrival
+from ridgeline.loadgen.step import StepConfig, measure_step
+from ridgeline.pipeline.plan import Plan
+from ridgeline.serve.controller import Reconfigurer
+from ridgeline.serve.reconfig import (
+    ReconfigConfig,
+    ReconfigState,
+    Replan,
+    TaskChange,
+    decide,
+    diff,
+    estimate_rps,
+)
+from ridgeline.serve.runtime import PlanServer
+from ridgeline.workload.arrivals import parse_arrival
+
+
+def test_demand_is_the_arrivals_in_the_window() -> None:
+    assert estimate_rps([0.5, 1.2, 1.9, 2.0, 2.5], now=2.0, window_s=1.0) == 3.0
+
+
+def test_a_replan_waits_for_the_band_and_the_cooldown() -> None:
+    cfg = ReconfigConfig(band=0.2, cooldown_s=10.0, headroom=0.1)
+    state = ReconfigState(planned_rps=100.0, last_change_s=0.0)
+    assert decide(cfg, state, 50.0, 115.0) == (None, state)  # inside [80, 120]
+    assert decide(cfg, state, 5.0, 200.0) == (None, state)  # out, but cooling down
+    replan, after = decide(cfg, state, 12.0, 200.0)
+    assert replan == Replan(
+        pytest.approx(220.0),
+        "demand 200.0 req/s is above the band [80.0, 120.0] around the planned 100.0 "
+        "req/s; re-plan for 220.0 req/s",
+    )
+    assert after == ReconfigState(planned_rps=pytest.approx(220.0), last_change_s=12.0)
+    down, _ = decide(cfg, after, 30.0, 10.0)
+    assert down is not None and down.demand_rps == pytest.approx(11.0)
+
+
+def plan(instances: dict[str, int], batch: int = 4, demand: float = 20.0) -> Plan:
+    task: dict[str, Any] = {
+        "segment": {"kind": "cpu", "cores": 1},
+        "batch_size": batch,
+        "max_queue_delay_ms": 2,
+        "latency_budget_ms": 100,
+        "synthetic": {"base_ms": 2, "per_item_ms": 1},
+    }
+    return Plan.model_validate(
+        {
+            "name": "pipe",
+            "slo_ms": 400,
+            "demand_rps": demand,
+            "tasks": {
+                "detect": {**task, "variant": "d", "instances": instances["detect"]},
+                "classify": {**task, "variant": "c", "instances": instances["classify"]},
+            },
+            "edges": [{"source": "detect", "target": "classify", "factor": 2}],
+        }
+    )
+
+
+def test_the_difference_names_instance_changes_and_replacements() -> None:
+    old = plan({"detect": 1, "classify": 1})
+    assert diff(old, plan({"detect": 3, "classify": 1})) == [TaskChange("detect", 1, 3, False)]
+    assert diff(old, plan({"detect": 1, "classify": 1}, batch=8)) == [
+        TaskChange("detect", 1, 1, True),
+        TaskChange("classify", 1, 1, True),
+    ]
+    assert diff(old, old) == []
+
+
+@pytest.mark.slow
+async def test_demand_up_and_down_scales_live_and_every_request_is_answered(
+    tmp_path: Path,
+) -> None:
+    def replan(demand: float) -> Plan:
+        n = min(3, math.ceil(demand / 60))
+        return plan({"detect": n, "classify": n}, demand=demand)
+
+    cfg = ReconfigConfig(window_s=1.0, band=0.3, cooldown_s=1.0, headroom=0.0)
+    async with PlanServer(
+        plan({"detect": 1, "classify": 1}), tmp_path, http_port=0, grpc_port=None
+    ) as server:
+        ctl = Reconfigurer(server, replan, cfg, interval_s=0.2)
+        stop = asyncio.Event()
+        watching = asyncio.create_task(ctl.run(stop))
+        steps = []
+        for rate, seconds in ((20.0, 2.0), (150.0, 3.0), (20.0, 3.0)):
+            sched = from_arrival(parse_arrival("poisson", rate), seconds)
+            steps.append(await measure_step(server.model_url(), sched, StepConfig()))
+        stop.set()
+        await watching
+        final = {t: p.instances for t, p in server.plan.tasks.items()}
+    for step in steps:
+        s = step.summary
+        assert s.errors == 0 and s.timeouts == 0 and s.incomplete == 0 and s.not_sent == 0, s
+        assert s.ok + s.dropped == s.sent, s  # every request sent got an answer
+    peak = max(e.instances["detect"] for e in ctl.events)
+    assert peak == 3, ctl.events
+    assert final == {"detect": 1, "classify": 1}, ctl.events
+    assert all(not e.skipped for e in ctl.events)
+    assert all("re-plan for" in e.reason for e in ctl.events)
