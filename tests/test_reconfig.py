@@ -110,3 +110,21 @@ async def test_demand_up_and_down_scales_live_and_every_request_is_answered(
     assert final == {"detect": 1, "classify": 1}, ctl.events
     assert all(not e.skipped for e in ctl.events)
     assert all("re-plan for" in e.reason for e in ctl.events)
+
+
+@pytest.mark.slow
+async def test_verify_passes_a_plan_within_its_demand_and_fails_one_beyond(
+    tmp_path: Path,
+) -> None:
+    from ridgeline.verify import verify
+
+    served = plan({"detect": 1, "classify": 1}, demand=40.0)
+    async with PlanServer(served, tmp_path, http_port=0, grpc_port=None) as server:
+        ok = await verify(served, server.model_url(), seconds=3.0, warmup_s=1.0, step_s=2.0)
+        too_much = served.model_copy(update={"demand_rps": 2000.0, "slo_ms": 20.0})
+        bad = await verify(too_much, server.model_url(), seconds=2.0, warmup_s=0.0, search=False)
+    assert ok.passed and ok.fail_rate == 0.0 and ok.p99_ms is not None and ok.p99_ms <= 400
+    assert ok.capacity_rps is not None and ok.margin is not None and ok.margin > 0
+    assert ok.summary().startswith("PASS: 40 req/s")
+    assert not bad.passed and bad.capacity_rps is None
+    assert bad.summary().startswith("FAIL: 2000 req/s")

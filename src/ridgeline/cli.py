@@ -14,6 +14,7 @@ from ridgeline.capacity.cli import allocate_command, registry_app
 from ridgeline.display import live_progress, runs_table, step_table
 from ridgeline.errors import RidgelineError
 from ridgeline.loadgen.replayer import Progress, ReplayConfig
+from ridgeline.loadgen.runloop import run_coroutine
 from ridgeline.loadgen.schedule import Schedule, from_arrival, from_trace
 from ridgeline.loadgen.step import StepConfig, run_step
 from ridgeline.loadgen.validity import ValidityConfig
@@ -295,6 +296,38 @@ def serve(
         )
     except RidgelineError as exc:
         _fail(exc)
+
+
+@app.command()
+def verify(
+    plan: Annotated[Path, typer.Argument(help="the plan YAML the server runs")],
+    target: Annotated[
+        str, typer.Argument(help="its pipeline's v2 URL, e.g. http://127.0.0.1:8000/v2/models/NAME")
+    ],
+    seconds: Annotated[float, typer.Option(help="length of the step at the demand, s")] = 10.0,
+    max_fail: Annotated[
+        float, typer.Option(help="largest share of errors, timeouts and drops that passes")
+    ] = 0.01,
+    search: Annotated[bool, typer.Option(help="also measure the capacity (the margin)")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Probe a served plan at its planned demand: pass or fail against its SLO, and the
+    margin its measured capacity leaves. Exit status 1 when it fails."""
+    from ridgeline.pipeline.plan import load_plan
+    from ridgeline.verify import verify as verify_plan
+
+    try:
+        result = run_coroutine(
+            verify_plan(load_plan(plan), target, seconds=seconds, max_fail=max_fail, search=search)
+        )
+    except RidgelineError as exc:
+        _fail(exc)
+    if as_json:
+        out.print_json(json.dumps(result.to_json()))
+    else:
+        out.print(result.summary())
+    if not result.passed:
+        raise typer.Exit(1)
 
 
 @runs_app.command("list")

@@ -1,0 +1,112 @@
+"""``ridgeline verify``: does a served plan really carry its planned demand within its SLO,
+and by what margin?
+
+1. A short warm-up at the planned demand, then a constant-rate step of ``seconds``
+   (Poisson arrivals, latency from the scheduled send). It passes when the answered p99
+   is within the plan's SLO and failures — errors, timeouts, and drops, since a dropped
+   request was not served — are at most ``max_fail`` of those sent.
+2. The margin: the capacity the probe's binary search measures under the same SLO
+   (between a quarter and four times the demand), over the demand, minus one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from ridgeline.errors import ConfigError
+from ridgeline.loadgen.records import Outcome
+from ridgeline.loadgen.schedule import from_arrival
+from ridgeline.loadgen.step import StepConfig, measure_step
+from ridgeline.pipeline.plan import Plan
+from ridgeline.probe.drivers import NetworkDriver
+from ridgeline.probe.orchestrator import ProbeConfig, probe
+from ridgeline.workload.arrivals import parse_arrival
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyResult:
+    demand_rps: float
+    slo_ms: float
+    sent: int
+    ok: int
+    dropped: int
+    failed: int
+    """Errors, timeouts and requests left unanswered."""
+    p99_ms: float | None
+    """Of the answered, from the scheduled send."""
+    fail_rate: float
+    """(failed + dropped) / sent."""
+    passed: bool
+    capacity_rps: float | None = None
+    """Measured by the probe's binary search; None when not searched or none found."""
+
+    @property
+    def margin(self) -> float | None:
+        """Capacity over demand, minus one (0.25: 25 % headroom)."""
+        if self.capacity_rps is None:
+            return None
+        return self.capacity_rps / self.demand_rps - 1.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "margin": self.margin}
+
+    def summary(self) -> str:
+        verdict = "PASS" if self.passed else "FAIL"
+        p99 = "no answers" if self.p99_ms is None else f"p99 {self.p99_ms:.1f} ms"
+        text = (
+            f"{verdict}: {self.demand_rps:g} req/s, {p99} (SLO {self.slo_ms:g} ms), "
+            f"{self.fail_rate:.2%} failed or dropped of {self.sent}"
+        )
+        if self.margin is not None:
+            text += f"; capacity {self.capacity_rps:,.1f} req/s, margin {self.margin:+.0%}"
+        return text
+
+
+async def verify(
+    plan: Plan,
+    target: str,
+    *,
+    seconds: float = 10.0,
+    warmup_s: float = 2.0,
+    max_fail: float = 0.01,
+    search: bool = True,
+    step_s: float = 5.0,
+) -> VerifyResult:
+    """Verify ``plan`` served at ``target`` (a v2 URL of its pipeline model)."""
+    demand = plan.demand_rps
+    if demand is None:
+        raise ConfigError(
+            f"plan {plan.name!r} has no demand_rps; verify needs the demand it was planned "
+            "for (ridgeline plan writes it; add demand_rps to a hand-written plan)"
+        )
+    arrivals = parse_arrival("poisson", demand)
+    if warmup_s > 0:
+        await measure_step(target, from_arrival(arrivals, warmup_s, seed=1), StepConfig())
+    step = await measure_step(target, from_arrival(arrivals, seconds, seed=2), StepConfig())
+    s, rec = step.summary, step.records
+    ok = rec.outcome == int(Outcome.OK)
+    p99 = float(np.percentile(rec.latency_from_schedule[ok], 99) * 1000) if ok.any() else None
+    failed = s.sent - s.ok - s.dropped
+    fail_rate = (failed + s.dropped) / s.sent if s.sent else 1.0
+    passed = p99 is not None and p99 <= plan.slo_ms and fail_rate <= max_fail
+    capacity = None
+    if search:
+        cfg = ProbeConfig(
+            slo=f"p99<{plan.slo_ms:g}ms,errors<{max_fail:.2%}",
+            strategy="binary",
+            strategy_options={
+                "min_rate": demand / 4,
+                "max_rate": demand * 4,
+                "start_rate": demand,
+                "step_duration_s": step_s,
+                "precision": 0.05,
+            },
+            confirm=False,
+        )
+        capacity = (await probe(NetworkDriver(target, StepConfig()), cfg)).capacity_rps
+    return VerifyResult(
+        demand, plan.slo_ms, s.sent, s.ok, s.dropped, failed, p99, fail_rate, passed, capacity
+    )
