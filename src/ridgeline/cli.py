@@ -10,6 +10,7 @@ import typer
 
 from ridgeline._cli_common import DbOption, err, out
 from ridgeline._cli_common import fail as _fail
+from ridgeline._cli_common import out as out_console
 from ridgeline.capacity.cli import allocate_command, registry_app
 from ridgeline.display import live_progress, runs_table, step_table
 from ridgeline.errors import RidgelineError
@@ -366,16 +367,25 @@ def runs_show(
 
 @app.command()
 def demo(
-    duration: Annotated[float, typer.Option(help="seconds of load")] = 5.0,
-    db: DbOption = None,
+    out: Annotated[Path, typer.Option(help="where the plan, profiles and report go")] = Path(
+        "ridgeline-demo"
+    ),
+    zoo: Annotated[
+        Path | None, typer.Option(help="model zoo directory (default $RIDGELINE_ZOO or cache)")
+    ] = None,
+    short: Annotated[bool, typer.Option(help="a quick pass: fewer points, shorter phases")] = False,
 ) -> None:
-    """Start the built-in fake server and drive it open-loop at 70 % of its capacity."""
-    from ridgeline.demo import run_demo
+    """The whole loop on this machine: profile the example pipeline on CPU, plan it, serve
+    it, verify it at its demand, move the demand up and back down while it reconfigures
+    live, and write one HTML report."""
+    from ridgeline.demo import SHORT, run_demo
 
     try:
-        run_demo(duration_s=duration, db=db, console=out)
+        result, _ = run_demo(out, zoo=zoo, cfg=SHORT if short else None, console=out_console)
     except RidgelineError as exc:
         _fail(exc)
+    if not result.verified.passed or result.lost:
+        raise typer.Exit(1)
 
 
 def main() -> None:

@@ -74,6 +74,8 @@ class Reconfigurer:
                         "batching, which a running task cannot take in place"
                     )
                     continue
+                if change.queue_delay_ms is not None:
+                    self.server.set_queue_delay(change.task, change.queue_delay_ms)
                 await self.server.scale(change.task, change.instances_after)
         except (RidgelineError, ValueError) as e:
             skipped.append(f"re-plan for {demand:.1f} req/s failed: {e}")

@@ -78,7 +78,14 @@ class TaskChange:
     instances_before: int
     instances_after: int
     replaced: bool
-    """Something besides the instance count changed (variant, segment, batching)."""
+    """Something a running task cannot take in place changed (variant, segment, batch
+    size)."""
+    queue_delay_ms: float | None = None
+    """The new batching delay, when only it changed besides the instances."""
+
+
+_LIVE = ("instances", "latency_budget_ms", "max_queue_delay_ms")
+"""What a running task takes in place."""
 
 
 def diff(old: Plan, new: Plan) -> list[TaskChange]:
@@ -88,9 +95,13 @@ def diff(old: Plan, new: Plan) -> list[TaskChange]:
     out = []
     for name, before in old.tasks.items():
         after = new.tasks[name]
-        same_rest = before.model_copy(update={"instances": after.instances}) == after.model_copy(
-            update={"latency_budget_ms": before.latency_budget_ms}
-        )
-        if before.instances != after.instances or not same_rest:
-            out.append(TaskChange(name, before.instances, after.instances, not same_rest))
+        replaced = before.model_copy(update={k: getattr(after, k) for k in _LIVE}) != after
+        delay = after.max_queue_delay_ms
+        moved = delay != before.max_queue_delay_ms
+        if before.instances != after.instances or replaced or moved:
+            out.append(
+                TaskChange(
+                    name, before.instances, after.instances, replaced, delay if moved else None
+                )
+            )
     return out

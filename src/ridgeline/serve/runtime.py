@@ -291,6 +291,13 @@ class PlanServer:
         assert isinstance(model, _PipelineModel)
         return model.arrivals
 
+    def set_queue_delay(self, name: str, delay_ms: float) -> None:
+        """Task ``name`` batches with this queue delay from now on."""
+        queue = self.queues[name]
+        queue.cfg = queue.cfg.model_copy(update={"max_queue_delay_s": delay_ms / 1000.0})
+        task = self.plan.tasks[name].model_copy(update={"max_queue_delay_ms": delay_ms})
+        self.plan = self.plan.model_copy(update={"tasks": {**self.plan.tasks, name: task}})
+
     async def scale(self, name: str, instances: int) -> None:
         """Run ``instances`` instances of task ``name``, live: new workers start and warm
         up before they take batches; retired ones finish their batch in flight, then

@@ -1,0 +1,159 @@
+"""The whole loop on one machine: profile → plan → serve → verify → reconfigure, and one
+HTML report that tells the story (what ``ridgeline demo`` runs).
+
+1. Profile the spec's variants on CPU segments (``pipeline.profiling``).
+2. Plan for the demand under the SLO (``pipeline.planner``), within a core budget.
+3. Serve the plan (``serve.runtime.PlanServer``) on 127.0.0.1.
+4. Verify it at the planned demand (``verify``): pass or fail, and the margin.
+5. Move the demand up and back down while the reconfiguration controller
+   (``serve.controller``) re-plans — the MILP again, holding each task's variant,
+   segment and batch, so only instance counts change — and applies the difference
+   live. Every request sent is counted: answered, dropped or failed.
+6. Write the report (``loop_report``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ridgeline.loadgen.schedule import from_arrival
+from ridgeline.loadgen.step import StepConfig, StepResult, measure_step
+from ridgeline.pipeline.plan import Plan, dump_plan
+from ridgeline.pipeline.planner import PlanResult, plan_pipeline, to_plan
+from ridgeline.pipeline.profiles import CPU, ProfileTable
+from ridgeline.pipeline.profiling import ensure_zoo, measure_cpu
+from ridgeline.pipeline.spec import PipelineSpec
+from ridgeline.serve.controller import ReconfigEvent, Reconfigurer
+from ridgeline.serve.reconfig import ReconfigConfig
+from ridgeline.serve.runtime import PlanServer
+from ridgeline.verify import VerifyResult, verify
+from ridgeline.workload.arrivals import parse_arrival
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    batches: tuple[int, ...] = (1, 2, 4)
+    profile_s: float = 1.5
+    """Seconds of load per profile point."""
+    cores: float = 3.0
+    """The planning budget, in cores (cpu1 segments)."""
+    reconfig_cores: float = 9.0
+    """The budget re-plans may grow into."""
+    verify_s: float = 8.0
+    verify_search: bool = True
+    phases: tuple[tuple[float, float], ...] = ((1.0, 12.0), (4.0, 18.0), (1.0, 18.0))
+    """(demand multiple, seconds): a step up and back down."""
+    reconfig: ReconfigConfig = field(
+        default_factory=lambda: ReconfigConfig(window_s=3.0, band=0.3, cooldown_s=4.0)
+    )
+
+
+@dataclass
+class LoopResult:
+    spec: PipelineSpec
+    table: ProfileTable
+    planned: PlanResult
+    plan: Plan
+    verified: VerifyResult
+    phases: list[tuple[float, StepResult]]
+    """(offered rate, its step) in order."""
+    events: list[ReconfigEvent]
+    plan_path: Path
+
+    @property
+    def sent(self) -> int:
+        return sum(s.summary.sent for _, s in self.phases)
+
+    @property
+    def answered(self) -> int:
+        """Requests that got an answer: a result, a drop, or an error."""
+        return sum(
+            s.summary.ok + s.summary.dropped + s.summary.errors + s.summary.timeouts
+            for _, s in self.phases
+        )
+
+    @property
+    def lost(self) -> int:
+        """Requests sent that got no answer at all."""
+        return self.sent - self.answered
+
+
+async def run_loop(
+    spec: PipelineSpec, zoo: Path, out_dir: Path, cfg: LoopConfig, say: Say
+) -> LoopResult:
+    """The loop; ``say`` gets one line per stage and per measured point."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    say(f"[1/6] profiling {spec.name}'s variants on CPU segments")
+    ensure_zoo(spec, zoo)
+    table = await measure_cpu(
+        spec,
+        zoo,
+        cores=(1,),
+        batches=cfg.batches,
+        seconds=cfg.profile_s,
+        on_row=lambda r: say(
+            f"      {r.variant} {r.segment} batch {r.batch}: {r.latency_ms:.1f} ms, "
+            f"{r.throughput_rps:,.0f} rows/s"
+        ),
+    )
+    (out_dir / "profiles.csv").write_text(table.to_csv())
+    say(f"[2/6] planning {spec.demand_rps:g} req/s under {spec.slo_ms:g} ms, {cfg.cores:g} cores")
+    planned = plan_pipeline(spec, table, {CPU: cfg.cores})
+    plan = to_plan(planned)
+    plan_path = out_dir / "plan.yaml"
+    plan_path.write_text(dump_plan(plan))
+    for name, p in planned.tasks.items():
+        say(f"      {name}: {p.variant}, batch {p.config.row.batch}, {p.instances} instance(s)")
+    say("[3/6] serving the plan on 127.0.0.1")
+    async with PlanServer(plan, out_dir, http_port=0, grpc_port=0, zoo=zoo) as server:
+        url = f"grpc://127.0.0.1:{server.grpc_port}/{plan.name}"
+        say(f"      {url}")
+        say(f"[4/6] verifying {spec.demand_rps:g} req/s")
+        verified = await verify(
+            plan, url, seconds=cfg.verify_s, search=cfg.verify_search, step_s=3.0
+        )
+        say(f"      {verified.summary()}")
+        say("[5/6] moving the demand; the controller re-plans and applies the difference live")
+        held = _holding(table, planned)
+
+        def replan(demand: float) -> Plan:
+            moved = spec.model_copy(update={"demand_rps": demand})
+            return to_plan(plan_pipeline(moved, held, {CPU: cfg.reconfig_cores}))
+
+        ctl = Reconfigurer(
+            server,
+            replan,
+            cfg.reconfig,
+            on_event=lambda e: say(
+                f"      t={e.t_s:.0f}s {e.reason}: instances "
+                + ", ".join(f"{t} {n}" for t, n in e.instances.items())
+                + "".join(f"; skipped: {k}" for k in e.skipped)
+            ),
+        )
+        stop = asyncio.Event()
+        watching = asyncio.create_task(ctl.run(stop))
+        phases = []
+        try:
+            for k, (multiple, seconds) in enumerate(cfg.phases):
+                rate = spec.demand_rps * multiple
+                say(f"      {rate:g} req/s for {seconds:g} s")
+                sched = from_arrival(parse_arrival("poisson", rate), seconds, seed=10 + k)
+                phases.append((rate, await measure_step(url, sched, StepConfig())))
+        finally:
+            stop.set()
+            await watching
+    result = LoopResult(spec, table, planned, plan, verified, phases, ctl.events, plan_path)
+    say(f"      {result.sent} sent, {result.answered} answered, {result.lost} lost")
+    return result
+
+
+def _holding(table: ProfileTable, planned: PlanResult) -> ProfileTable:
+    """The rows of the configurations the plan chose: a re-plan over them changes only
+    instance counts, which a live server applies in place."""
+    chosen = {(p.variant, p.config.row.segment, p.config.row.batch) for p in planned.tasks.values()}
+    return ProfileTable(r for r in table if (r.variant, r.segment, r.batch) in chosen)

@@ -1,0 +1,115 @@
+"""The whole loop (what `make demo` runs), on a short preset with synthetic variants so it
+takes seconds: profile, plan, serve, verify, a demand step up and back down with live
+reconfiguration, and the report — opened in headless Chromium when it is installed."""
+
+from __future__ import annotations
+
+import io
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from ridgeline.demo import demo_spec, run_demo
+from ridgeline.loop import LoopConfig, LoopResult
+from ridgeline.loop_report import FIGURES
+from ridgeline.pipeline.spec import PipelineSpec
+from ridgeline.serve.reconfig import ReconfigConfig
+
+
+def synthetic(base_ms: float, per_item_ms: float) -> dict[str, float]:
+    return {"base_ms": base_ms, "per_item_ms": per_item_ms}
+
+
+SPEC = PipelineSpec.model_validate(
+    {
+        "name": "traffic",
+        "slo_ms": 400,
+        "accuracy_floor": 0.8,
+        "demand_rps": 40,
+        "tasks": {
+            "detect": {
+                "variants": [
+                    {"name": "small", "accuracy": 30, "synthetic": synthetic(5, 6)},
+                    {"name": "large", "accuracy": 36, "synthetic": synthetic(5, 5)},
+                ]
+            },
+            "car": {"variants": [{"name": "cls", "accuracy": 80, "synthetic": synthetic(2, 1)}]},
+        },
+        "edges": [{"source": "detect", "target": "car", "factor": 2}],
+    }
+)
+QUICK = LoopConfig(
+    batches=(1, 4),
+    profile_s=0.5,
+    cores=2.0,
+    verify_s=2.0,
+    verify_search=False,
+    phases=((1.0, 3.0), (4.0, 5.0), (1.0, 5.0)),
+    reconfig=ReconfigConfig(window_s=1.5, band=0.3, cooldown_s=2.0),
+)
+
+
+def test_the_embedded_spec_is_the_example_pipeline() -> None:
+    spec = demo_spec()
+    assert set(spec.tasks) == {"detect", "car", "face"}
+    assert spec.tasks["detect"].variant("yolov5s").accuracy == 37.4
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[LoopResult, Path, list[str]]:
+    out = tmp_path_factory.mktemp("demo")
+    text = io.StringIO()
+    console = Console(file=text, width=400)
+    result, report = run_demo(out, spec=SPEC, zoo=out / "zoo", cfg=QUICK, console=console)
+    return result, report, text.getvalue().splitlines()
+
+
+@pytest.mark.slow
+def test_the_loop_verifies_reconfigures_live_and_loses_nothing(
+    demo: tuple[LoopResult, Path, list[str]],
+) -> None:
+    result, report, lines = demo
+    assert result.verified.passed, result.verified.summary()
+    assert result.sent > 0 and result.lost == 0
+    detect = [e.instances["detect"] for e in result.events]
+    assert max(detect) >= 2 and detect[-1] == 1, result.events
+    assert lines[-5].startswith("plan: ") and lines[-1] == f"report: {report}"
+    assert "0 lost" in lines[-2]
+    page = report.read_text()
+    assert all(f'id="{f}"' in page for f in FIGURES)
+    assert f"{result.sent} requests sent" in page and "<b>0 lost</b>" in page
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="Chromium is not installed")
+def test_the_report_renders_in_headless_chromium_without_console_errors(
+    demo: tuple[LoopResult, Path, list[str]],
+) -> None:
+    _, report, _ = demo
+    run = subprocess.run(
+        [
+            "chromium",
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            report.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    console = [line for line in run.stderr.splitlines() if ":CONSOLE" in line]
+    assert console == []
+    for figure in FIGURES:  # every plot drawn: plotly put its SVG inside the div
+        found = re.search(rf'<div id="{figure}"[^>]*>(.*?)</div></div></div>', run.stdout, re.S)
+        assert found is not None and 'class="main-svg"' in found.group(1), figure
