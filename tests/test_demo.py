@@ -113,3 +113,32 @@ def test_the_report_renders_in_headless_chromium_without_console_errors(
     for figure in FIGURES:  # every plot drawn: plotly put its SVG inside the div
         found = re.search(rf'<div id="{figure}"[^>]*>(.*?)</div></div></div>', run.stdout, re.S)
         assert found is not None and 'class="main-svg"' in found.group(1), figure
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_demo_cleanly_and_marks_its_run(tmp_path: Path) -> None:
+    import signal
+    import sqlite3
+    import sys
+    import time
+
+    db = tmp_path / "runs.sqlite"
+    cmd = [sys.executable, "-m", "ridgeline", "demo", "--short", "--out", str(tmp_path / "out")]
+    proc = subprocess.Popen(
+        [*cmd, "--zoo", str(tmp_path / "zoo"), "--db", str(db)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (tmp_path / "out").exists():
+        time.sleep(0.2)
+    time.sleep(3.0)  # into the profiling stage
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert "interrupted during [1/6] profiling" in out + err, out + err
+    assert "the servers are stopped" in out + err
+    with sqlite3.connect(db) as con:
+        status, reason = con.execute("SELECT status, status_reason FROM runs").fetchone()
+    assert status == "interrupted" and reason.startswith("Ctrl-C during [1/6] profiling")

@@ -530,3 +530,26 @@ async def test_the_token_guards_every_endpoint_and_bodies_are_bounded(tmp_path: 
             async with s.post(f"{server.model_url('double')}/infer", data=big, headers=auth) as r:
                 assert r.status == 413
         assert server.host == "127.0.0.1"
+
+
+async def test_closing_a_queue_skips_requests_whose_callers_have_gone() -> None:
+    """Ctrl-C cancels the callers first; closing the queue then must not fail on them."""
+    inst = Held()
+    q = TaskQueue(
+        "t",
+        [TensorInfo("X", "FP32", (-1, 2))],
+        [TensorInfo("Y", "FP32", (-1, 2))],
+        BatchingConfig(max_batch_size=1),
+        [inst],
+        MonotonicClock(),
+        ServeMetrics(lambda: 1.0),
+        drop=False,
+    )
+    far = MonotonicClock().now() + 60
+    running = q.submit(1, [np.zeros((1, 2), np.float32)], far)
+    await asyncio.sleep(0)
+    waiting = q.submit(1, [np.zeros((1, 2), np.float32)], far)
+    waiting.cancel()
+    inst.release.set()
+    await q.close()
+    assert waiting.cancelled() and (await running)[0].shape == (1, 2)

@@ -374,6 +374,7 @@ def demo(
         Path | None, typer.Option(help="model zoo directory (default $RIDGELINE_ZOO or cache)")
     ] = None,
     short: Annotated[bool, typer.Option(help="a quick pass: fewer points, shorter phases")] = False,
+    db: DbOption = None,
 ) -> None:
     """The whole loop on this machine: profile the example pipeline on CPU, plan it, serve
     it, verify it at its demand, move the demand up and back down while it reconfigures
@@ -381,7 +382,7 @@ def demo(
     from ridgeline.demo import SHORT, run_demo
 
     try:
-        result, _ = run_demo(out, zoo=zoo, cfg=SHORT if short else None, console=out_console)
+        result, _ = run_demo(out, zoo=zoo, cfg=SHORT if short else None, console=out_console, db=db)
     except RidgelineError as exc:
         _fail(exc)
     if not result.verified.passed or result.lost:

@@ -6,16 +6,21 @@ controller reconfigures it live; one HTML report and a five-line summary at the 
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
+from ridgeline.errors import RunInterrupted
 from ridgeline.loadgen.runloop import run_coroutine
 from ridgeline.loop import LoopConfig, LoopResult, run_loop
 from ridgeline.loop_report import write_loop_report
 from ridgeline.pipeline.spec import PipelineSpec, load_spec
+from ridgeline.serve.controller import ReconfigEvent
 from ridgeline.serve.loading import zoo_dir
+from ridgeline.telemetry.store import RunStore
 
 SHORT = LoopConfig(
     batches=(1, 4),
@@ -39,13 +44,58 @@ def run_demo(
     zoo: Path | None = None,
     cfg: LoopConfig | None = None,
     console: Console | None = None,
+    db: str | None = None,
 ) -> tuple[LoopResult, Path]:
-    """Run the loop; the result and the report's path."""
+    """Run the loop; the result and the report's path. The run, and every
+    reconfiguration with its reason as it happens, go to the run store. Ctrl-C stops it
+    cleanly: the servers stop, the run is stored as interrupted, and ``RunInterrupted``
+    names what was kept."""
     con = console or Console()
-    result = run_coroutine(
-        run_loop(spec or demo_spec(), zoo or zoo_dir(), out_dir, cfg or LoopConfig(), con.print)
-    )
-    report = write_loop_report(result, out_dir / "report.html")
+    spec = spec or demo_spec()
+    stage = ["starting"]
+
+    def say(line: str) -> None:
+        if line.startswith("["):
+            stage[0] = line
+        con.print(line)
+
+    with RunStore(db) as store:
+        run_id = store.create_run("demo", spec.name, {"out": str(out_dir), "spec": spec.name})
+        events: list[dict[str, Any]] = []
+
+        def logged(e: ReconfigEvent) -> None:
+            events.append(asdict(e))
+            store.finish_run(run_id, "running", "reconfiguring", {"reconfigurations": events})
+
+        try:
+            result = run_coroutine(
+                run_loop(spec, zoo or zoo_dir(), out_dir, cfg or LoopConfig(), say, logged)
+            )
+        except KeyboardInterrupt:
+            kept = sorted(p.name for p in out_dir.glob("*")) if out_dir.exists() else []
+            store.finish_run(
+                run_id, "interrupted", f"Ctrl-C during {stage[0]}", {"reconfigurations": events}
+            )
+            raise RunInterrupted(
+                run_id,
+                f"interrupted during {stage[0]}; the servers are stopped; kept in "
+                f"{out_dir}: {', '.join(kept) or 'nothing yet'}; run {run_id} in {store.path} "
+                "is marked interrupted",
+            ) from None
+        report = write_loop_report(result, out_dir / "report.html")
+        store.finish_run(
+            run_id,
+            "complete",
+            None,
+            {
+                "verify": result.verified.to_json(),
+                "reconfigurations": events,
+                "sent": result.sent,
+                "answered": result.answered,
+                "lost": result.lost,
+                "report": str(report),
+            },
+        )
     for line in summary(result, report):
         con.print(line)
     return result, report

@@ -84,9 +84,15 @@ class LoopResult:
 
 
 async def run_loop(
-    spec: PipelineSpec, zoo: Path, out_dir: Path, cfg: LoopConfig, say: Say
+    spec: PipelineSpec,
+    zoo: Path,
+    out_dir: Path,
+    cfg: LoopConfig,
+    say: Say,
+    on_event: Callable[[ReconfigEvent], None] | None = None,
 ) -> LoopResult:
-    """The loop; ``say`` gets one line per stage and per measured point."""
+    """The loop; ``say`` gets one line per stage and per measured point, ``on_event``
+    each reconfiguration as it is applied."""
     out_dir.mkdir(parents=True, exist_ok=True)
     say(f"[1/6] profiling {spec.name}'s variants on CPU segments")
     ensure_zoo(spec, zoo)
@@ -125,16 +131,16 @@ async def run_loop(
             moved = spec.model_copy(update={"demand_rps": demand})
             return to_plan(plan_pipeline(moved, held, {CPU: cfg.reconfig_cores}))
 
-        ctl = Reconfigurer(
-            server,
-            replan,
-            cfg.reconfig,
-            on_event=lambda e: say(
+        def told(e: ReconfigEvent) -> None:
+            say(
                 f"      t={e.t_s:.0f}s {e.reason}: instances "
                 + ", ".join(f"{t} {n}" for t, n in e.instances.items())
                 + "".join(f"; skipped: {k}" for k in e.skipped)
-            ),
-        )
+            )
+            if on_event is not None:
+                on_event(e)
+
+        ctl = Reconfigurer(server, replan, cfg.reconfig, on_event=told)
         stop = asyncio.Event()
         watching = asyncio.create_task(ctl.run(stop))
         phases = []

@@ -239,7 +239,8 @@ class TaskQueue:
             self._timer.cancel()
         while self._items:
             item = self._items.popleft()
-            item.future.set_exception(InferFailed("unavailable", "the server is shutting down"))
+            if not item.future.done():  # its caller may have gone (cancelled) already
+                item.future.set_exception(InferFailed("unavailable", "the server is shutting down"))
         self._rows = 0
         if self._running:
             await asyncio.gather(*self._running, return_exceptions=True)
