@@ -5,7 +5,8 @@ HTML report that tells the story (what ``ridgeline demo`` runs).
 2. Plan for the demand under the SLO (``pipeline.planner``), within a core budget.
 3. Serve the plan (``serve.runtime.PlanServer``) on 127.0.0.1.
 4. Verify it at the planned demand (``verify``): pass or fail, and the margin.
-5. Move the demand up and back down while the reconfiguration controller
+5. Move the demand up and back down (arrival gaps from a recorded production trace,
+   time-scaled to each phase's rate) while the reconfiguration controller
    (``serve.controller``) re-plans — the MILP again, holding each task's variant,
    segment and batch, so only instance counts change — and applies the difference
    live. Every request sent is counted: answered, dropped or failed.
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ridgeline.loadgen.schedule import from_arrival
+from ridgeline.loadgen.schedule import Schedule, from_arrival, from_trace
 from ridgeline.loadgen.step import StepConfig, StepResult, measure_step
 from ridgeline.pipeline.plan import Plan, dump_plan
 from ridgeline.pipeline.planner import PlanResult, plan_pipeline, to_plan
@@ -31,6 +32,7 @@ from ridgeline.serve.reconfig import ReconfigConfig
 from ridgeline.serve.runtime import PlanServer
 from ridgeline.verify import VerifyResult, verify
 from ridgeline.workload.arrivals import parse_arrival
+from ridgeline.workload.traces import bundled_trace_path
 
 Say = Callable[[str], None]
 
@@ -48,6 +50,9 @@ class LoopConfig:
     verify_search: bool = True
     phases: tuple[tuple[float, float], ...] = ((1.0, 12.0), (4.0, 18.0), (1.0, 18.0))
     """(demand multiple, seconds): a step up and back down."""
+    trace: str | None = "azure_llm_2023_code"
+    """A bundled recorded trace whose arrival gaps shape each phase (time-scaled to the
+    phase's rate: production burstiness, not Poisson); None for Poisson arrivals."""
     reconfig: ReconfigConfig = field(
         default_factory=lambda: ReconfigConfig(window_s=3.0, band=0.3, cooldown_s=4.0)
     )
@@ -148,7 +153,7 @@ async def run_loop(
             for k, (multiple, seconds) in enumerate(cfg.phases):
                 rate = spec.demand_rps * multiple
                 say(f"      {rate:g} req/s for {seconds:g} s")
-                sched = from_arrival(parse_arrival("poisson", rate), seconds, seed=10 + k)
+                sched = _phase(cfg.trace, rate, seconds, seed=10 + k)
                 phases.append((rate, await measure_step(url, sched, StepConfig())))
         finally:
             stop.set()
@@ -156,6 +161,13 @@ async def run_loop(
     result = LoopResult(spec, table, planned, plan, verified, phases, ctl.events, plan_path)
     say(f"      {result.sent} sent, {result.answered} answered, {result.lost} lost")
     return result
+
+
+def _phase(trace: str | None, rate: float, seconds: float, seed: int) -> Schedule:
+    """``seconds`` of arrivals at ``rate``: the recorded trace's gaps, scaled, or Poisson."""
+    if trace is None:
+        return from_arrival(parse_arrival("poisson", rate), seconds, seed=seed)
+    return from_trace(bundled_trace_path(trace), target_rate=rate, duration_s=seconds)
 
 
 def _holding(table: ProfileTable, planned: PlanResult) -> ProfileTable:
