@@ -54,7 +54,7 @@ class LoopConfig:
     """A bundled recorded trace whose arrival gaps shape each phase (time-scaled to the
     phase's rate: production burstiness, not Poisson); None for Poisson arrivals."""
     reconfig: ReconfigConfig = field(
-        default_factory=lambda: ReconfigConfig(window_s=3.0, band=0.3, cooldown_s=4.0)
+        default_factory=lambda: ReconfigConfig(window_s=6.0, band=0.3, cooldown_s=6.0)
     )
 
 
