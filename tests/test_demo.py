@@ -49,6 +49,7 @@ QUICK = LoopConfig(
     verify_s=2.0,
     verify_search=False,
     phases=((1.0, 3.0), (4.0, 5.0), (1.0, 5.0)),
+    trace=None,  # Poisson phases: the step up and down is clean at these lengths
     reconfig=ReconfigConfig(window_s=1.5, band=0.3, cooldown_s=2.0),
 )
 
