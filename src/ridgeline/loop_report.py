@@ -10,6 +10,7 @@ from pathlib import Path
 import plotly.graph_objects as go  # type: ignore[import-untyped]
 
 from ridgeline.loop import LoopResult
+from ridgeline.report.html import figures_html
 
 FIGURES = ("profiles", "demand", "instances", "latency")
 """The div ids of the report's figures, in page order."""
@@ -128,17 +129,7 @@ def _events_table(r: LoopResult) -> str:
 
 def render(r: LoopResult) -> str:
     figs = [_profiles(r), _demand(r), _instances(r), _latency(r)]
-    plots = "".join(
-        str(
-            f.to_html(
-                full_html=False,
-                include_plotlyjs=k == 0,
-                div_id=div_id,
-                config={"displaylogo": False},
-            )
-        )
-        for k, (div_id, f) in enumerate(zip(FIGURES, figs, strict=True))
-    )
+    plots = figures_html(list(zip(FIGURES, figs, strict=True)))
     v = r.verified
     css_class = "pass" if v.passed else "fail"
     return (

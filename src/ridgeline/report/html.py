@@ -80,11 +80,10 @@ def _steps_table(view: RunView) -> str:
     return f"<table>{header}{''.join(rows)}</table>"
 
 
-def render(run: dict[str, Any]) -> str:
-    """The report page for ``run`` (as ``RunStore.get_run`` returns it), as text."""
-    view = view_of(run)
-    header = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in facts(view))
-    plots = "".join(
+def figures_html(figures: list[tuple[str, go.Figure]]) -> str:
+    """The figures as HTML divs with these ids, plotly.js inline once (with the first),
+    so the page opens offline."""
+    return "".join(
         str(
             fig.to_html(
                 full_html=False,
@@ -93,8 +92,15 @@ def render(run: dict[str, Any]) -> str:
                 config={"displaylogo": False},
             )
         )
-        for k, (div_id, fig) in enumerate(_figures_of(view))
+        for k, (div_id, fig) in enumerate(figures)
     )
+
+
+def render(run: dict[str, Any]) -> str:
+    """The report page for ``run`` (as ``RunStore.get_run`` returns it), as text."""
+    view = view_of(run)
+    header = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in facts(view))
+    plots = figures_html(_figures_of(view))
     title = f"ridgeline {view.kind} {view.id}"
     started = datetime.fromtimestamp(view.started_at, UTC)
     return (
