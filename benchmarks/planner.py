@@ -26,11 +26,11 @@ from pathlib import Path
 from _doc import add_rows, ensure_section
 from loadgen import machine
 
+from ridgeline.pipeline.planned import max_demand
 from ridgeline.pipeline.planner import (
     Features,
     InfeasiblePlan,
     PlanResult,
-    max_demand,
     plan_pipeline,
 )
 from ridgeline.pipeline.profiles import ProfileTable

@@ -21,14 +21,13 @@ from ridgeline.cli import app
 from ridgeline.errors import ConfigError, PlanError
 from ridgeline.pipeline.gpu import gpu_type, parse_gpus
 from ridgeline.pipeline.plan import load_plan
+from ridgeline.pipeline.planned import max_demand, to_plan
 from ridgeline.pipeline.planner import (
     Features,
     InfeasiblePlan,
     PlannerOptions,
     PlanResult,
-    max_demand,
     plan_pipeline,
-    to_plan,
 )
 from ridgeline.pipeline.profiles import ProfileRow, ProfileTable
 from ridgeline.pipeline.roofline import modelled_rows

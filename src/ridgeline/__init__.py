@@ -34,7 +34,8 @@ from ridgeline.loadgen.step import StepConfig, StepResult, measure_step, run_ste
 from ridgeline.loadgen.validity import ValidityConfig, assess_validity
 from ridgeline.pipeline.placement import place
 from ridgeline.pipeline.plan import Plan, load_plan
-from ridgeline.pipeline.planner import Features, InfeasiblePlan, plan_pipeline, to_plan
+from ridgeline.pipeline.planned import to_plan
+from ridgeline.pipeline.planner import Features, InfeasiblePlan, plan_pipeline
 from ridgeline.pipeline.profiles import ProfileTable, load_profiles
 from ridgeline.pipeline.spec import PipelineSpec, load_spec
 from ridgeline.policies.batching import BatchingConfig

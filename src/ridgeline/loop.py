@@ -23,7 +23,8 @@ from pathlib import Path
 from ridgeline.loadgen.schedule import Schedule, from_arrival, from_trace
 from ridgeline.loadgen.step import StepConfig, StepResult, measure_step
 from ridgeline.pipeline.plan import Plan, dump_plan
-from ridgeline.pipeline.planner import PlanResult, plan_pipeline, to_plan
+from ridgeline.pipeline.planned import to_plan
+from ridgeline.pipeline.planner import PlanResult, plan_pipeline
 from ridgeline.pipeline.profiles import CPU, ProfileTable
 from ridgeline.pipeline.profiling import ensure_zoo, measure_cpu
 from ridgeline.pipeline.spec import PipelineSpec

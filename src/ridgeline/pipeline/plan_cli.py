@@ -16,14 +16,13 @@ from ridgeline.errors import RidgelineError
 from ridgeline.pipeline.gpu import parse_gpus
 from ridgeline.pipeline.placement import Placement, place
 from ridgeline.pipeline.plan import dump_plan
+from ridgeline.pipeline.planned import max_demand, to_plan
 from ridgeline.pipeline.planner import (
     Features,
     InfeasiblePlan,
     PlannerOptions,
     PlanResult,
-    max_demand,
     plan_pipeline,
-    to_plan,
 )
 from ridgeline.pipeline.profiles import CPU, load_profiles
 from ridgeline.pipeline.spec import load_spec

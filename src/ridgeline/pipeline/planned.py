@@ -1,0 +1,101 @@
+"""What a plan result becomes: the Plan ``ridgeline serve`` runs (``to_plan``), and the
+largest demand a set of GPUs serves (``max_demand``, by bisection over plans)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from ridgeline.pipeline.plan import CpuSegment, MigSegment, MpsSegment, Plan, TaskPlan
+from ridgeline.pipeline.planner import (
+    Features,
+    InfeasiblePlan,
+    PlannerOptions,
+    PlanResult,
+    plan_pipeline,
+)
+from ridgeline.pipeline.profiles import CPU, ProfileRow, ProfileTable, parse_segment, segment_cost
+from ridgeline.pipeline.spec import PipelineSpec
+
+ALL_FEATURES = Features()
+DEFAULT_OPTIONS = PlannerOptions()
+
+
+def max_demand(
+    spec: PipelineSpec,
+    table: ProfileTable,
+    available: Mapping[str, float],
+    features: Features = ALL_FEATURES,
+    options: PlannerOptions = DEFAULT_OPTIONS,
+    rel: float = 0.01,
+) -> tuple[float, PlanResult | None]:
+    """The largest demand ``available`` can serve (to relative precision ``rel``), by
+    bisection over plans, and the plan there (None when not even the smallest fits)."""
+
+    def feasible(rate: float) -> PlanResult | None:
+        try:
+            return plan_pipeline(
+                spec.model_copy(update={"demand_rps": rate}), table, available, features, options
+            )
+        except InfeasiblePlan:
+            return None
+
+    lo, hi = 0.0, spec.demand_rps
+    best: PlanResult | None = None
+    while (found := feasible(hi)) is not None:
+        lo, hi, best = hi, hi * 2, found
+    if best is None:
+        lo = hi / 1024
+        if (found := feasible(lo)) is None:
+            return 0.0, None
+        best = found
+    while hi - lo > rel * lo:
+        mid = (lo + hi) / 2
+        found = feasible(mid)
+        lo, hi, best = (mid, hi, found) if found is not None else (lo, mid, best)
+    return lo, best
+
+
+def to_plan(result: PlanResult) -> Plan:
+    """The Plan ``ridgeline serve`` runs: per task its variant, segment, batch, queue
+    delay, instances, and a latency budget (its latency, scaled up so the tightest path
+    uses the whole SLO)."""
+    spec = result.spec
+    slack = min(spec.slo_ms / ms for ms in result.path_latency_ms.values())
+    tasks = {}
+    for t, p in result.tasks.items():
+        row, v = p.config.row, spec.tasks[t].variant(p.variant)
+        tasks[t] = TaskPlan(
+            variant=v.name,
+            artifact=v.artifact,
+            synthetic=v.synthetic,
+            segment=_segment(row),
+            batch_size=row.batch,
+            max_queue_delay_ms=math.floor(p.queue_ms * 1000) / 1000,
+            instances=p.instances,
+            latency_budget_ms=p.latency_ms * slack * (1 - 1e-9),
+        )
+    edges = []
+    variants = {t: p.variant for t, p in result.tasks.items()}
+    for e in spec.edges:
+        edges.append(
+            {"source": e.source, "target": e.target, "factor": e.factor_for(variants[e.source])}
+        )
+    return Plan.model_validate(
+        {
+            "name": spec.name,
+            "slo_ms": spec.slo_ms,
+            "tasks": {t: tp.model_dump() for t, tp in tasks.items()},
+            "edges": edges,
+            "demand_rps": spec.demand_rps,
+        }
+    )
+
+
+def _segment(row: ProfileRow) -> CpuSegment | MigSegment | MpsSegment:
+    if row.pool == CPU:
+        return CpuSegment(cores=int(segment_cost(CPU, row.segment)))
+    seg = parse_segment(row.pool, row.segment)
+    if seg.share == 1:
+        return MigSegment(gpu=row.pool, profile=seg.profile)
+    return MpsSegment(gpu=row.pool, profile=seg.profile, share=float(seg.share))
