@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ridgeline.loadgen.records import Outcome
 from ridgeline.loadgen.schedule import from_arrival
 from ridgeline.loadgen.step import StepConfig, measure_step
 from ridgeline.pipeline.plan import dump_plan, load_plan
@@ -18,6 +17,7 @@ from ridgeline.pipeline.profiles import CPU
 from ridgeline.pipeline.profiling import measure_cpu
 from ridgeline.pipeline.spec import PipelineSpec
 from ridgeline.serve.runtime import PlanServer
+from ridgeline.telemetry.records import Outcome
 from ridgeline.workload.arrivals import parse_arrival
 
 SPEC = {

@@ -6,10 +6,10 @@ import asyncio
 
 import numpy as np
 
-from ridgeline.loadgen.records import Outcome
 from ridgeline.loadgen.replayer import Progress, ReplayConfig, replay
 from ridgeline.loadgen.validity import ValidityConfig, assess_validity
 from ridgeline.targets.base import OK, Reply
+from ridgeline.telemetry.records import Outcome
 from ridgeline.workload.payloads import RequestShape
 
 

@@ -14,11 +14,11 @@ from rich.console import Console
 
 from ridgeline.errors import ConfigError, StoreError
 from ridgeline.health.state import HealthState
-from ridgeline.loadgen.records import Outcome, Records
 from ridgeline.report import PROBE_FIGURES, RUN_FIGURES, summary_table, write_report
 from ridgeline.report._figures import COLOURS, health_timeline, trajectory
 from ridgeline.report._view import view_of
 from ridgeline.search.base import CapacityEstimate, StepVerdict
+from ridgeline.telemetry.records import Outcome, Records
 from ridgeline.telemetry.store import RunStore
 from ridgeline.telemetry.summary import summarize
 from ridgeline.telemetry.windows import windows

@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 
 from ridgeline.clock import MonotonicClock
 from ridgeline.errors import PlanError
-from ridgeline.loadgen.records import Outcome
 from ridgeline.loadgen.schedule import from_arrival
 from ridgeline.loadgen.step import StepConfig, measure_step
 from ridgeline.pipeline.plan import Plan, dump_plan, load_plan
@@ -37,6 +36,7 @@ from ridgeline.serve.dropping import (
 from ridgeline.serve.graph import adapt
 from ridgeline.serve.metrics import ServeMetrics
 from ridgeline.serve.runtime import PlanServer
+from ridgeline.telemetry.records import Outcome
 from ridgeline.workload.arrivals import parse_arrival
 
 TASK = {"segment": {"kind": "cpu", "cores": 1}, "latency_budget_ms": 100}

@@ -26,7 +26,6 @@ from ridgeline.fakeserver.model import (
     capacity_rps,
     service_time_s,
 )
-from ridgeline.loadgen.records import Outcome, Records
 from ridgeline.policies.batching import BatchingConfig, Wait, decide
 from ridgeline.sim import (
     Interference,
@@ -37,6 +36,7 @@ from ridgeline.sim import (
     sim_preset_names,
     simulate,
 )
+from ridgeline.telemetry.records import Outcome, Records
 from ridgeline.workload.payloads import FixedSize, RequestShape
 
 OK, ERROR, TIMEOUT = int(Outcome.OK), int(Outcome.ERROR), int(Outcome.TIMEOUT)

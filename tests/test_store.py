@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ridgeline.errors import StoreError
-from ridgeline.loadgen.records import Outcome, Records
+from ridgeline.telemetry.records import Outcome, Records
 from ridgeline.telemetry.store import RunStore
 from ridgeline.telemetry.summary import summarize
 from ridgeline.telemetry.windows import windows

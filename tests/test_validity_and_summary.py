@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ridgeline.loadgen.records import Outcome, Records
 from ridgeline.loadgen.validity import ValidityConfig, assess_validity
 from ridgeline.telemetry.histogram import decode, encode, histogram_of, merge
+from ridgeline.telemetry.records import Outcome, Records
 from ridgeline.telemetry.summary import summarize
 from ridgeline.telemetry.windows import windows
 

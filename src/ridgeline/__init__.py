@@ -26,7 +26,6 @@ from ridgeline.errors import (
 )
 from ridgeline.fakeserver import FakeServer, LatencyModel, capacity_rps, load_preset
 from ridgeline.health import HealthState, SLOPolicy, parse_slo
-from ridgeline.loadgen.records import Outcome, Records
 from ridgeline.loadgen.replayer import Progress, ReplayConfig, replay
 from ridgeline.loadgen.runloop import run_coroutine
 from ridgeline.loadgen.schedule import Schedule, from_arrival, from_trace
@@ -45,6 +44,7 @@ from ridgeline.probe.orchestrator import ProbeConfig, ProbeResult, probe
 from ridgeline.search import CapacityEstimate, parse_strategy
 from ridgeline.serve.runtime import PlanServer
 from ridgeline.targets import Reply, Target, make_target
+from ridgeline.telemetry.records import Outcome, Records
 from ridgeline.telemetry.store import RunStore
 from ridgeline.telemetry.summary import StepSummary
 from ridgeline.telemetry.windows import Window

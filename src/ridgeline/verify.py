@@ -21,13 +21,13 @@ from typing import Any
 import numpy as np
 
 from ridgeline.errors import ConfigError
-from ridgeline.loadgen.records import Outcome
 from ridgeline.loadgen.schedule import from_arrival
 from ridgeline.loadgen.step import StepConfig, measure_step
 from ridgeline.loadgen.validity import ValidityConfig
 from ridgeline.pipeline.plan import Plan
 from ridgeline.probe.drivers import NetworkDriver
 from ridgeline.probe.orchestrator import ProbeConfig, probe
+from ridgeline.telemetry.records import Outcome
 from ridgeline.workload.arrivals import parse_arrival
 
 

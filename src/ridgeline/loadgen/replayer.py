@@ -21,8 +21,8 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field
 
-from ridgeline.loadgen.records import Outcome, Records
 from ridgeline.targets.base import Target
+from ridgeline.telemetry.records import Outcome, Records
 from ridgeline.workload.payloads import DEFAULT_SHAPE, RequestShape
 
 _PENDING = -1

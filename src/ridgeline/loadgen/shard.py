@@ -22,8 +22,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ridgeline.errors import RidgelineError, TargetError
-from ridgeline.loadgen.records import Records
 from ridgeline.loadgen.replayer import Progress, ReplayConfig, replay
+from ridgeline.telemetry.records import Records
 from ridgeline.workload.payloads import RequestShape
 
 _START_LEAD_S = 0.25

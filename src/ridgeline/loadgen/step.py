@@ -17,13 +17,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ridgeline.errors import RunInterrupted
-from ridgeline.loadgen.records import Records
 from ridgeline.loadgen.replayer import Progress, ReplayConfig, replay
 from ridgeline.loadgen.runloop import run_coroutine
 from ridgeline.loadgen.schedule import Schedule
 from ridgeline.loadgen.shard import replay_sharded
 from ridgeline.loadgen.validity import ValidityConfig, assess_validity
 from ridgeline.targets.factory import make_target
+from ridgeline.telemetry.records import Records
 from ridgeline.telemetry.scrape import Scraper
 from ridgeline.telemetry.store import RunStore
 from ridgeline.telemetry.summary import StepSummary, summarize

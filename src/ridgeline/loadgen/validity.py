@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from ridgeline.loadgen.records import Outcome, Records
+from ridgeline.telemetry.records import Outcome, Records
 
 
 class ValidityConfig(BaseModel):

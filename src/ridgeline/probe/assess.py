@@ -21,10 +21,10 @@ from ridgeline.health.hysteresis import HysteresisConfig, HysteresisState, smoot
 from ridgeline.health.slo import SLOPolicy
 from ridgeline.health.state import HealthState, Observation
 from ridgeline.health.warmup import steady_start
-from ridgeline.loadgen.records import FAILED, Outcome
 from ridgeline.loadgen.step import StepResult
 from ridgeline.search.base import StepPlan, StepVerdict
 from ridgeline.telemetry.histogram import latency_summary_ms
+from ridgeline.telemetry.records import FAILED, Outcome
 
 _EPS = 1e-3
 

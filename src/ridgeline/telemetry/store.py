@@ -18,7 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ridgeline.errors import StoreError
-from ridgeline.loadgen.records import Records
+from ridgeline.telemetry.records import Records
 from ridgeline.telemetry.summary import StepSummary
 from ridgeline.telemetry.windows import Window
 

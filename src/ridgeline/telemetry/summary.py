@@ -12,8 +12,8 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import BaseModel, Field
 
-from ridgeline.loadgen.records import FAILED, Outcome, Records
 from ridgeline.telemetry.histogram import latency_summary_ms
+from ridgeline.telemetry.records import FAILED, Outcome, Records
 
 
 class Percentiles(BaseModel):

@@ -12,8 +12,8 @@ import math
 import numpy as np
 from pydantic import BaseModel
 
-from ridgeline.loadgen.records import FAILED, Outcome, Records
 from ridgeline.telemetry.histogram import latency_summary_ms
+from ridgeline.telemetry.records import FAILED, Outcome, Records
 from ridgeline.telemetry.summary import Percentiles
 
 
