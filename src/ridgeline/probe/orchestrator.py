@@ -24,6 +24,7 @@ from ridgeline.search import parse_strategy
 from ridgeline.search.base import CapacityEstimate, StepPlan, StepVerdict
 from ridgeline.search.confirmation import (
     DEFAULT_MARGIN,
+    ConfirmMargin,
     Decision,
     below_failed,
     decide,
@@ -53,14 +54,7 @@ class ProbeConfig(BaseModel):
         description="a confirmation lasts long enough for this many requests "
         "(the p99 tail needs samples: 10,000 leave 100 beyond it)",
     )
-    confirm_margin: float = Field(
-        DEFAULT_MARGIN,
-        ge=0,
-        le=1,
-        description="a confirmation failing within this of the boundary, or within "
-        "4 standard errors of its score (from its quarters), is run again, up to 3 times, "
-        "and the majority decides",
-    )
+    confirm_margin: ConfirmMargin = DEFAULT_MARGIN
     seed: int = 0
 
     def policy(self) -> SLOPolicy:

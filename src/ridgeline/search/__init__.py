@@ -4,6 +4,10 @@ A strategy never runs load. The orchestrator asks it for a step (``propose``), r
 the step, and tells it the assessed verdict (``observe``) until ``propose`` returns
 None; ``result`` is the estimate. Build one from a config (``strategy_from_config``)
 or by name (``parse_strategy("adaptive", min_rate=5, max_rate=400)``).
+
+Importing this package imports every strategy module, and each registers itself
+(``search.base.register``): a new strategy is a config class in ``config.py`` and one
+module with a registered class, imported here.
 """
 
 from ridgeline.search.adaptive import AdaptiveState, AdaptiveStrategy

@@ -177,3 +177,13 @@ def bracket(points: tuple[StepVerdict, ...]) -> tuple[StepVerdict | None, StepVe
     held = [p for p in points if p.sustainable and (hi is None or p.rate < hi.rate)]
     lo = max(held, key=lambda p: p.rate) if held else None
     return lo, hi
+
+
+def bracket_bounds(points: tuple[StepVerdict, ...]) -> Bounds:
+    """The estimate a bracket supports: capacity its low end, the boundary inside it."""
+    lo, hi = bracket(points)
+    return Bounds(
+        capacity=lo.rate if lo else None,
+        low=lo.rate if lo else None,
+        high=hi.rate if hi else None,
+    )

@@ -54,7 +54,7 @@ from ridgeline.search._driver import (
 )
 from ridgeline.search._model import estimate, predicted_score, spread
 from ridgeline.search._steps import gain_after, next_rate
-from ridgeline.search.base import StepPlan, StepVerdict
+from ridgeline.search.base import StepPlan, StepVerdict, register
 from ridgeline.search.confirmation import Decision, below_failed, decide, deciding
 
 if TYPE_CHECKING:
@@ -292,6 +292,7 @@ class AdaptivePolicy:
         return bounds(self.cfg, state)
 
 
+@register("adaptive")
 class AdaptiveStrategy(Search[AdaptiveState]):
     """The Vanguard method: score-sized steps, a secant near the boundary, a confirmation."""
 

@@ -4,13 +4,19 @@ A strategy proposes the next step (``propose``), is told the step's assessed res
 (``observe``), and reports its estimate (``result``). It never runs load itself: the
 orchestrator runs the step — over the network in real time or against a simulated server
 in virtual time — and the health engine assesses it.
+
+Strategies register themselves by kind (``@register("adaptive")`` on the class, whose
+constructor takes its config); ``create`` builds the one a config's ``kind`` names. This
+module never imports a strategy: ``ridgeline.search`` imports them, so they register.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
+from ridgeline.errors import UnknownKindError
 from ridgeline.health.state import HealthState
 
 
@@ -79,3 +85,38 @@ class Strategy(Protocol):
     def result(self) -> CapacityEstimate:
         """The estimate so far (final once ``propose`` returned None)."""
         ...
+
+
+class _Configured(Protocol):
+    @property
+    def kind(self) -> str: ...
+
+
+_REGISTRY: dict[str, Callable[[Any], Strategy]] = {}
+_T = TypeVar("_T", bound=Callable[[Any], Strategy])
+
+
+def register(kind: str) -> Callable[[_T], _T]:
+    """Register a strategy class (built from its config) under ``kind``."""
+
+    def add(cls: _T) -> _T:
+        if kind in _REGISTRY:
+            raise ValueError(f"search strategy {kind!r} is registered twice")
+        _REGISTRY[kind] = cls
+        return cls
+
+    return add
+
+
+def registered() -> tuple[str, ...]:
+    """The kinds of every registered strategy, sorted."""
+    return tuple(sorted(_REGISTRY))
+
+
+def create(cfg: _Configured) -> Strategy:
+    """A fresh strategy for ``cfg``, the one registered under ``cfg.kind``."""
+    try:
+        factory = _REGISTRY[cfg.kind]
+    except KeyError:
+        raise UnknownKindError("search strategy", cfg.kind, _REGISTRY) from None
+    return factory(cfg)

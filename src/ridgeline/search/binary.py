@@ -19,11 +19,12 @@ from ridgeline.search._driver import (
     Finished,
     Search,
     bracket,
+    bracket_bounds,
     clamp,
     no_sustainable_rate,
     round_rate,
 )
-from ridgeline.search.base import StepPlan, StepVerdict
+from ridgeline.search.base import StepPlan, StepVerdict, register
 
 if TYPE_CHECKING:
     from ridgeline.search.config import BinaryConfig
@@ -69,12 +70,7 @@ class BinaryPolicy:
         return BinaryState((*state.points, verdict))
 
     def bounds(self, state: BinaryState) -> Bounds:
-        lo, hi = bracket(state.points)
-        return Bounds(
-            capacity=lo.rate if lo else None,
-            low=lo.rate if lo else None,
-            high=hi.rate if hi else None,
-        )
+        return bracket_bounds(state.points)
 
     def _step(self, rate: float, purpose: str, *, exact: bool = False) -> StepPlan:
         """A step at ``rate``, rounded (unless ``exact``) and kept in [min_rate, max_rate]."""
@@ -84,6 +80,7 @@ class BinaryPolicy:
         return StepPlan(rate, cfg.step_duration_s, purpose)
 
 
+@register("binary")
 class BinaryStrategy(Search[BinaryState]):
     """Double until a step fails, then bisect the bracket to ``precision``."""
 

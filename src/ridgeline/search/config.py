@@ -2,7 +2,8 @@
 
 ``{kind: adaptive, min_rate: 5, max_rate: 400}`` from YAML and ``parse_strategy("adaptive",
 min_rate=5, max_rate=400)`` from code or the command line validate into the same
-``AdaptiveConfig``; ``strategy_from_config`` builds its strategy.
+``AdaptiveConfig``; ``strategy_from_config`` builds the strategy registered under its
+kind (``search.base.register``); this module imports no strategy.
 
 ==========  =========================================  ====================================
 kind        fields beyond the common ones              what it does
@@ -23,17 +24,13 @@ adaptive    max_growth, explore_duration_s,            steps sized by the score,
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal, Self, assert_never
+from typing import Annotated, Any, ClassVar, Literal, Self, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from ridgeline.errors import ConfigError, UnknownKindError
-from ridgeline.search.adaptive import AdaptiveStrategy
-from ridgeline.search.base import Strategy
-from ridgeline.search.binary import BinaryStrategy
-from ridgeline.search.confirmation import DEFAULT_MARGIN
-from ridgeline.search.stability import StabilityStrategy
-from ridgeline.search.sweep import SweepStrategy
+from ridgeline.search.base import Strategy, create
+from ridgeline.search.confirmation import DEFAULT_MARGIN, ConfirmMargin
 
 Rate = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 """A finite rate > 0, requests per second."""
@@ -45,6 +42,8 @@ class SearchConfig(BaseModel):
     """The fields every strategy has."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+    min_rate_from: ClassVar[str | None] = None
+    """A field (a rate or list of rates) whose lowest value is ``min_rate`` by default."""
 
     min_rate: Rate = Field(description="lowest rate to try, requests/s")
     max_rate: Rate | None = Field(None, description="highest rate to try; None: no ceiling")
@@ -60,6 +59,11 @@ class SearchConfig(BaseModel):
     max_test_seconds: Seconds | None = Field(
         None, description="seconds of load at most, over all steps; None: no limit"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_min_rate(cls, data: Any) -> Any:
+        return data if cls.min_rate_from is None else _fill_min_rate(data, cls.min_rate_from)
 
     @model_validator(mode="after")
     def _rates_in_order(self) -> Self:
@@ -95,17 +99,13 @@ class SweepConfig(SearchConfig):
     """Every rate of a grid, ascending, until the first unsustainable one."""
 
     kind: Literal["sweep"] = "sweep"
+    min_rate_from: ClassVar[str | None] = "rates"
     rates: tuple[Rate, ...] | None = Field(
         None,
         min_length=1,
         description="explicit grid (sorted for you); None: geometric from min_rate to "
         "max_rate with ratio 1 + precision",
     )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _min_from_rates(cls, data: Any) -> Any:
-        return _fill_min_rate(data, "rates")
 
     @model_validator(mode="after")
     def _grid_defined(self) -> Self:
@@ -139,6 +139,7 @@ class StabilityConfig(SearchConfig):
     """One long constant-rate step: does ``rate`` hold?"""
 
     kind: Literal["stability"] = "stability"
+    min_rate_from: ClassVar[str | None] = "rate"
     rate: Rate = Field(
         default_factory=lambda data: data.get("start_rate"),
         description="the rate to hold, requests/s (default start_rate)",
@@ -147,11 +148,6 @@ class StabilityConfig(SearchConfig):
         default_factory=lambda data: 5 * data.get("step_duration_s", 10.0),
         description="length of the one step, s (default 5 × step_duration_s)",
     )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _min_from_rate(cls, data: Any) -> Any:
-        return _fill_min_rate(data, "rate")
 
     @model_validator(mode="after")
     def _rate_in_range(self) -> Self:
@@ -219,14 +215,7 @@ class AdaptiveConfig(SearchConfig):
         "a p99 from a few hundred requests rests on a handful of samples and runs "
         "optimistic on a heavy-tailed server (3,000 leave 30 beyond the p99)",
     )
-    confirm_margin: float = Field(
-        DEFAULT_MARGIN,
-        ge=0,
-        le=1,
-        description="a confirmation failing within this of the boundary, or within "
-        "4 standard errors of its score (from its quarters), is run again, up to 3 times, "
-        "and the majority decides",
-    )
+    confirm_margin: ConfirmMargin = DEFAULT_MARGIN
 
     @model_validator(mode="after")
     def _explore_not_longer(self) -> Self:
@@ -245,28 +234,16 @@ StrategyConfig = Annotated[
 """Any strategy config; its ``kind`` field selects the class."""
 
 STRATEGY_KINDS: Mapping[str, type[SearchConfig]] = {
-    "sweep": SweepConfig,
-    "binary": BinaryConfig,
-    "stability": StabilityConfig,
-    "adaptive": AdaptiveConfig,
+    cls.model_fields["kind"].default: cls for cls in get_args(get_args(StrategyConfig)[0])
 }
+"""Each config class by its kind, from the union above."""
 
 _ADAPTER: TypeAdapter[StrategyConfig] = TypeAdapter(StrategyConfig)
 
 
 def strategy_from_config(cfg: StrategyConfig) -> Strategy:
-    """A fresh strategy for ``cfg``."""
-    match cfg:
-        case SweepConfig():
-            return SweepStrategy(cfg)
-        case BinaryConfig():
-            return BinaryStrategy(cfg)
-        case StabilityConfig():
-            return StabilityStrategy(cfg)
-        case AdaptiveConfig():
-            return AdaptiveStrategy(cfg)
-        case _:
-            assert_never(cfg)
+    """A fresh strategy for ``cfg``: the one registered under its ``kind``."""
+    return create(cfg)
 
 
 def strategy_config(name: str, **fields: Any) -> StrategyConfig:

@@ -18,12 +18,27 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from enum import StrEnum
+from typing import Annotated
+
+from pydantic import Field
 
 from ridgeline.search._model import throughput_ceiling
 from ridgeline.search.base import StepVerdict
 
 MAX_RUNS = 3
 DEFAULT_MARGIN = 0.0
+ConfirmMargin = Annotated[
+    float,
+    Field(
+        ge=0,
+        le=1,
+        description="a confirmation failing within this of the boundary, or within "
+        "4 standard errors of its score (from its quarters), is run again, up to 3 times, "
+        "and the majority decides",
+    ),
+]
+"""The ``confirm_margin`` setting, as the probe's and the adaptive search's configs
+declare it (default ``DEFAULT_MARGIN``)."""
 MAX_BACKOFF = 0.04
 MAX_CALIBRATED_BACKOFF = 0.15
 CLEAR_FAILURE = 2.0

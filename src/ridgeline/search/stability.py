@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ridgeline.search._driver import Bounds, Budget, Finished, Search, no_sustainable_rate
-from ridgeline.search.base import StepPlan, StepVerdict
+from ridgeline.search.base import StepPlan, StepVerdict, register
 
 if TYPE_CHECKING:
     from ridgeline.search.config import StabilityConfig
@@ -48,6 +48,7 @@ class StabilityPolicy:
         return Bounds(None, None, held.rate)
 
 
+@register("stability")
 class StabilityStrategy(Search[StabilityState]):
     """One long step at ``rate``: capacity ``rate`` if it holds, else None."""
 

@@ -18,10 +18,11 @@ from ridgeline.search._driver import (
     Finished,
     Search,
     bracket,
+    bracket_bounds,
     no_sustainable_rate,
     round_rate,
 )
-from ridgeline.search.base import StepPlan, StepVerdict
+from ridgeline.search.base import StepPlan, StepVerdict, register
 
 if TYPE_CHECKING:
     from ridgeline.search.config import SweepConfig
@@ -72,14 +73,10 @@ class SweepPolicy:
         return SweepState((*state.points, verdict))
 
     def bounds(self, state: SweepState) -> Bounds:
-        lo, hi = bracket(state.points)
-        return Bounds(
-            capacity=lo.rate if lo else None,
-            low=lo.rate if lo else None,
-            high=hi.rate if hi else None,
-        )
+        return bracket_bounds(state.points)
 
 
+@register("sweep")
 class SweepStrategy(Search[SweepState]):
     """Every grid rate, ascending, stopping after the first unsustainable one."""
 
