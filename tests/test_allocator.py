@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ridgeline.capacity import NaiveRule, allocate, naive_rule
 from ridgeline.errors import ConfigError
+from ridgeline.sizing import NaiveRule, allocate, naive_rule
 
 capacities = st.floats(0.01, 1e5)
 demands = st.floats(0.0, 1e6)

@@ -10,9 +10,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from ridgeline.capacity import CapacityResult, Registry
 from ridgeline.capacity.cli import allocate_command, registry_app
 from ridgeline.report.cli import report_command
+from ridgeline.sizing import CapacityResult, Registry
 from ridgeline.telemetry.records import Outcome, Records
 from ridgeline.telemetry.store import RunStore
 from ridgeline.telemetry.summary import summarize

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ridgeline.capacity import CapacityResult, Registry
 from ridgeline.errors import ConfigError, StoreError
+from ridgeline.sizing import CapacityResult, Registry
 from ridgeline.telemetry.store import RunStore
 
 ABC_SHA256 = "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"

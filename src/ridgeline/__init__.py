@@ -12,7 +12,6 @@ The public API, in a few lines::
 
 __version__ = "0.1.0"  # before the imports: submodules read it
 
-from ridgeline.capacity import allocate
 from ridgeline.errors import (
     ConfigError,
     PlanError,
@@ -43,6 +42,7 @@ from ridgeline.probe.drivers import NetworkDriver, SimDriver
 from ridgeline.probe.orchestrator import ProbeConfig, ProbeResult, probe
 from ridgeline.search import CapacityEstimate, parse_strategy
 from ridgeline.serve.runtime import PlanServer
+from ridgeline.sizing import allocate
 from ridgeline.targets import Reply, Target, make_target
 from ridgeline.telemetry.records import Outcome, Records
 from ridgeline.telemetry.store import RunStore

@@ -17,9 +17,9 @@ from rich.text import Text
 
 from ridgeline._cli_common import DbOption, out
 from ridgeline._cli_common import fail as _fail
-from ridgeline.capacity.allocator import Allocation, AllocationInputs, allocate, naive_rule
-from ridgeline.capacity.registry import Registry, RegistryEntry
 from ridgeline.errors import RidgelineError
+from ridgeline.sizing.allocator import Allocation, AllocationInputs, allocate, naive_rule
+from ridgeline.sizing.registry import Registry, RegistryEntry
 from ridgeline.telemetry.store import RunStore
 
 

@@ -1,6 +1,6 @@
 """From a measured capacity to replicas and GPUs, and the registry of measured models."""
 
-from ridgeline.capacity.allocator import (
+from ridgeline.sizing.allocator import (
     Allocation,
     AllocationInputs,
     NaiveAllocation,
@@ -9,7 +9,7 @@ from ridgeline.capacity.allocator import (
     allocate,
     naive_rule,
 )
-from ridgeline.capacity.registry import (
+from ridgeline.sizing.registry import (
     CapacityResult,
     Registry,
     RegistryEntry,
