@@ -26,13 +26,9 @@ from pathlib import Path
 from _doc import add_rows, ensure_section
 from loadgen import machine
 
+from ridgeline.errors import InfeasiblePlan
 from ridgeline.pipeline.planned import max_demand
-from ridgeline.pipeline.planner import (
-    Features,
-    InfeasiblePlan,
-    PlanResult,
-    plan_pipeline,
-)
+from ridgeline.pipeline.planner import Features, PlanResult, plan_pipeline
 from ridgeline.pipeline.profiles import ProfileTable
 from ridgeline.pipeline.roofline import modelled_rows
 from ridgeline.pipeline.spec import PipelineSpec, load_spec

@@ -18,17 +18,11 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from ridgeline.cli import app
-from ridgeline.errors import ConfigError, PlanError
+from ridgeline.errors import ConfigError, InfeasiblePlan, PlanError
 from ridgeline.pipeline.gpu import gpu_type, parse_gpus
 from ridgeline.pipeline.plan import load_plan
 from ridgeline.pipeline.planned import max_demand, to_plan
-from ridgeline.pipeline.planner import (
-    Features,
-    InfeasiblePlan,
-    PlannerOptions,
-    PlanResult,
-    plan_pipeline,
-)
+from ridgeline.pipeline.planner import Features, PlannerOptions, PlanResult, plan_pipeline
 from ridgeline.pipeline.profiles import ProfileRow, ProfileTable
 from ridgeline.pipeline.roofline import modelled_rows
 from ridgeline.pipeline.spec import PipelineSpec, load_spec

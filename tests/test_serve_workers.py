@@ -20,8 +20,15 @@ from onnx import TensorProto, helper
 from pydantic import TypeAdapter, ValidationError
 
 from _serve_backends import CRASH, RAISE
-from ridgeline.errors import ConfigError
+from ridgeline.errors import (
+    ConfigError,
+    PlacementError,
+    WorkerCrashed,
+    WorkerError,
+    WorkerStartError,
+)
 from ridgeline.fakeserver.model import LatencyModel
+from ridgeline.serve.affinity import Placement
 from ridgeline.serve.backends import (
     BackendConfig,
     BackendConfigError,
@@ -33,14 +40,7 @@ from ridgeline.serve.backends import (
     SyntheticBackendConfig,
     TensorInfo,
 )
-from ridgeline.serve.workers import (
-    Placement,
-    PlacementError,
-    Worker,
-    WorkerCrashed,
-    WorkerError,
-    WorkerStartError,
-)
+from ridgeline.serve.workers import Worker
 
 DOUBLER = PythonBackendConfig(target="_serve_backends:Doubler")
 

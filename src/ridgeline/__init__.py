@@ -14,6 +14,7 @@ __version__ = "0.1.0"  # before the imports: submodules read it
 
 from ridgeline.errors import (
     ConfigError,
+    InfeasiblePlan,
     PlanError,
     RidgelineError,
     RunInterrupted,
@@ -33,7 +34,7 @@ from ridgeline.loadgen.validity import ValidityConfig, assess_validity
 from ridgeline.pipeline.placement import place
 from ridgeline.pipeline.plan import Plan, load_plan
 from ridgeline.pipeline.planned import to_plan
-from ridgeline.pipeline.planner import Features, InfeasiblePlan, plan_pipeline
+from ridgeline.pipeline.planner import Features, plan_pipeline
 from ridgeline.pipeline.profiles import ProfileTable, load_profiles
 from ridgeline.pipeline.spec import PipelineSpec, load_spec
 from ridgeline.policies.batching import BatchingConfig

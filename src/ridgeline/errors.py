@@ -5,8 +5,9 @@ RidgelineError
 │   ├── UnknownKindError     a name (arrival kind, preset, scheme) is not a valid one
 │   ├── TraceFormatError     a trace file is malformed (names file, line, column)
 │   ├── PlanError            a plan or pipeline spec is invalid (names the field and fix)
+│   │   └── InfeasiblePlan   no plan meets every constraint (says which binds: .binding)
 │   ├── GpuUnavailableError  no GPU can be monitored the way asked
-│   ├── PlacementError       a worker cannot be placed as asked (serve.placement)
+│   ├── PlacementError       a worker cannot be placed as asked (serve.affinity)
 │   └── BackendConfigError   a backend cannot load its model (serve.backends)
 │       └── ModelNotFoundError
 ├── TargetError              talking to an inference endpoint failed
@@ -66,6 +67,19 @@ class PlanError(ConfigError):
     """A plan or pipeline spec is invalid; the message names the field and the fix."""
 
 
+class InfeasiblePlan(PlanError):
+    """No plan meets every constraint; the message says which binds and by how much."""
+
+    def __init__(self, message: str, binding: str) -> None:
+        super().__init__(message)
+        self.binding = binding
+        """``latency``, ``accuracy`` or ``resources``."""
+
+
+class PlacementError(ConfigError):
+    """A worker cannot be placed as asked (a core that does not exist, say)."""
+
+
 class GpuUnavailableError(ConfigError):
     """No GPU can be monitored this way; ``reason`` says why in a few words."""
 
@@ -84,6 +98,22 @@ class TargetUnreachableError(TargetError):
 
 class StoreError(RidgelineError):
     """The run store could not be read or written."""
+
+
+class WorkerError(RidgelineError):
+    """A worker could not run a batch: its backend raised, it was stopped, or it is down."""
+
+
+class WorkerStartError(WorkerError):
+    """A worker's process could not load its backend."""
+
+
+class WorkerCrashed(WorkerError):
+    """A worker's process died with a batch in flight; ``exit_code`` says how."""
+
+    def __init__(self, message: str, exit_code: int | None) -> None:
+        self.exit_code = exit_code
+        super().__init__(message)
 
 
 class RunInterrupted(RidgelineError):

@@ -12,18 +12,12 @@ from rich.table import Table
 
 from ridgeline._cli_common import fail as _fail
 from ridgeline._cli_common import out
-from ridgeline.errors import RidgelineError
+from ridgeline.errors import InfeasiblePlan, RidgelineError
 from ridgeline.pipeline.gpu import parse_gpus
 from ridgeline.pipeline.placement import Placement, place
 from ridgeline.pipeline.plan import dump_plan
 from ridgeline.pipeline.planned import max_demand, to_plan
-from ridgeline.pipeline.planner import (
-    Features,
-    InfeasiblePlan,
-    PlannerOptions,
-    PlanResult,
-    plan_pipeline,
-)
+from ridgeline.pipeline.planner import Features, PlannerOptions, PlanResult, plan_pipeline
 from ridgeline.pipeline.profiles import CPU, load_profiles
 from ridgeline.pipeline.spec import load_spec
 

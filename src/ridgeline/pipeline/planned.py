@@ -6,14 +6,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from ridgeline.errors import InfeasiblePlan
 from ridgeline.pipeline.plan import CpuSegment, MigSegment, MpsSegment, Plan, TaskPlan
-from ridgeline.pipeline.planner import (
-    Features,
-    InfeasiblePlan,
-    PlannerOptions,
-    PlanResult,
-    plan_pipeline,
-)
+from ridgeline.pipeline.planner import Features, PlannerOptions, PlanResult, plan_pipeline
 from ridgeline.pipeline.profiles import CPU, ProfileRow, ProfileTable, parse_segment, segment_cost
 from ridgeline.pipeline.spec import PipelineSpec
 

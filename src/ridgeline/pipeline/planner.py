@@ -47,21 +47,12 @@ from typing import Literal
 import highspy
 import numpy as np
 
-from ridgeline.errors import PlanError
+from ridgeline.errors import InfeasiblePlan, PlanError
 from ridgeline.pipeline.gpu import COMPUTE_SLICES, MEMORY_SLICES, gpu_type
 from ridgeline.pipeline.profiles import CPU, ProfileRow, ProfileTable, parse_segment, segment_cost
 from ridgeline.pipeline.spec import PipelineSpec
 
 Objective = Literal["slices", "accuracy"]
-
-
-class InfeasiblePlan(PlanError):
-    """No plan meets every constraint; the message says which binds and by how much."""
-
-    def __init__(self, message: str, binding: str) -> None:
-        super().__init__(message)
-        self.binding = binding
-        """``latency``, ``accuracy`` or ``resources``."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ridgeline.errors import ConfigError, PlanError
+from ridgeline.errors import ConfigError, PlanError, WorkerError
 from ridgeline.loadgen.replayer import ReplayConfig
 from ridgeline.loadgen.schedule import from_arrival
 from ridgeline.loadgen.step import StepConfig, StepResult, measure_step
@@ -49,7 +49,6 @@ from ridgeline.pipeline.roofline import (
 from ridgeline.pipeline.spec import PipelineSpec, VariantSpec
 from ridgeline.serve.loading import setup_plan
 from ridgeline.serve.runtime import PlanServer
-from ridgeline.serve.workers import WorkerError
 from ridgeline.workload.arrivals import parse_arrival
 from ridgeline.workload.payloads import RequestShape, fixed_shapes
 from ridgeline.zoo.manifest import Manifest, load_manifest

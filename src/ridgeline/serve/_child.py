@@ -14,8 +14,8 @@ from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 
 from ridgeline.errors import RidgelineError
+from ridgeline.serve.affinity import Placement, apply_placement
 from ridgeline.serve.backends import Backend, BackendConfig, BackendConfigError, Signature
-from ridgeline.serve.placement import Placement, apply_placement
 
 
 def child_main(conn: Connection, backend: BackendConfig, placement: Placement) -> None:

@@ -27,13 +27,13 @@ from pathlib import Path
 from ridgeline.errors import PlanError
 from ridgeline.fakeserver.model import TensorSpec
 from ridgeline.pipeline.plan import CpuSegment, Plan, TaskPlan, TensorDecl
+from ridgeline.serve.affinity import Placement
 from ridgeline.serve.backends import (
     BackendConfig,
     OnnxBackendConfig,
     PythonBackendConfig,
     SyntheticBackendConfig,
 )
-from ridgeline.serve.workers import Placement
 
 
 @dataclass(frozen=True, slots=True)

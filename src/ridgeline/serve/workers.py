@@ -29,38 +29,15 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from ridgeline.clock import Clock, MonotonicClock
-from ridgeline.errors import RidgelineError
+from ridgeline.errors import WorkerCrashed, WorkerError, WorkerStartError
 from ridgeline.serve._child import child_main
+from ridgeline.serve.affinity import Placement
 from ridgeline.serve.backends import BackendConfig, Signature
-from ridgeline.serve.placement import Placement, PlacementError
 from ridgeline.v2.tensors import Array
 
-__all__ = [
-    "Placement",
-    "PlacementError",
-    "Worker",
-    "WorkerCrashed",
-    "WorkerError",
-    "WorkerStartError",
-]
+__all__ = ["Worker"]
 
 T = TypeVar("T")
-
-
-class WorkerError(RidgelineError):
-    """A worker could not run a batch: its backend raised, it was stopped, or it is down."""
-
-
-class WorkerStartError(WorkerError):
-    """A worker's process could not load its backend."""
-
-
-class WorkerCrashed(WorkerError):
-    """A worker's process died with a batch in flight; ``exit_code`` says how."""
-
-    def __init__(self, message: str, exit_code: int | None) -> None:
-        self.exit_code = exit_code
-        super().__init__(message)
 
 
 class Worker:

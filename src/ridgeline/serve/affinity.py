@@ -15,11 +15,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ridgeline.errors import ConfigError
-
-
-class PlacementError(ConfigError):
-    """A worker cannot be placed as asked (a core that does not exist, say)."""
+from ridgeline.errors import PlacementError
 
 
 class Placement(BaseModel):
