@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from ridgeline.errors import PlanError
 from ridgeline.pipeline.gpu import Placed, fits, gpu_type
 from ridgeline.pipeline.placement import Placement, Slot, min_gpus, place
-from ridgeline.pipeline.plan import MigSegment, MpsSegment, Plan
+from ridgeline.pipeline.plan import Plan
+from ridgeline.pipeline.segments import MigSegment, MpsSegment
 
 A100 = "A100-80GB"
 H100 = "H100-80GB"

@@ -15,9 +15,9 @@ from typer import Typer
 from typer.testing import CliRunner
 
 from ridgeline.errors import ConfigError, PlanError
-from ridgeline.pipeline.gpu import GPU_TYPES, segment_types
+from ridgeline.pipeline.gpu import GPU_TYPES
 from ridgeline.pipeline.profile_cli import profile_command
-from ridgeline.pipeline.profiles import CPU, ProfileRow, ProfileTable, load_profiles
+from ridgeline.pipeline.profiles import ProfileRow, ProfileTable, load_profiles
 from ridgeline.pipeline.profiling import ensure_zoo, measure_cpu, model_gpus
 from ridgeline.pipeline.roofline import (
     Cost,
@@ -27,6 +27,7 @@ from ridgeline.pipeline.roofline import (
     modelled_rows,
     variant_gflops,
 )
+from ridgeline.pipeline.segments import CPU, segment_types
 from ridgeline.pipeline.spec import PipelineSpec, VariantSpec
 
 H100 = "H100-80GB"

@@ -25,8 +25,9 @@ from ridgeline.loadgen.step import StepConfig, StepResult, measure_step
 from ridgeline.pipeline.plan import Plan, dump_plan
 from ridgeline.pipeline.planned import to_plan
 from ridgeline.pipeline.planner import PlanResult, plan_pipeline
-from ridgeline.pipeline.profiles import CPU, ProfileTable
+from ridgeline.pipeline.profiles import ProfileTable
 from ridgeline.pipeline.profiling import ensure_zoo, measure_cpu
+from ridgeline.pipeline.segments import CPU
 from ridgeline.pipeline.spec import PipelineSpec
 from ridgeline.serve.controller import ReconfigEvent, Reconfigurer
 from ridgeline.serve.reconfig import ReconfigConfig

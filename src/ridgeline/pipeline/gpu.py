@@ -1,5 +1,4 @@
-"""GPU geometry: MIG profiles, where they may sit on a GPU, and the segment types a plan
-can put an instance on.
+"""GPU geometry: MIG profiles and where they may sit on a GPU.
 
 A MIG-capable GPU has 7 compute slices and 8 memory slices. A profile (``3g.40gb``)
 takes some of each; it may start only at certain memory slices, as NVIDIA's
@@ -10,17 +9,14 @@ slices add up to 7 or fewer (``fits``). The tables below follow NVIDIA's MIG use
 from ``nvidia-smi mig -lgip`` and memory bandwidth a fraction of the GPU's by memory
 slices.
 
-A segment type is what an instance runs on: a MIG profile, or an MPS share of one (a
-fraction of a ``1g`` slice's threads, ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``). Whole GPUs
-are the largest profile (``7g``). The planner counts cost in compute slices: an MPS
-share of 1/k costs 1/k of a slice.
+What an instance runs on (a MIG profile, an MPS share of one, CPU cores) is a segment:
+``pipeline.segments``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from fractions import Fraction
 from types import MappingProxyType
 
 from ridgeline.errors import ConfigError, UnknownKindError
@@ -118,51 +114,6 @@ def gpu_type(name: str) -> GpuType:
     if found is None:
         raise UnknownKindError("GPU type", name, GPU_TYPES)
     return found
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentType:
-    """What one instance runs on: a MIG profile, or an MPS share of one."""
-
-    gpu: str
-    profile: str
-    share: Fraction = Fraction(1)
-    """1 for the whole MIG instance; 1/k for one of k MPS clients sharing it."""
-
-    @property
-    def label(self) -> str:
-        return self.profile if self.share == 1 else f"{self.profile}@{self.share}"
-
-    def slices(self) -> Fraction:
-        """Compute slices it costs."""
-        return gpu_type(self.gpu).profile(self.profile).compute * self.share
-
-    def sms(self) -> float:
-        return gpu_type(self.gpu).profile(self.profile).sms * float(self.share)
-
-    def bandwidth_gbps(self) -> float:
-        g = gpu_type(self.gpu)
-        p = g.profile(self.profile)
-        return g.bandwidth_gbps * p.memory_slices / MEMORY_SLICES * float(self.share)
-
-
-MPS_SHARES: tuple[Fraction, ...] = (Fraction(1, 2), Fraction(1, 3))
-"""MPS shares of a ``1g`` slice the planner may use."""
-
-
-def segment_types(
-    gpu: str, *, spatial: bool = True, mps: Sequence[Fraction] = MPS_SHARES
-) -> list[SegmentType]:
-    """The segment types of ``gpu``: with spatial partitioning, every MIG profile with
-    one memory-slice span per compute slice class (the smallest memory for each compute
-    size) and MPS shares of the smallest; without, the whole GPU only."""
-    g = gpu_type(gpu)
-    if not spatial:
-        return [SegmentType(gpu, g.whole.name)]
-    out = [SegmentType(gpu, p.name) for p in g.profiles]
-    smallest = min(g.profiles, key=lambda p: (p.compute, p.memory_slices))
-    out += [SegmentType(gpu, smallest.name, s) for s in mps]
-    return out
 
 
 @dataclass(frozen=True, slots=True)

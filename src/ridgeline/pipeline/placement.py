@@ -38,7 +38,8 @@ import yaml
 
 from ridgeline.errors import PlanError
 from ridgeline.pipeline.gpu import COMPUTE_SLICES, MEMORY_SLICES, MigProfile, Placed, fits, gpu_type
-from ridgeline.pipeline.plan import MigSegment, MpsSegment, Plan
+from ridgeline.pipeline.plan import Plan
+from ridgeline.pipeline.segments import MigSegment, MpsSegment
 
 _EPS = 1e-9
 """Slack on share sums: three clients of a float 1/3 must fill one slice."""

@@ -32,12 +32,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, Protocol, Self
+from typing import Annotated, Any, Protocol, Self
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ridgeline._yaml_config import load_model
+from ridgeline.pipeline.segments import CpuSegment, Segment
 
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)]
 """A task or plan name: usable in a URL path and as a Prometheus label."""
@@ -45,47 +46,6 @@ Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class CpuSegment(_Frozen):
-    """A share of the host's CPU: ``cores`` cores per instance, ``threads`` intra-op
-    threads (default: one per core)."""
-
-    kind: Literal["cpu"] = "cpu"
-    cores: int = Field(1, ge=1, le=1024, description="cores per instance")
-    threads: int | None = Field(None, ge=1, le=1024, description="intra-op threads")
-
-    @property
-    def label(self) -> str:
-        return f"cpu{self.cores}"
-
-
-class MigSegment(_Frozen):
-    """A MIG GPU instance of ``profile`` (e.g. ``1g.10gb``) on a ``gpu`` type."""
-
-    kind: Literal["mig"] = "mig"
-    gpu: str = Field(description="GPU type, e.g. A100-80GB")
-    profile: str = Field(description="MIG profile, e.g. 1g.10gb")
-
-    @property
-    def label(self) -> str:
-        return self.profile
-
-
-class MpsSegment(_Frozen):
-    """An MPS share (``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``) of a MIG slice."""
-
-    kind: Literal["mps"] = "mps"
-    gpu: str = Field(description="GPU type, e.g. A100-80GB")
-    profile: str = Field(description="the MIG profile the share is taken from")
-    share: float = Field(gt=0, le=1, description="fraction of the slice, e.g. 0.5")
-
-    @property
-    def label(self) -> str:
-        return f"{self.profile}@{self.share:g}"
-
-
-Segment = Annotated[CpuSegment | MigSegment | MpsSegment, Field(discriminator="kind")]
 
 
 class TensorDecl(_Frozen):

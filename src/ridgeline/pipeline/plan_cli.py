@@ -18,7 +18,8 @@ from ridgeline.pipeline.placement import Placement, place
 from ridgeline.pipeline.plan import dump_plan
 from ridgeline.pipeline.planned import max_demand, to_plan
 from ridgeline.pipeline.planner import Features, PlannerOptions, PlanResult, plan_pipeline
-from ridgeline.pipeline.profiles import CPU, load_profiles
+from ridgeline.pipeline.profiles import load_profiles
+from ridgeline.pipeline.segments import CPU
 from ridgeline.pipeline.spec import load_spec
 
 

@@ -7,9 +7,10 @@ import math
 from collections.abc import Mapping
 
 from ridgeline.errors import InfeasiblePlan
-from ridgeline.pipeline.plan import CpuSegment, MigSegment, MpsSegment, Plan, TaskPlan
+from ridgeline.pipeline.plan import Plan, TaskPlan
 from ridgeline.pipeline.planner import Features, PlannerOptions, PlanResult, plan_pipeline
-from ridgeline.pipeline.profiles import CPU, ProfileRow, ProfileTable, parse_segment, segment_cost
+from ridgeline.pipeline.profiles import ProfileTable
+from ridgeline.pipeline.segments import plan_segment
 from ridgeline.pipeline.spec import PipelineSpec
 
 ALL_FEATURES = Features()
@@ -64,7 +65,7 @@ def to_plan(result: PlanResult) -> Plan:
             variant=v.name,
             artifact=v.artifact,
             synthetic=v.synthetic,
-            segment=_segment(row),
+            segment=plan_segment(row.pool, row.segment),
             batch_size=row.batch,
             max_queue_delay_ms=math.floor(p.queue_ms * 1000) / 1000,
             instances=p.instances,
@@ -85,12 +86,3 @@ def to_plan(result: PlanResult) -> Plan:
             "demand_rps": spec.demand_rps,
         }
     )
-
-
-def _segment(row: ProfileRow) -> CpuSegment | MigSegment | MpsSegment:
-    if row.pool == CPU:
-        return CpuSegment(cores=int(segment_cost(CPU, row.segment)))
-    seg = parse_segment(row.pool, row.segment)
-    if seg.share == 1:
-        return MigSegment(gpu=row.pool, profile=seg.profile)
-    return MpsSegment(gpu=row.pool, profile=seg.profile, share=float(seg.share))

@@ -49,7 +49,8 @@ import numpy as np
 
 from ridgeline.errors import InfeasiblePlan, PlanError
 from ridgeline.pipeline.gpu import COMPUTE_SLICES, MEMORY_SLICES, gpu_type
-from ridgeline.pipeline.profiles import CPU, ProfileRow, ProfileTable, parse_segment, segment_cost
+from ridgeline.pipeline.profiles import ProfileRow, ProfileTable
+from ridgeline.pipeline.segments import CPU, parse_segment, segment_cost
 from ridgeline.pipeline.spec import PipelineSpec
 
 Objective = Literal["slices", "accuracy"]

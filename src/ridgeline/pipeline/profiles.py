@@ -16,15 +16,11 @@ import csv
 import io
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, fields
-from fractions import Fraction
 from pathlib import Path
 from typing import Literal
 
 from ridgeline.errors import ConfigError, PlanError
-from ridgeline.pipeline.gpu import SegmentType, gpu_type
-
-CPU = "cpu"
-"""The pool of a host's CPU cores; its segment labels are ``cpuN`` (N cores)."""
+from ridgeline.pipeline.segments import segment_cost
 
 Source = Literal["measured", "modelled"]
 
@@ -43,27 +39,6 @@ class ProfileRow:
     throughput_rps: float
     """Items per second one instance serves at this batch size."""
     source: Source = "modelled"
-
-
-def segment_cost(pool: str, label: str) -> Fraction:
-    """What one instance on segment ``label`` of ``pool`` uses: compute slices of a GPU,
-    or cores of the CPU."""
-    if pool == CPU:
-        return Fraction(_cores(label))
-    return parse_segment(pool, label).slices()
-
-
-def parse_segment(pool: str, label: str) -> SegmentType:
-    """The GPU segment type a label names (``1g.10gb`` or ``1g.10gb@1/2``)."""
-    profile, _, share = label.partition("@")
-    gpu_type(pool).profile(profile)  # an unknown profile lists the valid ones
-    return SegmentType(pool, profile, Fraction(share) if share else Fraction(1))
-
-
-def _cores(label: str) -> int:
-    if not label.startswith("cpu") or not label[3:].isdigit() or int(label[3:]) < 1:
-        raise PlanError(f"CPU segment {label!r}: write cpuN, N cores (e.g. cpu1)")
-    return int(label[3:])
 
 
 class ProfileTable:

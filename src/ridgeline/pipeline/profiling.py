@@ -36,8 +36,8 @@ from ridgeline.errors import ConfigError, PlanError, WorkerError
 from ridgeline.loadgen.replayer import ReplayConfig
 from ridgeline.loadgen.schedule import from_arrival
 from ridgeline.loadgen.step import StepConfig, StepResult, measure_step
-from ridgeline.pipeline.plan import CpuSegment, Plan, TaskPlan
-from ridgeline.pipeline.profiles import CPU, ProfileRow, ProfileTable
+from ridgeline.pipeline.plan import Plan, TaskPlan
+from ridgeline.pipeline.profiles import ProfileRow, ProfileTable
 from ridgeline.pipeline.roofline import (
     Cost,
     Roofline,
@@ -46,6 +46,7 @@ from ridgeline.pipeline.roofline import (
     modelled_rows,
     variant_gflops,
 )
+from ridgeline.pipeline.segments import CPU, CpuSegment
 from ridgeline.pipeline.spec import PipelineSpec, VariantSpec
 from ridgeline.serve.loading import setup_plan
 from ridgeline.serve.runtime import PlanServer

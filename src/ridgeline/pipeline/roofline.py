@@ -36,8 +36,9 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from ridgeline.errors import PlanError
-from ridgeline.pipeline.gpu import SegmentType, gpu_type, segment_types
-from ridgeline.pipeline.profiles import CPU, ProfileRow
+from ridgeline.pipeline.gpu import gpu_type
+from ridgeline.pipeline.profiles import ProfileRow
+from ridgeline.pipeline.segments import CPU, SegmentType, cpu_label, segment_types
 from ridgeline.zoo.accuracy import PUBLISHED_GFLOPS
 
 
@@ -210,7 +211,7 @@ def cpu_modelled_rows(
     m = model or DEFAULT_ROOFLINE
     if any(n < 1 for n in cores):
         raise PlanError(f"cores {list(cores)}: every core count must be ≥ 1")
-    roofs = {f"cpu{n}": Roof.cpu(n, m) for n in cores}
+    roofs = {cpu_label(n): Roof.cpu(n, m) for n in cores}
     return _rows(variants, CPU, roofs, batches, calibration, m)
 
 

@@ -26,7 +26,8 @@ from pathlib import Path
 
 from ridgeline.errors import PlanError
 from ridgeline.fakeserver.model import TensorSpec
-from ridgeline.pipeline.plan import CpuSegment, Plan, TaskPlan, TensorDecl
+from ridgeline.pipeline.plan import Plan, TaskPlan, TensorDecl
+from ridgeline.pipeline.segments import CpuSegment
 from ridgeline.serve.affinity import Placement
 from ridgeline.serve.backends import (
     BackendConfig,
