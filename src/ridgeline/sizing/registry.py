@@ -15,8 +15,7 @@ import hashlib
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ridgeline.errors import ConfigError, StoreError
+from ridgeline.telemetry._sqlite import Connected, open_db, transaction
 from ridgeline.telemetry.store import RunStore
 
 SCHEMA = """
@@ -123,39 +123,18 @@ def _required(**names: str) -> None:
             raise ConfigError(f"{name} is empty; give it as text, e.g. {name}='llama-3-8b'")
 
 
-class Registry:
+class Registry(Connected):
     """Versioned model entries in the run store's SQLite file."""
 
     def __init__(self, store: RunStore, clock: Callable[[], float] = time.time) -> None:
         self.path = store.path
         self._clock = clock
         try:
-            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA busy_timeout=5000")
-            self._db.executescript(SCHEMA)
+            self._db = open_db(self.path, SCHEMA)
         except sqlite3.Error as exc:
             raise StoreError(
                 f"cannot open the registry in {self.path}: {exc}; pass --db with a writable path"
             ) from exc
-
-    def close(self) -> None:
-        self._db.close()
-
-    def __enter__(self) -> Registry:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @contextmanager
-    def _immediate(self) -> Iterator[None]:
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
 
     def register(
         self,
@@ -171,7 +150,7 @@ class Registry:
         _required(model=model, version=version, hardware=hardware)
         digest = artifact_digest(artifact)
         config = json.dumps(serving_config or {}, sort_keys=True, default=str)
-        with self._immediate():
+        with transaction(self._db, "IMMEDIATE"):
             (last,) = self._db.execute(
                 "SELECT COALESCE(MAX(revision), 0) FROM registry"
                 " WHERE model=? AND version=? AND hardware=?",

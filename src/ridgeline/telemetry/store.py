@@ -18,6 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ridgeline.errors import StoreError
+from ridgeline.telemetry._sqlite import Connected, open_db, transaction
 from ridgeline.telemetry.records import Records
 from ridgeline.telemetry.summary import StepSummary
 from ridgeline.telemetry.windows import Window
@@ -81,7 +82,7 @@ def _nullable(a: NDArray[np.float64]) -> list[float | None]:
     return [None if not np.isfinite(x) else float(x) for x in a.tolist()]
 
 
-class RunStore:
+class RunStore(Connected):
     def __init__(self, location: str | Path | None = None) -> None:
         text = str(location) if location is not None else str(default_store_path())
         if "://" in text and not text.startswith("sqlite:///"):
@@ -94,23 +95,11 @@ class RunStore:
         self.path = path
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(SCHEMA)
+            self._db = open_db(path, SCHEMA)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(
                 f"cannot open the run store at {path}: {exc}; pass --db with a writable path"
             ) from exc
-
-    def close(self) -> None:
-        self._db.close()
-
-    def __enter__(self) -> RunStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def create_run(self, kind: str, target: str, config: dict[str, Any]) -> int:
         cur = self._db.execute(
@@ -145,7 +134,7 @@ class RunStore:
         windows: list[Window],
         records: Records | None = None,
     ) -> int:
-        with self._tx():
+        with transaction(self._db):
             cur = self._db.execute(
                 "INSERT INTO steps (run_id, idx, offered_rps, achieved_rps, valid, invalid_reason,"
                 " status, summary, created_at) VALUES (?,?,?,?,?,?,?,?,?)",
@@ -182,9 +171,6 @@ class RunStore:
                     ),
                 )
         return step_id
-
-    def _tx(self) -> _Transaction:
-        return _Transaction(self._db)
 
     def list_runs(self, limit: int = 50) -> list[dict[str, Any]]:
         rows = self._db.execute(
@@ -246,14 +232,3 @@ class RunStore:
             "SELECT COUNT(*) FROM requests WHERE step_id=?", (step_id,)
         ).fetchone()
         return int(n)
-
-
-class _Transaction:
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
-
-    def __enter__(self) -> None:
-        self._db.execute("BEGIN")
-
-    def __exit__(self, exc_type: object, *rest: object) -> None:
-        self._db.execute("ROLLBACK" if exc_type else "COMMIT")

@@ -1,0 +1,64 @@
+"""Opening the run store's SQLite file: one way, one set of PRAGMAs, for every table in it.
+
+The run store (``telemetry.store``) and the model registry (``sizing.registry``) keep
+their tables in the same file, each through its own connection. Both open it here:
+autocommit (transactions are explicit, ``transaction``), shareable across threads, the
+write-ahead log (so both connections may write: a writer waits for the other up to
+``busy_timeout`` instead of failing at once) and ``synchronous=NORMAL`` (safe with WAL).
+Foreign keys are declared in the schema but not enforced (SQLite's default).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Literal, Self
+
+PRAGMAS = ("journal_mode=WAL", "synchronous=NORMAL", "busy_timeout=5000")
+"""Set on every connection, in this order."""
+
+
+def open_db(path: Path, schema: str) -> sqlite3.Connection:
+    """A connection to ``path`` with ``PRAGMAS`` set and ``schema`` created (if absent).
+
+    Raises ``sqlite3.Error`` (the caller says which store failed and how to fix it)."""
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        for pragma in PRAGMAS:
+            db.execute(f"PRAGMA {pragma}")
+        db.executescript(schema)
+    except sqlite3.Error:
+        db.close()
+        raise
+    return db
+
+
+@contextmanager
+def transaction(
+    db: sqlite3.Connection, mode: Literal["DEFERRED", "IMMEDIATE"] = "DEFERRED"
+) -> Iterator[None]:
+    """One transaction: committed when the block ends, rolled back when it raises."""
+    db.execute(f"BEGIN {mode}")
+    try:
+        yield
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
+class Connected:
+    """A holder of one connection (``_db``): ``close`` it, or use it as a context."""
+
+    _db: sqlite3.Connection
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
