@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from aiohttp import web
 
+from _loopback import serving
 from ridgeline.health import HealthState, Observation, assess, parse_slo
 from ridgeline.telemetry.gpu import (
     GpuMonitor,
@@ -69,28 +71,18 @@ def healthy(**kw: float) -> dict[str, float]:
 @pytest.fixture
 async def serve() -> AsyncIterator[Callable[[list[str]], Any]]:
     """Start a real metrics endpoint on 127.0.0.1 answering the given texts in turn."""
-    runners: list[web.AppRunner] = []
+    async with AsyncExitStack() as servers:
 
-    async def start(texts: list[str]) -> str:
-        pending = list(texts)
+        async def start(texts: list[str]) -> str:
+            pending = list(texts)
 
-        async def metrics(_: web.Request) -> web.Response:
-            text = pending.pop(0) if len(pending) > 1 else pending[0]
-            return web.Response(text=text, content_type="text/plain")
+            async def metrics(_: web.Request) -> web.Response:
+                text = pending.pop(0) if len(pending) > 1 else pending[0]
+                return web.Response(text=text, content_type="text/plain")
 
-        app = web.Application()
-        app.router.add_get("/metrics", metrics)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        runners.append(runner)
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        return f"http://127.0.0.1:{port}/metrics"
+            return await servers.enter_async_context(serving("/metrics", metrics))
 
-    yield start
-    for r in runners:
-        await r.cleanup()
+        yield start
 
 
 async def test_dcgm_exporter_healthy_and_throttling_gpus(

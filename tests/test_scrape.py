@@ -8,6 +8,7 @@ import time
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
+from _loopback import serving
 from ridgeline.telemetry.scrape import Scraper, parse_metrics
 from ridgeline.telemetry.windows import Window
 
@@ -33,22 +34,13 @@ async def test_scraper_gives_windows_counter_deltas() -> None:
         c.inc(5)  # five more per scrape
         return web.Response(body=generate_latest(reg), content_type="text/plain")
 
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        scraper = Scraper(f"http://127.0.0.1:{port}/metrics", interval_s=0.1)
+    async with serving("/metrics", metrics) as url:
+        scraper = Scraper(url, interval_s=0.1)
         stop = asyncio.Event()
         task = asyncio.get_running_loop().create_task(scraper.run(time.perf_counter(), stop))
         await asyncio.sleep(0.65)
         stop.set()
         await task
-    finally:
-        await runner.cleanup()
     assert scraper.failures == 0
     assert len(scraper.samples) >= 5
     firsts = [s["served_total"] for _, s in scraper.samples]
