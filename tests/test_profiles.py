@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from typer import Typer
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from ridgeline.errors import ConfigError, PlanError
 from ridgeline.pipeline.gpu import GPU_TYPES
@@ -294,21 +294,33 @@ async def test_a_synthetic_variant_measures_its_latency_model(tmp_path: Path) ->
     assert four.throughput_rps > one.throughput_rps
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(60)
-def test_the_command_writes_measured_and_modelled_rows(tmp_path: Path) -> None:
+def _profile(
+    tmp_path: Path, task: str, variant: str, args: list[str]
+) -> tuple[Result, ProfileTable]:
+    """Run the profile command (0.5 s a measurement) on a one-task spec of one variant;
+    its output and the table it wrote."""
     spec = tmp_path / "spec.yaml"
     spec.write_text(
-        "name: synth\nslo_ms: 1000\ndemand_rps: 10\ntasks:\n  t:\n    variants:\n"
-        "      - {name: s, accuracy: 1, gflops: 3.0, synthetic: {base_ms: 2, per_item_ms: 1}}\n"
+        f"name: p\nslo_ms: 1000\ndemand_rps: 10\ntasks:\n  {task}:\n    variants:\n"
+        f"      - {variant}\n"
     )
     app = Typer()
     app.command()(profile_command)
     out = tmp_path / "p.csv"
-    args = [str(spec), "--out", str(out), "--batches", "2", "--seconds", "0.5", "--gpus", H100]
-    result = CliRunner().invoke(app, args)
+    result = CliRunner().invoke(app, [str(spec), "--out", str(out), "--seconds", "0.5", *args])
     assert result.exit_code == 0, result.output
-    table = load_profiles(out)
+    return result, load_profiles(out)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_the_command_writes_measured_and_modelled_rows(tmp_path: Path) -> None:
+    result, table = _profile(
+        tmp_path,
+        "t",
+        "{name: s, accuracy: 1, gflops: 3.0, synthetic: {base_ms: 2, per_item_ms: 1}}",
+        ["--batches", "2", "--gpus", H100],
+    )
     assert [(r.segment, r.batch, r.source) for r in table.for_variant("s", CPU)] == [
         ("cpu1", 2, "measured")
     ]
@@ -321,19 +333,14 @@ def test_the_command_writes_measured_and_modelled_rows(tmp_path: Path) -> None:
 def test_a_zoo_variant_is_built_measured_and_calibrates_the_gpu_rows(tmp_path: Path) -> None:
     """ArcFace R18 from a zoo the command builds; its measured rows calibrate the GPU
     rows, which use the full-size model's FLOPs."""
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(
-        "name: faces\nslo_ms: 1000\ndemand_rps: 10\ntasks:\n  face:\n    variants:\n"
-        "      - {name: arcface-r18, accuracy: 79.13}\n"
+    zoo = tmp_path / "zoo"
+    result, table = _profile(
+        tmp_path,
+        "face",
+        "{name: arcface-r18, accuracy: 79.13}",
+        ["--zoo", str(zoo), "--batches", "1,2", "--gpus", "A100-80GB"],
     )
-    app = Typer()
-    app.command()(profile_command)
-    out, zoo = tmp_path / "p.csv", tmp_path / "zoo"
-    args = [str(spec), "--out", str(out), "--zoo", str(zoo), "--batches", "1,2"]
-    result = CliRunner().invoke(app, [*args, "--seconds", "0.5", "--gpus", "A100-80GB"])
-    assert result.exit_code == 0, result.output
     assert (zoo / "manifest.json").is_file()
-    table = load_profiles(out)
     measured = table.for_variant("arcface-r18", CPU)
     assert [(r.segment, r.batch, r.source) for r in measured] == [
         ("cpu1", 1, "measured"),
