@@ -35,6 +35,16 @@ async def ok(shape: RequestShape) -> Reply:
     return OK
 
 
+def answering_after(seconds: float) -> Fn:
+    """A target that answers OK ``seconds`` after each request."""
+
+    async def answer(shape: RequestShape) -> Reply:
+        await asyncio.sleep(seconds)
+        return OK
+
+    return Fn(answer)
+
+
 def even(n: int, rate: float) -> np.ndarray:
     return np.arange(n, dtype=np.float64) / rate
 
@@ -52,11 +62,7 @@ async def test_every_request_is_sent_once_in_order_with_its_shape() -> None:
 
 
 async def test_latency_is_timed_from_the_schedule_and_from_the_send() -> None:
-    async def slow(shape: RequestShape) -> Reply:
-        await asyncio.sleep(0.02)
-        return OK
-
-    rec = await replay(Fn(slow), even(50, 500.0))
+    rec = await replay(answering_after(0.02), even(50, 500.0))
     assert np.all(rec.latency_from_send >= 0.02)
     assert np.all(rec.latency_from_schedule >= rec.latency_from_send)
     np.testing.assert_allclose(
@@ -84,11 +90,7 @@ async def test_exceptions_and_error_replies_are_errors_kept_in_latency() -> None
 
 
 async def test_a_request_that_never_answers_times_out_and_counts() -> None:
-    async def hang(shape: RequestShape) -> Reply:
-        await asyncio.sleep(10)
-        return OK
-
-    rec = await replay(Fn(hang), even(20, 200.0), config=ReplayConfig(timeout_s=0.05))
+    rec = await replay(answering_after(10), even(20, 200.0), config=ReplayConfig(timeout_s=0.05))
     assert rec.count(Outcome.TIMEOUT) == 20
     lat = rec.latency_from_send
     assert lat.min() >= 0.05
@@ -97,15 +99,11 @@ async def test_a_request_that_never_answers_times_out_and_counts() -> None:
 
 
 async def test_stop_marks_unsent_and_incomplete_requests() -> None:
-    async def slow(shape: RequestShape) -> Reply:
-        await asyncio.sleep(5)
-        return OK
-
     stop = asyncio.Event()
     asyncio.get_running_loop().call_later(0.2, stop.set)
     progress = Progress()
     rec = await replay(
-        Fn(slow),
+        answering_after(5),
         even(1000, 1000.0),
         config=ReplayConfig(drain_s=0.05),
         stop=stop,
@@ -121,11 +119,9 @@ async def test_stop_marks_unsent_and_incomplete_requests() -> None:
 
 
 async def test_sends_that_fall_due_while_behind_are_issued_late_not_skipped() -> None:
-    async def slow(shape: RequestShape) -> Reply:
-        await asyncio.sleep(0.05)
-        return OK
-
-    rec = await replay(Fn(slow), even(200, 1000.0), config=ReplayConfig(max_outstanding=5))
+    rec = await replay(
+        answering_after(0.05), even(200, 1000.0), config=ReplayConfig(max_outstanding=5)
+    )
     assert rec.count(Outcome.OK) == 200
     assert rec.outstanding_limited > 0
     # 5 in flight × 50 ms each is 100/s: the last send is ~1.8 s behind its schedule
