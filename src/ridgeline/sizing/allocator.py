@@ -24,13 +24,20 @@ have provisioned *less* than the SLO needs (then it is the under-provisioning it
 from __future__ import annotations
 
 import math
-from typing import TypeVar
+from typing import Annotated, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ridgeline.errors import ConfigError
 
 _M = TypeVar("_M", bound=BaseModel)
+
+Share = Annotated[float, Field(gt=0, le=1)]
+"""A fraction in (0, 1]."""
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+"""A finite number > 0."""
+NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+"""A finite number ≥ 0."""
 
 _SLACK = 1e-9
 """A ratio within this of a whole number counts as that number: 100 req/s with 10 %
@@ -42,25 +49,19 @@ class NaiveRule(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    target_utilisation: float = Field(
+    target_utilisation: Share = Field(
         0.5,
-        gt=0,
-        le=1,
         description="fraction of one replica's maximum throughput provisioned for at peak",
         examples=[0.5],
     )
-    max_throughput_rps: float | None = Field(
+    max_throughput_rps: Positive | None = Field(
         None,
-        gt=0,
-        allow_inf_nan=False,
         description="one replica's closed-loop maximum throughput, req/s; None: assumed "
         "as capacity / slo_fraction",
         examples=[160.0],
     )
-    slo_fraction: float = Field(
+    slo_fraction: Share = Field(
         0.75,
-        gt=0,
-        le=1,
         description="SLO capacity / closed-loop maximum throughput, used when the maximum "
         "throughput is not given",
         examples=[0.75],
@@ -72,33 +73,21 @@ class AllocationInputs(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    capacity_rps: float = Field(
-        gt=0,
-        allow_inf_nan=False,
+    capacity_rps: Positive = Field(
         description="SLO capacity of one replica, req/s (from `ridgeline probe`)",
         examples=[120.0],
     )
-    demand_rps: float = Field(
-        ge=0, allow_inf_nan=False, description="peak demand to serve, req/s", examples=[1000.0]
+    demand_rps: NonNegative = Field(description="peak demand to serve, req/s", examples=[1000.0])
+    headroom: NonNegative = Field(
+        0.2, description="extra demand planned for, as a fraction", examples=[0.2]
     )
-    headroom: float = Field(
-        0.2,
-        ge=0,
-        allow_inf_nan=False,
-        description="extra demand planned for, as a fraction",
-        examples=[0.2],
-    )
-    calibration: float = Field(
+    calibration: Positive = Field(
         1.0,
-        gt=0,
-        allow_inf_nan=False,
         description="production capacity / bench capacity of one replica",
         examples=[0.9],
     )
-    gpus_per_replica: float = Field(
+    gpus_per_replica: Positive = Field(
         1.0,
-        gt=0,
-        allow_inf_nan=False,
         description="GPUs one replica takes (0.5, or 3/7 for a MIG 3g slice, when shared)",
         examples=[1.0],
     )
