@@ -8,6 +8,7 @@ Poisson at the same mean rate).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Literal
 
 import numpy as np
@@ -20,6 +21,19 @@ Rate = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 """A finite rate > 0, in requests per second."""
 NonNegativeRate = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 """A finite rate ≥ 0, in requests per second."""
+
+
+def _at_rate(
+    rate: float,
+    duration_s: float,
+    seed: int,
+    unit_points: Callable[[float, np.random.Generator], Floats],
+) -> Floats:
+    """A stationary schedule: the points of a unit-rate process below ``rate·duration_s``
+    (drawn with a generator seeded by ``seed``), scaled to ``rate``."""
+    total = rate * duration_s
+    _unit.check_run(total, duration_s, seed)
+    return _unit.within(unit_points(total, np.random.default_rng(seed)) / rate, duration_s)
 
 
 class SpecModel(BaseModel):
@@ -35,9 +49,7 @@ class ConstantArrivals(SpecModel):
     rate: Rate = Field(description="requests per second")
 
     def schedule(self, duration_s: float, seed: int = 0) -> Floats:
-        total = self.rate * duration_s
-        _unit.check_run(total, duration_s, seed)
-        return _unit.within(_unit.even_points(total) / self.rate, duration_s)
+        return _at_rate(self.rate, duration_s, seed, lambda total, _: _unit.even_points(total))
 
     def mean_rate(self, duration_s: float) -> float:
         return self.rate
@@ -50,11 +62,10 @@ class PoissonArrivals(SpecModel):
     rate: Rate = Field(description="mean requests per second")
 
     def schedule(self, duration_s: float, seed: int = 0) -> Floats:
-        total = self.rate * duration_s
-        _unit.check_run(total, duration_s, seed)
-        rng = np.random.default_rng(seed)
-        points = _unit.renewal_points(total, rng, _unit.exponential_gaps)
-        return _unit.within(points / self.rate, duration_s)
+        gaps = _unit.exponential_gaps
+        return _at_rate(
+            self.rate, duration_s, seed, lambda total, rng: _unit.renewal_points(total, rng, gaps)
+        )
 
     def mean_rate(self, duration_s: float) -> float:
         return self.rate
@@ -69,11 +80,10 @@ class GammaArrivals(SpecModel):
     cv: float = Field(gt=0, allow_inf_nan=False, description="gap std / gap mean (1 = Poisson)")
 
     def schedule(self, duration_s: float, seed: int = 0) -> Floats:
-        total = self.rate * duration_s
-        _unit.check_run(total, duration_s, seed)
-        rng = np.random.default_rng(seed)
-        points = _unit.renewal_points(total, rng, _unit.gamma_gaps(self.cv))
-        return _unit.within(points / self.rate, duration_s)
+        gaps = _unit.gamma_gaps(self.cv)
+        return _at_rate(
+            self.rate, duration_s, seed, lambda total, rng: _unit.renewal_points(total, rng, gaps)
+        )
 
     def mean_rate(self, duration_s: float) -> float:
         return self.rate
