@@ -179,11 +179,26 @@ def bracket(points: tuple[StepVerdict, ...]) -> tuple[StepVerdict | None, StepVe
     return lo, hi
 
 
-def bracket_bounds(points: tuple[StepVerdict, ...]) -> Bounds:
-    """The estimate a bracket supports: capacity its low end, the boundary inside it."""
-    lo, hi = bracket(points)
-    return Bounds(
-        capacity=lo.rate if lo else None,
-        low=lo.rate if lo else None,
-        high=hi.rate if hi else None,
-    )
+@dataclass(frozen=True, slots=True)
+class Points:
+    """The state of a bracketing search: every valid verdict, in order."""
+
+    points: tuple[StepVerdict, ...] = ()
+
+
+class BracketPolicy:
+    """``update`` and ``bounds`` of a policy over ``Points`` whose estimate is the
+    bracket's low end, the boundary inside the bracket (the binary search, the sweep)."""
+
+    __slots__ = ()
+
+    def update(self, state: Points, verdict: StepVerdict) -> Points:
+        return Points((*state.points, verdict))
+
+    def bounds(self, state: Points) -> Bounds:
+        lo, hi = bracket(state.points)
+        return Bounds(
+            capacity=lo.rate if lo else None,
+            low=lo.rate if lo else None,
+            high=hi.rate if hi else None,
+        )

@@ -14,32 +14,27 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ridgeline.search._driver import (
-    Bounds,
+    BracketPolicy,
     Budget,
     Finished,
+    Points,
     Search,
     bracket,
-    bracket_bounds,
     clamp,
     no_sustainable_rate,
     round_rate,
 )
-from ridgeline.search.base import StepPlan, StepVerdict, register
+from ridgeline.search.base import StepPlan, register
 
 if TYPE_CHECKING:
     from ridgeline.search.config import BinaryConfig
 
 
 @dataclass(frozen=True, slots=True)
-class BinaryState:
-    points: tuple[StepVerdict, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class BinaryPolicy:
+class BinaryPolicy(BracketPolicy):
     cfg: BinaryConfig
 
-    def plan(self, state: BinaryState) -> StepPlan | Finished:
+    def plan(self, state: Points) -> StepPlan | Finished:
         cfg = self.cfg
         if not state.points:
             return self._step(cfg.start_rate, "bracket")
@@ -66,12 +61,6 @@ class BinaryPolicy:
         inside = lo.rate < rounded < hi.rate
         return self._step(rounded if inside else middle, "bisect", exact=not inside)
 
-    def update(self, state: BinaryState, verdict: StepVerdict) -> BinaryState:
-        return BinaryState((*state.points, verdict))
-
-    def bounds(self, state: BinaryState) -> Bounds:
-        return bracket_bounds(state.points)
-
     def _step(self, rate: float, purpose: str, *, exact: bool = False) -> StepPlan:
         """A step at ``rate``, rounded (unless ``exact``) and kept in [min_rate, max_rate]."""
         cfg = self.cfg
@@ -81,9 +70,9 @@ class BinaryPolicy:
 
 
 @register("binary")
-class BinaryStrategy(Search[BinaryState]):
+class BinaryStrategy(Search[Points]):
     """Double until a step fails, then bisect the bracket to ``precision``."""
 
     def __init__(self, cfg: BinaryConfig) -> None:
         budget = Budget(cfg.max_steps, cfg.max_test_seconds)
-        super().__init__("binary", BinaryPolicy(cfg), BinaryState(), budget)
+        super().__init__("binary", BinaryPolicy(cfg), Points(), budget)

@@ -13,16 +13,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ridgeline.search._driver import (
-    Bounds,
+    BracketPolicy,
     Budget,
     Finished,
+    Points,
     Search,
     bracket,
-    bracket_bounds,
     no_sustainable_rate,
     round_rate,
 )
-from ridgeline.search.base import StepPlan, StepVerdict, register
+from ridgeline.search.base import StepPlan, register
 
 if TYPE_CHECKING:
     from ridgeline.search.config import SweepConfig
@@ -44,16 +44,11 @@ def sweep_grid(cfg: SweepConfig) -> tuple[float, ...]:
 
 
 @dataclass(frozen=True, slots=True)
-class SweepState:
-    points: tuple[StepVerdict, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class SweepPolicy:
+class SweepPolicy(BracketPolicy):
     grid: tuple[float, ...]
     duration_s: float
 
-    def plan(self, state: SweepState) -> StepPlan | Finished:
+    def plan(self, state: Points) -> StepPlan | Finished:
         lo, hi = bracket(state.points)
         if hi is not None:
             if lo is None:
@@ -69,18 +64,12 @@ class SweepPolicy:
             )
         return StepPlan(self.grid[len(state.points)], self.duration_s, "sweep")
 
-    def update(self, state: SweepState, verdict: StepVerdict) -> SweepState:
-        return SweepState((*state.points, verdict))
-
-    def bounds(self, state: SweepState) -> Bounds:
-        return bracket_bounds(state.points)
-
 
 @register("sweep")
-class SweepStrategy(Search[SweepState]):
+class SweepStrategy(Search[Points]):
     """Every grid rate, ascending, stopping after the first unsustainable one."""
 
     def __init__(self, cfg: SweepConfig) -> None:
         self.grid = sweep_grid(cfg)
         policy = SweepPolicy(self.grid, cfg.step_duration_s)
-        super().__init__("sweep", policy, SweepState(), Budget(cfg.max_steps, cfg.max_test_seconds))
+        super().__init__("sweep", policy, Points(), Budget(cfg.max_steps, cfg.max_test_seconds))
