@@ -11,9 +11,9 @@ import typer
 from typer.testing import CliRunner
 
 from ridgeline.capacity import CapacityResult, Registry
-from ridgeline.capacity.cli import allocate_command, registry_app
+from ridgeline.cli.runs import report_command
+from ridgeline.cli.sizing import allocate_command, registry_app
 from ridgeline.loadgen.records import Outcome, Records
-from ridgeline.report.cli import report_command
 from ridgeline.telemetry.store import RunStore
 from ridgeline.telemetry.summary import summarize
 from ridgeline.telemetry.windows import windows

@@ -11,11 +11,11 @@ import pytest
 from ridgeline.loadgen.records import Outcome
 from ridgeline.loadgen.schedule import from_arrival
 from ridgeline.loadgen.step import StepConfig, measure_step
+from ridgeline.loop.profiling import measure_cpu
 from ridgeline.pipeline.plan import dump_plan, load_plan
 from ridgeline.pipeline.planned import to_plan
 from ridgeline.pipeline.planner import plan_pipeline
 from ridgeline.pipeline.profiles import CPU
-from ridgeline.pipeline.profiling import measure_cpu
 from ridgeline.pipeline.spec import PipelineSpec
 from ridgeline.serve.runtime import PlanServer
 from ridgeline.workload.arrivals import parse_arrival
