@@ -199,14 +199,16 @@ def probe(
     if rate is not None:
         options["rate"] = rate
     with failing(values=True):
-        cfg = ProbeConfig(
-            slo=slo or default_slo(target) or "p99<100ms,errors<1%",
-            strategy=strategy,
-            strategy_options=options,
-            warmup=warmup,
-            confirm=confirm,
-            confirm_margin=confirm_margin,
-            seed=seed,
+        cfg = ProbeConfig.model_validate(
+            {
+                "slo": slo or default_slo(target) or "p99<100ms,errors<1%",
+                "strategy": strategy,
+                "strategy_options": options,
+                "warmup": warmup,
+                "confirm": confirm,
+                "confirm_margin": confirm_margin,
+                "seed": seed,
+            }
         )
         step = StepConfig(processes=processes, window_s=window, metrics_url=metrics_url)
         driver = make_driver(target, step=step, arrival=arrival, trace=trace)
