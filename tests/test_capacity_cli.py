@@ -10,8 +10,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from ridgeline.capacity.cli import allocate_command, registry_app
-from ridgeline.report.cli import report_command
+from ridgeline.cli.runs import report_command
+from ridgeline.cli.sizing import allocate_command, registry_app
 from ridgeline.sizing import CapacityResult, Registry
 from ridgeline.telemetry.records import Outcome, Records
 from ridgeline.telemetry.store import RunStore

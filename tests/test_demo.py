@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from ridgeline.demo import demo_spec, run_demo
-from ridgeline.loop import LoopConfig, LoopResult
-from ridgeline.loop_report import FIGURES
+from ridgeline.loop.demo import REPORT, demo_spec, run_demo
+from ridgeline.loop.run import LoopConfig, LoopResult
 from ridgeline.pipeline.spec import PipelineSpec
+from ridgeline.report.loop_html import FIGURES, write_loop_report
+from ridgeline.report.terminal import demo_summary
 from ridgeline.serve.reconfig import ReconfigConfig
 
 
@@ -65,8 +66,9 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[LoopResult, Path, li
     out = tmp_path_factory.mktemp("demo")
     text = io.StringIO()
     console = Console(file=text, width=400)
-    result, report = run_demo(out, spec=SPEC, zoo=out / "zoo", cfg=QUICK, console=console)
-    return result, report, text.getvalue().splitlines()
+    result = run_demo(out, spec=SPEC, zoo=out / "zoo", cfg=QUICK, say=console.print)
+    report = write_loop_report(result, out / REPORT)
+    return result, report, [*text.getvalue().splitlines(), *demo_summary(result, report)]
 
 
 @pytest.mark.slow

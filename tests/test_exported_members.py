@@ -1,26 +1,84 @@
 """The public API is small and pinned: a name added or removed is a decision."""
 
+import ast
+import inspect
+import subprocess
+import sys
+
+import pytest
+
 import ridgeline
+from ridgeline import errors
+
+# fmt: off
+PUBLIC = [
+    "BatchingConfig", "CapacityEstimate", "ConfigError", "FakeServer", "Features",
+    "GpuUnavailableError", "HealthState", "InfeasiblePlan", "LatencyModel", "NetworkDriver",
+    "Outcome", "PipelineSpec", "Plan", "PlanError", "PlanServer", "ProbeConfig",
+    "ProbeResult", "ProfileTable", "Progress", "Records", "ReplayConfig", "Reply",
+    "RequestShape", "RidgelineError", "RunInterrupted", "RunStore", "SLOPolicy", "Schedule",
+    "SimDriver", "StepConfig", "StepResult", "StepSummary", "StoreError", "Target",
+    "TargetError", "TargetUnreachableError", "Trace", "TraceFormatError",
+    "UnknownKindError", "ValidityConfig", "Window", "allocate", "assess_validity",
+    "capacity_rps", "from_arrival", "from_trace", "load_plan", "load_preset",
+    "load_profiles", "load_spec", "make_driver", "make_target", "measure_step",
+    "parse_arrival", "parse_slo", "parse_strategy", "place", "plan_pipeline", "probe",
+    "read_trace", "replay", "run_coroutine", "run_probe", "run_step", "to_plan",
+]
+# fmt: on
+"""``ridgeline.__all__``, sorted: the names a user may import from ``ridgeline``."""
+
+HEAVY = ("grpc", "aiohttp", "highspy", "onnxruntime")
+"""What neither ``import ridgeline`` nor ``ridgeline --help`` may load."""
 
 
 def test_all_is_pinned_and_every_name_resolves() -> None:
-    assert ridgeline.__all__ == sorted(ridgeline.__all__)
-    assert len(ridgeline.__all__) == 64
+    assert sorted(PUBLIC) == PUBLIC
+    assert ridgeline.__all__ == PUBLIC
     for name in ridgeline.__all__:
         assert getattr(ridgeline, name) is not None, name
-    assert all(not name.startswith("_") for name in ridgeline.__all__)
+        assert name in dir(ridgeline), name
+    with pytest.raises(AttributeError, match="no_such_name"):
+        _ = ridgeline.no_such_name  # type: ignore[attr-defined]
 
 
-def test_errors_share_one_root() -> None:
-    for name in (
-        "ConfigError",
-        "UnknownKindError",
-        "TraceFormatError",
-        "TargetError",
-        "TargetUnreachableError",
-        "StoreError",
-        "RunInterrupted",
-        "PlanError",
-        "InfeasiblePlan",
-    ):
+def test_a_subpackage_does_not_shadow_the_public_name() -> None:
+    import ridgeline.probe.api  # binds the subpackage `probe` on its parent: the name wins
+
+    assert callable(ridgeline.probe) and ridgeline.probe.__name__ == "probe"
+
+
+def test_every_error_is_exported_and_shares_one_root() -> None:
+    defined = {
+        name
+        for name, value in vars(errors).items()
+        if inspect.isclass(value)
+        and issubclass(value, Exception)
+        and value.__module__ == errors.__name__
+    }
+    assert defined <= set(ridgeline.__all__), defined - set(ridgeline.__all__)
+    for name in [*defined, "InfeasiblePlan"]:
         assert issubclass(getattr(ridgeline, name), ridgeline.RidgelineError), name
+
+
+def _heavy_modules_after(code: str) -> list[str]:
+    probe = (
+        f"{code}\nimport sys\n"
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r}))"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    return list(ast.literal_eval(run.stdout.strip().splitlines()[-1]))
+
+
+def test_import_ridgeline_loads_no_grpc_aiohttp_highspy_or_onnxruntime() -> None:
+    assert _heavy_modules_after("import ridgeline") == []
+
+
+def test_ridgeline_help_loads_none_of_them_either() -> None:
+    code = (
+        "import sys\nfrom ridgeline.cli import main\nsys.argv = ['ridgeline', '--help']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass"
+    )
+    assert _heavy_modules_after(code) == []

@@ -10,10 +10,10 @@ import pytest
 
 from ridgeline.loadgen.schedule import from_arrival
 from ridgeline.loadgen.step import StepConfig, measure_step
+from ridgeline.loop.profiling import measure_cpu
 from ridgeline.pipeline.plan import dump_plan, load_plan
 from ridgeline.pipeline.planned import to_plan
 from ridgeline.pipeline.planner import plan_pipeline
-from ridgeline.pipeline.profiling import measure_cpu
 from ridgeline.pipeline.segments import CPU
 from ridgeline.pipeline.spec import PipelineSpec
 from ridgeline.serve.runtime import PlanServer

@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 from typer import Typer
 from typer.testing import CliRunner, Result
 
+from ridgeline.cli.planning import profile_command
 from ridgeline.errors import ConfigError, PlanError
+from ridgeline.loop.profiling import ensure_zoo, measure_cpu, model_gpus
 from ridgeline.pipeline.gpu import GPU_TYPES
-from ridgeline.pipeline.profile_cli import profile_command
 from ridgeline.pipeline.profiles import ProfileRow, ProfileTable, load_profiles
-from ridgeline.pipeline.profiling import ensure_zoo, measure_cpu, model_gpus
 from ridgeline.pipeline.roofline import (
     Cost,
     Roofline,

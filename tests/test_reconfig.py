@@ -116,7 +116,7 @@ async def test_demand_up_and_down_scales_live_and_every_request_is_answered(
 async def test_verify_passes_a_plan_within_its_demand_and_fails_one_beyond(
     tmp_path: Path,
 ) -> None:
-    from ridgeline.verify import verify
+    from ridgeline.loop.verify import verify
 
     served = plan({"detect": 1, "classify": 1}, demand=40.0)
     async with PlanServer(served, tmp_path, http_port=0, grpc_port=None) as server:

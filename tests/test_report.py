@@ -15,8 +15,8 @@ from rich.console import Console
 from ridgeline.errors import ConfigError, StoreError
 from ridgeline.health.state import HealthState
 from ridgeline.report import PROBE_FIGURES, RUN_FIGURES, summary_table, write_report
-from ridgeline.report._figures import COLOURS, health_timeline, trajectory
 from ridgeline.report._view import view_of
+from ridgeline.report.figures import COLOURS, health_timeline, trajectory
 from ridgeline.search.base import CapacityEstimate, StepVerdict
 from ridgeline.telemetry.records import Outcome, Records
 from ridgeline.telemetry.store import RunStore

@@ -440,17 +440,9 @@ def test_tensor_spec_rejects_unknown_datatype() -> None:
 
 
 def test_public_names() -> None:
+    # fmt: off
     assert targets.__all__ == [
-        "OK",
-        "HttpTarget",
-        "InProcessTarget",
-        "OpenAITarget",
-        "Reply",
-        "Target",
-        "TensorSpec",
-        "V2GrpcTarget",
-        "V2HttpTarget",
-        "describe_target_urls",
-        "make_target",
-        "null_target",
+        "OK", "HttpTarget", "InProcessTarget", "OpenAITarget", "Reply", "Target", "TensorSpec",
+        "V2GrpcTarget", "V2HttpTarget", "describe_target_urls", "make_target", "null_target",
     ]
+    # fmt: on

@@ -12,6 +12,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from ridgeline.cli.models import app as zoo_app
 from ridgeline.errors import ConfigError, UnknownKindError
 from ridgeline.zoo import (
     ACCURACY,
@@ -24,7 +25,6 @@ from ridgeline.zoo import (
     load_manifest,
     paper_flops,
 )
-from ridgeline.zoo.cli import app as zoo_app
 
 ALL_VARIANTS = [(family, name) for family, names in FAMILIES.items() for name in names]
 

@@ -16,7 +16,7 @@ from typing import Any
 import plotly.graph_objects as go  # type: ignore[import-untyped]
 
 from ridgeline.errors import ConfigError
-from ridgeline.report import _figures
+from ridgeline.report import figures
 from ridgeline.report._view import RunView, StepView, facts, view_of
 
 PROBE_FIGURES = ("latency-vs-rate", "throughput-vs-rate", "health-timeline", "search-trajectory")
@@ -39,13 +39,13 @@ th { background: #fafafa; } .bad { color: #c62828; }
 def _figures_of(view: RunView) -> list[tuple[str, go.Figure]]:
     if view.probe is not None:
         figs = [
-            _figures.latency_vs_rate(view),
-            _figures.throughput_vs_rate(view),
-            _figures.health_timeline(view),
-            _figures.trajectory(view),
+            figures.latency_vs_rate(view),
+            figures.throughput_vs_rate(view),
+            figures.health_timeline(view),
+            figures.trajectory(view),
         ]
         return list(zip(PROBE_FIGURES, figs, strict=True))
-    return list(zip(RUN_FIGURES, _figures.over_time(view), strict=True))
+    return list(zip(RUN_FIGURES, figures.over_time(view), strict=True))
 
 
 def _settled_state(view: RunView, step: StepView) -> str:

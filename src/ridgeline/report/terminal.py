@@ -1,13 +1,34 @@
-"""The run's summary for the terminal: the report's header, and a probe's search path."""
+"""All terminal output: a run's summary (the report's header and a probe's search path),
+tables for step results, runs, probes, plans, profiles, allocations, the registry and the
+model zoo, a live progress line, and the demo's five-line summary."""
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from rich.console import Console, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
 from ridgeline.report._view import facts, view_of
+
+if TYPE_CHECKING:
+    from ridgeline.loadgen.replayer import Progress
+    from ridgeline.loop.profiling import Modelled
+    from ridgeline.loop.run import LoopResult
+    from ridgeline.pipeline.planner import PlanResult
+    from ridgeline.pipeline.profiles import ProfileTable
+    from ridgeline.probe.orchestrator import ProbeResult
+    from ridgeline.search.base import StepPlan, StepVerdict
+    from ridgeline.sizing.allocator import Allocation
+    from ridgeline.sizing.registry import RegistryEntry
+    from ridgeline.telemetry.summary import Percentiles, StepSummary
+    from ridgeline.zoo.manifest import Manifest
 
 
 def summary_table(run: dict[str, Any]) -> Table:
@@ -30,3 +51,239 @@ def summary_table(run: dict[str, Any]) -> Table:
                 ),
             )
     return t
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def _pct_row(name: str, p: Percentiles) -> list[str]:
+    return [name, _ms(p.p50), _ms(p.p90), _ms(p.p99), _ms(p.p999), _ms(p.max)]
+
+
+def step_table(s: StepSummary, title: str = "step") -> Table:
+    verdict = "[green]valid[/]" if s.valid else f"[red]INVALID[/]: {s.invalid_reason}"
+    t = Table(title=f"{title} — {verdict}", title_justify="left")
+    for col in ("latency (ms)", "p50", "p90", "p99", "p99.9", "max"):
+        t.add_column(col, justify="right")
+    t.add_row(*_pct_row("from schedule", s.latency_ms))
+    t.add_row(*_pct_row("from send", s.latency_from_send_ms))
+    t.add_row(*_pct_row("lateness", s.lateness_ms))
+    if s.ttft_ms is not None:
+        t.add_row(*_pct_row("time to 1st token", s.ttft_ms))
+    if s.itl_ms is not None:
+        t.add_row(*_pct_row("inter-token", s.itl_ms))
+    t.caption = (
+        f"offered {s.offered_rps:.1f}/s  achieved {s.achieved_rps:.1f}/s  "
+        f"sent {s.sent}  ok {s.ok}  errors {s.errors}  timeouts {s.timeouts}  "
+        f"dropped {s.dropped}  error rate {s.error_rate:.2%}"
+        + (f"  run {s.run_id}" if s.run_id is not None else "")
+    )
+    t.caption_justify = "left"
+    return t
+
+
+def runs_table(rows: list[dict[str, Any]]) -> Table:
+    t = Table(title="runs")
+    for col in ("id", "kind", "target", "status", "steps", "started"):
+        t.add_column(col)
+    for r in rows:
+        started = datetime.fromtimestamp(r["started_at"], UTC).strftime("%Y-%m-%d %H:%M:%S")
+        status = r["status"] + (f" ({r['status_reason']})" if r["status_reason"] else "")
+        t.add_row(str(r["id"]), r["kind"], r["target"], status, str(r["steps"]), started)
+    return t
+
+
+@contextmanager
+def live_progress(progress: Progress, console: Console, enabled: bool) -> Iterator[None]:
+    """A one-line progress display on ``console`` while a replay runs (if enabled)."""
+    if not enabled:
+        yield
+        return
+    done = threading.Event()
+
+    def show() -> None:
+        with console.status("") as status:
+            while not done.wait(0.25):
+                status.update(
+                    f"sent {progress.sent}/{progress.total}  answered {progress.answered}"
+                    f"  failed {progress.failed}"
+                )
+
+    th = threading.Thread(target=show, daemon=True)
+    th.start()
+    try:
+        yield
+    finally:
+        done.set()
+        th.join(timeout=1)
+
+
+def probe_line(console: Console) -> Callable[[int, StepPlan, StepVerdict], None]:
+    """A progress line per finished step: step, purpose, rate, state, p99."""
+
+    def show(index: int, plan: StepPlan, v: StepVerdict) -> None:
+        colour = {"healthy": "green", "warn": "yellow"}.get(v.state.value, "red")
+        p99 = "-" if v.p99_ms is None else f"{v.p99_ms:.1f} ms"
+        console.print(
+            f"step {index:>3}  {plan.purpose or 'step':<9} {plan.rate:>10.1f}/s  "
+            f"[{colour}]{v.state.value:<10}[/] score {v.score:5.2f}  p99 {p99}"
+            + ("" if v.valid else "  [red]invalid[/]"),
+            highlight=False,
+        )
+
+    return show
+
+
+def probe_table(r: ProbeResult) -> Table:
+    t = Table(title=f"probe {r.target} — {r.slo}", title_justify="left", show_header=False)
+    cap = "none" if r.capacity_rps is None else f"{r.capacity_rps:,.1f} req/s"
+    ci = "-" if r.ci_low is None or r.ci_high is None else f"[{r.ci_low:,.1f}, {r.ci_high:,.1f}]"
+    rows = [
+        ("capacity", cap),
+        ("interval", ci),
+        ("strategy", r.strategy),
+        ("steps", str(r.steps)),
+        ("test-seconds", f"{r.test_seconds:,.0f}"),
+        ("warmup excluded", f"{r.warmup_excluded_s:,.0f} s"),
+        ("confirmed", "-" if r.confirmed is None else str(r.confirmed).lower()),
+        ("valid", str(r.valid).lower()),
+        ("status", r.status),
+        ("run", str(r.run_id)),
+    ]
+    if r.reason:
+        rows.append(("reason", r.reason))
+    for k, v in rows:
+        t.add_row(k, v)
+    return t
+
+
+def plan_table(r: PlanResult) -> Table:
+    t = Table(title=f"plan: {r.spec.name} at {r.spec.demand_rps:g} req/s", title_justify="left")
+    for col in ("task", "variant", "segment", "batch", "instances", "latency ms", "busy"):
+        t.add_column(col, justify="right" if col not in ("task", "variant", "segment") else "left")
+    for name, p in r.tasks.items():
+        row = p.config.row
+        t.add_row(
+            name,
+            p.variant,
+            f"{row.pool} {row.segment}",
+            str(row.batch),
+            str(p.instances),
+            f"{p.latency_ms:.1f}",
+            f"{p.utilisation:.0%}",
+        )
+    used = ", ".join(f"{v:g} of {r.available[k]:g} on {k}" for k, v in r.slices.items())
+    worst = max(r.path_latency_ms.values())
+    t.caption = (
+        f"slices {used}; accuracy {r.accuracy:.3f} of the best (floor "
+        f"{r.spec.accuracy_floor:g}); slowest path {worst:.1f} ms of {r.spec.slo_ms:g}; "
+        f"features {r.features.label}; solved in {r.solve_s * 1000:.0f} ms"
+    )
+    t.caption_justify = "left"
+    return t
+
+
+def measured_table(table: ProfileTable) -> Table:
+    measured = [r for r in table if r.source == "measured"]
+    t = Table(title=f"measured on this host's CPU ({len(measured)} rows)", title_justify="left")
+    for col in ("variant", "segment", "batch", "latency ms", "rows/s"):
+        t.add_column(col, justify="left" if col in ("variant", "segment") else "right")
+    for r in measured:
+        rate = f"{r.throughput_rps:,.1f}"
+        t.add_row(r.variant, r.segment, str(r.batch), f"{r.latency_ms:.2f}", rate)
+    return t
+
+
+def profile_summary(modelled: Modelled | None, out_path: Path) -> str:
+    note = f"written to {out_path}"
+    if modelled is None:
+        return note
+    how = (
+        f"calibrated ×{modelled.calibration:.3g} by {modelled.basis} measured rows"
+        if modelled.basis
+        else "uncalibrated: no measured row's model has known FLOPs"
+    )
+    return f"{len(modelled.rows)} modelled GPU rows ({how}); {note}"
+
+
+def allocation_table(a: Allocation) -> Table:
+    t = Table(title="allocation", title_justify="left", show_header=False)
+    t.add_column("what", style="dim")
+    t.add_column("value", justify="right")
+    i, n, s = a.inputs, a.naive, a.overprovisioning_avoided
+    t.add_row("demand × (1 + headroom)", f"{a.planned_rps:,.1f} req/s")
+    t.add_row("per replica (capacity × calibration)", f"{a.per_replica_rps:,.1f} req/s")
+    t.add_row("replicas", str(a.replicas))
+    t.add_row("GPUs", f"{a.gpus:g}")
+    t.add_row("utilisation at peak", f"{a.utilisation_at_peak:.0%}")
+    t.add_row(
+        f"naive: peak at {n.rule.target_utilisation:.0%} of max {n.max_throughput_rps:,.1f} req/s",
+        f"{n.replicas} replicas, {n.gpus:g} GPUs",
+    )
+    t.add_row("GPUs avoided vs naive", f"{s.gpus:g} ({s.fraction:.0%}), {s.replicas} replicas")
+    t.caption = f"{i.demand_rps:,.1f} req/s at {i.capacity_rps:,.1f} req/s per replica"
+    t.caption_justify = "left"
+    return t
+
+
+def entries_table(entries: list[RegistryEntry]) -> Table:
+    t = Table(title="registry", title_justify="left")
+    for col in ("model", "version", "rev", "hardware", "capacity", "CI", "SLO", "run", "created"):
+        t.add_column(col)
+    for e in entries:
+        c = e.capacity
+        ci = "-" if c.ci_low is None or c.ci_high is None else f"{c.ci_low:.1f}–{c.ci_high:.1f}"
+        t.add_row(
+            Text(e.model),
+            Text(e.version),
+            str(e.revision),
+            Text(e.hardware),
+            f"{c.capacity_rps:,.1f} req/s",
+            ci,
+            Text(c.slo),
+            "-" if c.run_id is None else str(c.run_id),
+            e.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+        )
+    return t
+
+
+def zoo_table(manifest: Manifest, families: list[str] | None = None) -> Table:
+    t = Table(title="model zoo", title_justify="left")
+    columns: list[tuple[str, JustifyMethod]] = [
+        ("variant", "left"),
+        ("GFLOPs/item", "right"),
+        ("params", "right"),
+        ("file", "right"),
+        ("published accuracy", "right"),
+        ("metric", "left"),
+    ]
+    for name, justify in columns:
+        t.add_column(name, justify=justify)
+    for v in manifest.variants:
+        if families and v.family not in families:
+            continue
+        acc = v.accuracy
+        t.add_row(
+            v.name,
+            f"{v.gflops_per_item:.3f}",
+            f"{v.params / 1e6:.2f} M",
+            f"{v.size_bytes / 2**20:.1f} MiB",
+            f"{acc.value:g}" if acc else "-",
+            acc.metric if acc else "none published",
+        )
+    return t
+
+
+def demo_summary(r: LoopResult, report: Path) -> list[str]:
+    """Five lines: the plan, the verify verdict, the reconfiguration, requests, report."""
+    tasks = ", ".join(f"{t} {p.variant}×{p.instances}" for t, p in r.planned.tasks.items())
+    peak = max((sum(e.instances.values()) for e in r.events), default=0)
+    return [
+        f"plan: {tasks} on {r.planned.slices_used:g} cores, accuracy "
+        f"{r.planned.accuracy:.3f} of the best",
+        f"verify: {r.verified.summary()}",
+        f"reconfigure: {len(r.events)} changes, up to {peak} instances in all",
+        f"requests: {r.sent} sent, {r.answered} answered, {r.lost} lost",
+        f"report: {report}",
+    ]

@@ -1,16 +1,16 @@
 """The whole loop on one machine: profile → plan → serve → verify → reconfigure, and one
 HTML report that tells the story (what ``ridgeline demo`` runs).
 
-1. Profile the spec's variants on CPU segments (``pipeline.profiling``).
+1. Profile the spec's variants on CPU segments (``loop.profiling``).
 2. Plan for the demand under the SLO (``pipeline.planner``), within a core budget.
 3. Serve the plan (``serve.runtime.PlanServer``) on 127.0.0.1.
-4. Verify it at the planned demand (``verify``): pass or fail, and the margin.
+4. Verify it at the planned demand (``loop.verify``): pass or fail, and the margin.
 5. Move the demand up and back down (arrival gaps from a recorded production trace,
    time-scaled to each phase's rate) while the reconfiguration controller
    (``serve.controller``) re-plans — the MILP again, holding each task's variant,
    segment and batch, so only instance counts change — and applies the difference
    live. Every request sent is counted: answered, dropped or failed.
-6. Write the report (``loop_report``).
+6. The report: ``report.loop_html`` renders the result.
 """
 
 from __future__ import annotations
@@ -22,17 +22,17 @@ from pathlib import Path
 
 from ridgeline.loadgen.schedule import Schedule, from_arrival, from_trace
 from ridgeline.loadgen.step import StepConfig, StepResult, measure_step
+from ridgeline.loop.profiling import ensure_zoo, measure_cpu
+from ridgeline.loop.verify import VerifyResult, verify
 from ridgeline.pipeline.plan import Plan, dump_plan
 from ridgeline.pipeline.planned import to_plan
 from ridgeline.pipeline.planner import PlanResult, plan_pipeline
 from ridgeline.pipeline.profiles import ProfileTable
-from ridgeline.pipeline.profiling import ensure_zoo, measure_cpu
 from ridgeline.pipeline.segments import CPU
 from ridgeline.pipeline.spec import PipelineSpec
 from ridgeline.serve.controller import ReconfigEvent, Reconfigurer
 from ridgeline.serve.reconfig import ReconfigConfig
 from ridgeline.serve.runtime import PlanServer
-from ridgeline.verify import VerifyResult, verify
 from ridgeline.workload.arrivals import parse_arrival
 from ridgeline.workload.traces import bundled_trace_path
 

@@ -2,21 +2,21 @@
 pipeline (``data/demo-spec.yaml``: detector → car classifier and face model, real ONNX
 models from the local zoo), profiled on this host's CPU, planned, served on 127.0.0.1,
 verified at its demand, then taken through a demand step up and back down while the
-controller reconfigures it live; one HTML report and a five-line summary at the end."""
+controller reconfigures it live. ``run_demo`` returns the result; ``report.loop_html``
+writes its HTML report (``REPORT`` in the output directory) and ``report.terminal`` its
+five-line summary."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
 from ridgeline.errors import RunInterrupted
 from ridgeline.loadgen.runloop import run_coroutine
-from ridgeline.loop import LoopConfig, LoopResult, run_loop
-from ridgeline.loop_report import write_loop_report
+from ridgeline.loop.run import LoopConfig, LoopResult, run_loop
 from ridgeline.pipeline.spec import PipelineSpec, load_spec
 from ridgeline.serve.controller import ReconfigEvent
 from ridgeline.serve.loading import zoo_dir
@@ -31,6 +31,9 @@ SHORT = LoopConfig(
 )
 """A quick preset (tests, a first look): fewer points, shorter phases, no margin search."""
 
+REPORT = "report.html"
+"""The report's file name in the output directory (as the run store records it)."""
+
 
 def demo_spec() -> PipelineSpec:
     with resources.as_file(resources.files("ridgeline") / "data" / "demo-spec.yaml") as p:
@@ -43,21 +46,21 @@ def run_demo(
     spec: PipelineSpec | None = None,
     zoo: Path | None = None,
     cfg: LoopConfig | None = None,
-    console: Console | None = None,
+    say: Callable[[str], None] = print,
     db: str | None = None,
-) -> tuple[LoopResult, Path]:
-    """Run the loop; the result and the report's path. The run, and every
-    reconfiguration with its reason as it happens, go to the run store. Ctrl-C stops it
-    cleanly: the servers stop, the run is stored as interrupted, and ``RunInterrupted``
-    names what was kept."""
-    con = console or Console()
+) -> LoopResult:
+    """Run the loop; ``say`` gets its progress lines. The run, and every reconfiguration
+    with its reason as it happens, go to the run store, with the path of the report
+    (``out_dir / REPORT``, which ``report.loop_html.write_loop_report`` writes). Ctrl-C
+    stops it cleanly: the servers stop, the run is stored as interrupted, and
+    ``RunInterrupted`` names what was kept."""
     spec = spec or demo_spec()
     stage = ["starting"]
 
-    def say(line: str) -> None:
+    def told(line: str) -> None:
         if line.startswith("["):
             stage[0] = line
-        con.print(line)
+        say(line)
 
     with RunStore(db) as store:
         run_id = store.create_run("demo", spec.name, {"out": str(out_dir), "spec": spec.name})
@@ -69,7 +72,7 @@ def run_demo(
 
         try:
             result = run_coroutine(
-                run_loop(spec, zoo or zoo_dir(), out_dir, cfg or LoopConfig(), say, logged)
+                run_loop(spec, zoo or zoo_dir(), out_dir, cfg or LoopConfig(), told, logged)
             )
         except KeyboardInterrupt:
             kept = sorted(p.name for p in out_dir.glob("*")) if out_dir.exists() else []
@@ -82,7 +85,6 @@ def run_demo(
                 f"{out_dir}: {', '.join(kept) or 'nothing yet'}; run {run_id} in {store.path} "
                 "is marked interrupted",
             ) from None
-        report = write_loop_report(result, out_dir / "report.html")
         store.finish_run(
             run_id,
             "complete",
@@ -93,23 +95,7 @@ def run_demo(
                 "sent": result.sent,
                 "answered": result.answered,
                 "lost": result.lost,
-                "report": str(report),
+                "report": str(out_dir / REPORT),
             },
         )
-    for line in summary(result, report):
-        con.print(line)
-    return result, report
-
-
-def summary(r: LoopResult, report: Path) -> list[str]:
-    """Five lines: the plan, the verify verdict, the reconfiguration, requests, report."""
-    tasks = ", ".join(f"{t} {p.variant}×{p.instances}" for t, p in r.planned.tasks.items())
-    peak = max((sum(e.instances.values()) for e in r.events), default=0)
-    return [
-        f"plan: {tasks} on {r.planned.slices_used:g} cores, accuracy "
-        f"{r.planned.accuracy:.3f} of the best",
-        f"verify: {r.verified.summary()}",
-        f"reconfigure: {len(r.events)} changes, up to {peak} instances in all",
-        f"requests: {r.sent} sent, {r.answered} answered, {r.lost} lost",
-        f"report: {report}",
-    ]
+    return result

@@ -1,52 +1,91 @@
-"""``ridgeline plan``: a thin command over ``planner`` (mounted by the main app as
-``app.command("plan")(plan_command)``)."""
+"""``ridgeline profile`` and ``ridgeline plan``: a pipeline's profile table (measured on this
+host's CPU, modelled for GPUs) and its plan (the MILP, then the MIG layout)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
-from ridgeline._cli_common import fail as _fail
-from ridgeline._cli_common import out
-from ridgeline.errors import InfeasiblePlan, RidgelineError
-from ridgeline.pipeline.gpu import parse_gpus
-from ridgeline.pipeline.placement import Placement, place
-from ridgeline.pipeline.plan import dump_plan
-from ridgeline.pipeline.planned import max_demand, to_plan
-from ridgeline.pipeline.planner import Features, PlannerOptions, PlanResult, plan_pipeline
-from ridgeline.pipeline.profiles import load_profiles
+from ridgeline.cli._common import JsonOption, ZooOption, err, failing, out
+from ridgeline.errors import ConfigError
+from ridgeline.pipeline.gpu import gpu_type, parse_gpus
 from ridgeline.pipeline.segments import CPU
-from ridgeline.pipeline.spec import load_spec
+
+if TYPE_CHECKING:
+    from ridgeline.pipeline.placement import Placement
+    from ridgeline.pipeline.planner import PlanResult
+    from ridgeline.pipeline.profiles import ProfileRow
 
 
-def plan_table(r: PlanResult) -> Table:
-    t = Table(title=f"plan: {r.spec.name} at {r.spec.demand_rps:g} req/s", title_justify="left")
-    for col in ("task", "variant", "segment", "batch", "instances", "latency ms", "busy"):
-        t.add_column(col, justify="right" if col not in ("task", "variant", "segment") else "left")
-    for name, p in r.tasks.items():
-        row = p.config.row
-        t.add_row(
-            name,
-            p.variant,
-            f"{row.pool} {row.segment}",
-            str(row.batch),
-            str(p.instances),
-            f"{p.latency_ms:.1f}",
-            f"{p.utilisation:.0%}",
+def profile_command(
+    spec: Annotated[Path, typer.Argument(help="pipeline spec YAML (examples/specs/)")],
+    out_path: Annotated[
+        Path, typer.Option("--out", help="profile table CSV to write (what `plan` reads)")
+    ] = Path("profiles.csv"),
+    zoo: ZooOption = None,
+    cores: Annotated[str, typer.Option(help="core counts to measure on, e.g. 1,2")] = "1",
+    batches: Annotated[str, typer.Option(help="batch sizes, e.g. 1,2,4,8")] = "1,2,4,8",
+    seconds: Annotated[float, typer.Option(help="measured seconds per point")] = 3.0,
+    gpus: Annotated[
+        str, typer.Option(help="GPU types to add roofline rows for, e.g. A100-80GB,H100-80GB")
+    ] = "",
+    as_json: Annotated[bool, typer.Option("--json", help="print the rows as JSON")] = False,
+) -> None:
+    """Measure every variant of a pipeline spec on this host's CPU (the serving runtime,
+    one instance per core count and batch size), add roofline rows for GPU types
+    calibrated by them, and write the profile table `ridgeline plan` reads."""
+    from ridgeline.loadgen.runloop import run_coroutine
+    from ridgeline.loop.profiling import ensure_zoo, measure_cpu, model_gpus
+    from ridgeline.pipeline.profiles import ProfileTable
+    from ridgeline.pipeline.spec import load_spec
+    from ridgeline.report.terminal import measured_table, profile_summary
+    from ridgeline.serve.loading import zoo_dir
+
+    with failing():
+        s = load_spec(spec)
+        core_counts, sizes = _ints(cores, "--cores"), _ints(batches, "--batches")
+        types = [gpu_type(g.strip()).name for g in gpus.split(",") if g.strip()]
+        where = zoo or zoo_dir()
+        manifest = ensure_zoo(s, where)
+        table = run_coroutine(
+            measure_cpu(
+                s, where, core_counts, sizes, seconds, spec_dir=spec.parent, on_row=_progress
+            )
         )
-    used = ", ".join(f"{v:g} of {r.available[k]:g} on {k}" for k, v in r.slices.items())
-    worst = max(r.path_latency_ms.values())
-    t.caption = (
-        f"slices {used}; accuracy {r.accuracy:.3f} of the best (floor "
-        f"{r.spec.accuracy_floor:g}); slowest path {worst:.1f} ms of {r.spec.slo_ms:g}; "
-        f"features {r.features.label}; solved in {r.solve_s * 1000:.0f} ms"
+        modelled = model_gpus(s, table, types, sizes, manifest) if types else None
+        if modelled is not None:
+            table = ProfileTable([*table, *modelled.rows])
+        out_path.write_text(table.to_csv())
+    if as_json:
+        doc = {
+            "rows": [dataclasses.asdict(r) for r in table],
+            "calibration": None if modelled is None else modelled.calibration,
+        }
+        out.print_json(json.dumps(doc))
+    else:
+        out.print(measured_table(table))
+        out.print(
+            profile_summary(modelled, out_path), markup=False, highlight=False, soft_wrap=True
+        )
+
+
+def _progress(row: ProfileRow) -> None:
+    err.print(
+        f"{row.variant} {row.segment} batch {row.batch}: {row.latency_ms:.2f} ms, "
+        f"{row.throughput_rps:,.1f} rows/s",
+        highlight=False,
     )
-    t.caption_justify = "left"
-    return t
+
+
+def _ints(text: str, option: str) -> list[int]:
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts or not all(p.isdigit() and int(p) >= 1 for p in parts):
+        raise ConfigError(f"{option} {text!r}: write positive integers with commas, e.g. 1,2,4")
+    return sorted({int(p) for p in parts})
 
 
 def result_json(r: PlanResult) -> dict[str, Any]:
@@ -96,12 +135,20 @@ def plan_command(
     mig_parted: Annotated[
         Path | None, typer.Option(help="write the GPUs' MIG layout as a mig-parted config")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Plan a pipeline by MILP (HiGHS): per task the variant, segment (MIG slice or MPS
     share), batch size and instances, so every path meets the SLO and accuracy stays
     above its floor on the fewest slices; then lay the MIG instances out on the GPUs."""
-    try:
+    from ridgeline.errors import InfeasiblePlan
+    from ridgeline.pipeline.plan import dump_plan
+    from ridgeline.pipeline.planned import max_demand, to_plan
+    from ridgeline.pipeline.planner import Features, PlannerOptions, plan_pipeline
+    from ridgeline.pipeline.profiles import load_profiles
+    from ridgeline.pipeline.spec import load_spec
+    from ridgeline.report.terminal import plan_table
+
+    with failing():
         if objective not in ("slices", "accuracy"):
             raise typer.BadParameter("--objective must be slices or accuracy")
         s = load_spec(spec)
@@ -138,12 +185,13 @@ def plan_command(
             out_plan.write_text(dump_plan(to_plan(result)))
             if not as_json:
                 out.print(f"plan written to {out_plan}; serve it with `ridgeline serve {out_plan}`")
-    except RidgelineError as exc:
-        _fail(exc)
 
 
 def _place(result: PlanResult, gpus: str) -> Placement | None:
     """The plan's MIG instances on physical GPUs (None on CPU)."""
+    from ridgeline.pipeline.placement import place
+    from ridgeline.pipeline.planned import to_plan
+
     if all(pool == CPU for pool in result.slices):
         return None
     return place(to_plan(result), parse_gpus(gpus))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import plotly.graph_objects as go  # type: ignore[import-untyped]
 
-from ridgeline.loop import LoopResult
+from ridgeline.loop.run import LoopResult
 from ridgeline.report.html import figures_html
 
 FIGURES = ("profiles", "demand", "instances", "latency")

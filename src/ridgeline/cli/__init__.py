@@ -1,0 +1,33 @@
+"""The ``ridgeline`` command: one module per command group, each command a few lines over a
+library call. A command imports what it needs when it runs, so ``ridgeline --help`` loads
+no grpc, aiohttp, HiGHS or onnxruntime."""
+
+from __future__ import annotations
+
+import typer
+
+from ridgeline.cli import fake, loop, measure, models, planning, runs, serving, sizing
+
+app = typer.Typer(
+    help="ridgeline: what is the least GPU that serves demand D within my SLO, and does it "
+    "really? Open-loop load, capacity search, planning and serving for ML inference.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(runs.app, name="runs")
+app.command("allocate")(sizing.allocate_command)
+app.add_typer(sizing.registry_app, name="registry")
+app.command("report")(runs.report_command)
+app.add_typer(models.app, name="models", help="The local model zoo: real ONNX model families.")
+app.command("profile")(planning.profile_command)
+app.command("plan")(planning.plan_command)
+app.command("run")(measure.run)
+app.command("probe")(measure.probe)
+app.command("fake-server")(fake.fake_server)
+app.command("serve")(serving.serve)
+app.command("verify")(loop.verify)
+app.command("demo")(loop.demo)
+
+
+def main() -> None:
+    app(prog_name="ridgeline")

@@ -1,0 +1,52 @@
+"""What every command module shares: the consoles, the shared options, the error exit."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+
+from ridgeline.errors import RidgelineError, RunInterrupted
+from ridgeline.telemetry.store import default_store_path
+
+out = Console()
+err = Console(stderr=True)
+
+DbOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        help=f"run store: a SQLite file path (default {default_store_path()}, or $RIDGELINE_DB)",
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="print one JSON object")]
+ZooOption = Annotated[
+    Path | None, typer.Option(help="model zoo directory (default $RIDGELINE_ZOO or cache)")
+]
+HostOption = Annotated[str, typer.Option(help="address to bind")]
+ServerTokenOption = Annotated[str | None, typer.Option(help="require this bearer token")]
+ProcessesOption = Annotated[int, typer.Option(help="local generator processes")]
+
+
+def fail(exc: RidgelineError) -> NoReturn:
+    """Print ``error: ...`` to stderr and exit 2 (130 for an interrupted run)."""
+    err.print(f"[red]error:[/] {exc}", highlight=False)
+    raise typer.Exit(130 if isinstance(exc, RunInterrupted) else 2)
+
+
+@contextmanager
+def failing(*, values: bool = False) -> Iterator[None]:
+    """Turn a ``RidgelineError`` raised inside into :func:`fail`'s exit (also a
+    ``ValueError``, pydantic's validation of options, when ``values``)."""
+    try:
+        yield
+    except RidgelineError as exc:
+        fail(exc)
+    except ValueError as exc:
+        if not values:
+            raise
+        fail(RidgelineError(str(exc)))

@@ -1,0 +1,66 @@
+"""``ridgeline verify`` and ``ridgeline demo``: a served plan checked at its demand, and the
+whole loop on this machine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ridgeline.cli._common import DbOption, JsonOption, ZooOption, failing, out
+
+
+def verify(
+    plan: Annotated[Path, typer.Argument(help="the plan YAML the server runs")],
+    target: Annotated[
+        str, typer.Argument(help="its pipeline's v2 URL, e.g. http://127.0.0.1:8000/v2/models/NAME")
+    ],
+    seconds: Annotated[float, typer.Option(help="length of the step at the demand, s")] = 10.0,
+    max_fail: Annotated[
+        float, typer.Option(help="largest share of errors, timeouts and drops that passes")
+    ] = 0.01,
+    search: Annotated[bool, typer.Option(help="also measure the capacity (the margin)")] = True,
+    as_json: JsonOption = False,
+) -> None:
+    """Probe a served plan at its planned demand: pass or fail against its SLO, and the
+    margin its measured capacity leaves. Exit status 1 when it fails."""
+    from ridgeline.loadgen.runloop import run_coroutine
+    from ridgeline.loop.verify import verify as verify_plan
+    from ridgeline.pipeline.plan import load_plan
+
+    with failing():
+        result = run_coroutine(
+            verify_plan(load_plan(plan), target, seconds=seconds, max_fail=max_fail, search=search)
+        )
+    if as_json:
+        out.print_json(json.dumps(result.to_json()))
+    else:
+        out.print(result.summary())
+    if not result.passed:
+        raise typer.Exit(1)
+
+
+def demo(
+    out_dir: Annotated[
+        Path, typer.Option("--out", help="where the plan, profiles and report go")
+    ] = Path("ridgeline-demo"),
+    zoo: ZooOption = None,
+    short: Annotated[bool, typer.Option(help="a quick pass: fewer points, shorter phases")] = False,
+    db: DbOption = None,
+) -> None:
+    """The whole loop on this machine: profile the example pipeline on CPU, plan it, serve
+    it, verify it at its demand, move the demand up and back down while it reconfigures
+    live, and write one HTML report."""
+    from ridgeline.loop.demo import REPORT, SHORT, run_demo
+    from ridgeline.report.loop_html import write_loop_report
+    from ridgeline.report.terminal import demo_summary
+
+    with failing():
+        result = run_demo(out_dir, zoo=zoo, cfg=SHORT if short else None, say=out.print, db=db)
+        report = write_loop_report(result, out_dir / REPORT)
+    for line in demo_summary(result, report):
+        out.print(line)
+    if not result.verified.passed or result.lost:
+        raise typer.Exit(1)

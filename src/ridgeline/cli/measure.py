@@ -1,0 +1,227 @@
+"""``ridgeline run`` and ``ridgeline probe``: one open-loop step, and the capacity search."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from ridgeline.cli._common import DbOption, JsonOption, ProcessesOption, err, failing, out
+
+if TYPE_CHECKING:
+    from ridgeline.loadgen.schedule import Schedule
+
+
+def _target_options(model: str | None, header: list[str], token: str | None) -> dict[str, Any]:
+    headers: dict[str, str] = {}
+    for h in header:
+        if ":" not in h:
+            raise typer.BadParameter(f"--header {h!r} must look like 'Name: value'")
+        k, v = h.split(":", 1)
+        headers[k.strip()] = v.strip()
+    opts: dict[str, Any] = {}
+    if headers:
+        opts["headers"] = headers
+    if token:
+        opts["token"] = token
+    if model:
+        opts["model"] = model
+    return opts
+
+
+def run(
+    target: Annotated[
+        str,
+        typer.Argument(
+            help="endpoint URL, e.g. http://127.0.0.1:8000/v2/"
+            "models/NAME, grpc://127.0.0.1:8001/NAME, "
+            "openai+http://127.0.0.1:8000/v1, null://"
+        ),
+    ],
+    rate: Annotated[float | None, typer.Option(help="mean offered rate, requests/s")] = None,
+    duration: Annotated[float, typer.Option(help="step length, seconds")] = 10.0,
+    arrival: Annotated[
+        str,
+        typer.Option(
+            help="constant | poisson | gamma:cv=2 | ramp:from=10,to=100 | steps:rates=10/20,step=5"
+            " | diurnal:amplitude=0.5,period=60"
+        ),
+    ] = "poisson",
+    trace: Annotated[Path | None, typer.Option(help="replay a recorded trace (CSV/JSONL)")] = None,
+    target_rate: Annotated[
+        float | None,
+        typer.Option(help="time-scale the trace to this mean rate, keeping its relative gaps"),
+    ] = None,
+    trace_start: Annotated[float, typer.Option(help="start of the trace window, s")] = 0.0,
+    seed: Annotated[int, typer.Option(help="seed of the arrival schedule")] = 0,
+    processes: ProcessesOption = 1,
+    timeout: Annotated[float, typer.Option(help="per-request timeout, s")] = 30.0,
+    max_outstanding: Annotated[int, typer.Option(help="requests in flight at most")] = 10_000,
+    lateness_bound_ms: Annotated[
+        float, typer.Option(help="p99 send lateness above which the step is invalid")
+    ] = 1.0,
+    window: Annotated[float, typer.Option(help="telemetry window, s")] = 1.0,
+    metrics_url: Annotated[
+        str | None, typer.Option(help="Prometheus endpoint of the server, scraped beside the load")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="model name (OpenAI targets)")] = None,
+    header: Annotated[list[str], typer.Option(help="extra header 'Name: value'")] = [],  # noqa: B006
+    token: Annotated[str | None, typer.Option(help="bearer token for the endpoint")] = None,
+    store_requests: Annotated[bool, typer.Option(help="store one row per request")] = False,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Run one open-loop step against TARGET and print its result."""
+    from ridgeline.loadgen.replayer import Progress, ReplayConfig
+    from ridgeline.loadgen.step import StepConfig, run_step
+    from ridgeline.loadgen.validity import ValidityConfig
+    from ridgeline.report.terminal import live_progress, step_table
+    from ridgeline.telemetry.store import RunStore
+
+    with failing(values=True):
+        schedule = _schedule(rate, duration, arrival, trace, target_rate, trace_start, seed)
+        cfg = StepConfig(
+            processes=processes,
+            window_s=window,
+            metrics_url=metrics_url,
+            store_requests=store_requests,
+            replay=ReplayConfig(timeout_s=timeout, max_outstanding=max_outstanding),
+            validity=ValidityConfig(lateness_p99_bound_s=lateness_bound_ms / 1000.0),
+        )
+        progress = Progress()
+        with RunStore(db) as store, live_progress(progress, err, err.is_terminal):
+            result = run_step(
+                target,
+                schedule,
+                cfg,
+                store=store,
+                target_options=_target_options(model, header, token),
+                progress=progress,
+            )
+    if as_json:
+        print(result.summary.model_dump_json(indent=2))
+    else:
+        out.print(step_table(result.summary, f"{target} — {schedule.description}"))
+
+
+def _schedule(
+    rate: float | None,
+    duration: float,
+    arrival: str,
+    trace: Path | None,
+    target_rate: float | None,
+    trace_start: float,
+    seed: int,
+) -> Schedule:
+    from ridgeline.loadgen.schedule import from_arrival, from_trace
+    from ridgeline.workload.arrivals import parse_arrival
+
+    if trace is not None:
+        return from_trace(
+            trace, target_rate=target_rate or rate, start_s=trace_start, duration_s=duration
+        )
+    return from_arrival(parse_arrival(arrival, rate), duration, seed)
+
+
+def probe(
+    target: Annotated[
+        str,
+        typer.Argument(
+            help="endpoint URL (as for `run`), or sim:PRESET / sim:FILE.yaml for a simulated "
+            "server in virtual time (presets: recommendation, ranking, vision, nlp, "
+            "vision-warmup)"
+        ),
+    ],
+    slo: Annotated[
+        str | None,
+        typer.Option(
+            help="e.g. 'p99<100ms,errors<0.1%'; default: the sim preset's, else "
+            "'p99<100ms,errors<1%'"
+        ),
+    ] = None,
+    strategy: Annotated[
+        str, typer.Option(help="adaptive | binary | sweep | stability")
+    ] = "adaptive",
+    min_rate: Annotated[float, typer.Option(help="lowest rate to try, req/s")] = 1.0,
+    max_rate: Annotated[float | None, typer.Option(help="highest rate to try")] = None,
+    start_rate: Annotated[float | None, typer.Option(help="first rate (default min-rate)")] = None,
+    rate: Annotated[float | None, typer.Option(help="the rate, for --strategy stability")] = None,
+    step_duration: Annotated[float, typer.Option(help="seconds per step")] = 10.0,
+    precision: Annotated[float, typer.Option(help="relative width of the answer")] = 0.02,
+    warmup: Annotated[bool, typer.Option(help="warmup phase and steady-state exclusion")] = True,
+    confirm: Annotated[bool, typer.Option(help="a stability run at the estimate")] = True,
+    confirm_margin: Annotated[
+        float,
+        typer.Option(
+            help="re-run a confirmation failing within this of the SLO (besides the band "
+            "its own noise sets); the majority of 3 decides"
+        ),
+    ] = 0.0,
+    arrival: Annotated[str, typer.Option(help="arrival process of every step")] = "poisson",
+    trace: Annotated[
+        Path | None,
+        typer.Option(help="replay this trace in every step, time-scaled to the step's rate"),
+    ] = None,
+    processes: ProcessesOption = 1,
+    window: Annotated[float, typer.Option(help="health window, s")] = 1.0,
+    metrics_url: Annotated[
+        str | None, typer.Option(help="Prometheus endpoint of the server (batch sizes, queue, GPU)")
+    ] = None,
+    gpu_metrics_url: Annotated[
+        str | None,
+        typer.Option(
+            help="a DCGM exporter or Triton metrics endpoint, when NVML cannot see the GPU "
+            "(a remote server)"
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="seed of the schedules")] = 0,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Find the maximum sustainable throughput of TARGET under an SLO."""
+    from ridgeline.loadgen.step import StepConfig
+    from ridgeline.probe.api import default_slo, make_driver, run_probe
+    from ridgeline.probe.orchestrator import ProbeConfig
+    from ridgeline.report.terminal import probe_line, probe_table
+    from ridgeline.telemetry.gpu import detect_gpu_monitor
+    from ridgeline.telemetry.store import RunStore
+
+    options: dict[str, Any] = {
+        "min_rate": min_rate,
+        "step_duration_s": step_duration,
+        "precision": precision,
+    }
+    if max_rate is not None:
+        options["max_rate"] = max_rate
+    if start_rate is not None:
+        options["start_rate"] = start_rate
+    if rate is not None:
+        options["rate"] = rate
+    with failing(values=True):
+        cfg = ProbeConfig.model_validate(
+            {
+                "slo": slo or default_slo(target) or "p99<100ms,errors<1%",
+                "strategy": strategy,
+                "strategy_options": options,
+                "warmup": warmup,
+                "confirm": confirm,
+                "confirm_margin": confirm_margin,
+                "seed": seed,
+            }
+        )
+        step = StepConfig(processes=processes, window_s=window, metrics_url=metrics_url)
+        driver = make_driver(target, step=step, arrival=arrival, trace=trace)
+        with RunStore(db) as store:
+            gpu = None if target.startswith("sim:") else detect_gpu_monitor(gpu_metrics_url)
+            if gpu is not None and not as_json:
+                err.print(f"GPU: {gpu.describe()}", highlight=False)
+            result = run_probe(
+                driver, cfg, store=store, gpu=gpu, on_step=None if as_json else probe_line(err)
+            )
+    if as_json:
+        print(result.model_dump_json(indent=2))
+    else:
+        out.print(probe_table(result))
+    if result.status != "complete":
+        raise typer.Exit(130 if result.status == "interrupted" else 1)

@@ -1,0 +1,68 @@
+"""``ridgeline runs list|show`` and ``ridgeline report``: runs kept in the run store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ridgeline.cli._common import DbOption, failing, out
+
+app = typer.Typer(help="Runs kept in the run store.", no_args_is_help=True)
+
+
+@app.command("list")
+def runs_list(
+    db: DbOption = None, limit: Annotated[int, typer.Option(help="newest N runs")] = 20
+) -> None:
+    """List the newest runs."""
+    from ridgeline.report.terminal import runs_table
+    from ridgeline.telemetry.store import RunStore
+
+    with failing(), RunStore(db) as store:
+        out.print(runs_table(store.list_runs(limit)))
+
+
+@app.command("show")
+def runs_show(
+    run_id: int, db: DbOption = None, as_json: Annotated[bool, typer.Option("--json")] = False
+) -> None:
+    """Show one run: its steps and their windows."""
+    from ridgeline.report.terminal import step_table
+    from ridgeline.telemetry.store import RunStore
+    from ridgeline.telemetry.summary import StepSummary
+
+    with failing(), RunStore(db) as store:
+        run_ = store.get_run(run_id)
+    if as_json:
+        print(json.dumps(run_, indent=2))
+        return
+    reason = f" ({run_['status_reason']})" if run_["status_reason"] else ""
+    out.print(f"run {run_['id']} [{run_['kind']}] {run_['target']}: {run_['status']}{reason}")
+    for step in run_["steps"]:
+        summary = StepSummary.model_validate(step["summary"])
+        out.print(step_table(summary, f"step {step['index']}"))
+
+
+def report_command(
+    run_id: Annotated[int, typer.Argument(help="the run, as `ridgeline runs list` shows it")],
+    out_path: Annotated[
+        Path | None,
+        typer.Option("--out", help="HTML file to write (default ./ridgeline-run-RUN_ID.html)"),
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """Write RUN_ID's report as one self-contained HTML file and print its summary."""
+    from ridgeline.report.html import write_report
+    from ridgeline.report.terminal import summary_table
+    from ridgeline.telemetry.store import RunStore
+
+    with failing():
+        with RunStore(db) as store:
+            run = store.get_run(run_id)
+        path = write_report(run, out_path or Path(f"ridgeline-run-{run_id}.html"))
+        table = summary_table(run)
+    out.print(table)
+    out.print(f"report written to {path}", markup=False, highlight=False)
