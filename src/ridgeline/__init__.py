@@ -12,6 +12,7 @@ The public API, in a few lines::
 
 __version__ = "0.1.0"  # before the imports: submodules read it
 
+from ridgeline.aio import run_coroutine
 from ridgeline.capacity import allocate
 from ridgeline.errors import (
     ConfigError,
@@ -24,11 +25,10 @@ from ridgeline.errors import (
     TraceFormatError,
     UnknownKindError,
 )
-from ridgeline.fakeserver import FakeServer, LatencyModel, capacity_rps, load_preset
+from ridgeline.fakeserver import FakeServer, load_preset
 from ridgeline.health import HealthState, SLOPolicy, parse_slo
 from ridgeline.loadgen.records import Outcome, Records
 from ridgeline.loadgen.replayer import Progress, ReplayConfig, replay
-from ridgeline.loadgen.runloop import run_coroutine
 from ridgeline.loadgen.schedule import Schedule, from_arrival, from_trace
 from ridgeline.loadgen.step import StepConfig, StepResult, measure_step, run_step
 from ridgeline.loadgen.validity import ValidityConfig, assess_validity
@@ -44,6 +44,7 @@ from ridgeline.probe.drivers import NetworkDriver, SimDriver
 from ridgeline.probe.orchestrator import ProbeConfig, ProbeResult, probe
 from ridgeline.search import CapacityEstimate, parse_strategy
 from ridgeline.serve.runtime import PlanServer
+from ridgeline.synthetic.model import LatencyModel, capacity_rps
 from ridgeline.targets import Reply, Target, make_target
 from ridgeline.telemetry.store import RunStore
 from ridgeline.telemetry.summary import StepSummary

@@ -11,11 +11,11 @@ import typer
 from ridgeline._cli_common import DbOption, err, out
 from ridgeline._cli_common import fail as _fail
 from ridgeline._cli_common import out as out_console
+from ridgeline.aio import run_coroutine
 from ridgeline.capacity.cli import allocate_command, registry_app
 from ridgeline.display import live_progress, runs_table, step_table
 from ridgeline.errors import RidgelineError
 from ridgeline.loadgen.replayer import Progress, ReplayConfig
-from ridgeline.loadgen.runloop import run_coroutine
 from ridgeline.loadgen.schedule import Schedule, from_arrival, from_trace
 from ridgeline.loadgen.step import StepConfig, run_step
 from ridgeline.loadgen.validity import ValidityConfig

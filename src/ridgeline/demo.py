@@ -13,8 +13,8 @@ from typing import Any
 
 from rich.console import Console
 
+from ridgeline.aio import run_coroutine
 from ridgeline.errors import RunInterrupted
-from ridgeline.loadgen.runloop import run_coroutine
 from ridgeline.loop import LoopConfig, LoopResult, run_loop
 from ridgeline.loop_report import write_loop_report
 from ridgeline.pipeline.spec import PipelineSpec, load_spec

@@ -19,13 +19,13 @@ import grpc
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
+from ridgeline.errors import InvalidRequest
 from ridgeline.fakeserver import _describe
-from ridgeline.fakeserver._outputs import compute_outputs
 from ridgeline.fakeserver.engine import BatchingEngine, Status
-from ridgeline.fakeserver.model import LatencyModel
+from ridgeline.synthetic.model import LatencyModel
+from ridgeline.synthetic.outputs import compute_outputs
 from ridgeline.v2.grpc_codec import decode_request, encode_response
 from ridgeline.v2.server import serve_grpc
-from ridgeline.v2.tensors import InvalidRequest
 
 
 class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]

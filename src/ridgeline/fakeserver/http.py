@@ -24,11 +24,12 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from ridgeline.errors import InvalidRequest
 from ridgeline.fakeserver import _describe, openai
-from ridgeline.fakeserver._outputs import compute_outputs
 from ridgeline.fakeserver.engine import BatchingEngine, Outcome, Status
 from ridgeline.fakeserver.metrics import METRICS_CONTENT_TYPE, MetricsExporter
-from ridgeline.fakeserver.model import LatencyModel
+from ridgeline.synthetic.model import LatencyModel
+from ridgeline.synthetic.outputs import compute_outputs
 from ridgeline.v2.http_codec import (
     HEADER_LENGTH,
     Answer,
@@ -38,7 +39,7 @@ from ridgeline.v2.http_codec import (
     parse_infer,
 )
 from ridgeline.v2.server import auth_middleware
-from ridgeline.v2.tensors import InvalidRequest, decode_inputs
+from ridgeline.v2.tensors import decode_inputs
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from ridgeline._yaml_config import deep_merge, parse_mapping, validate
 from ridgeline.errors import ConfigError, UnknownKindError
-from ridgeline.fakeserver.model import LatencyModel
+from ridgeline.synthetic.model import LatencyModel
 
 _PRESETS = resources.files("ridgeline.fakeserver").joinpath("presets")
 

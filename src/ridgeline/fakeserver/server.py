@@ -15,13 +15,14 @@ import dataclasses
 import multiprocessing
 import signal
 import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from types import TracebackType
 from typing import Any
 
 from aiohttp import web
 
+from ridgeline.aio import new_event_loop, run_coroutine, serve_until_signal
 from ridgeline.clock import Clock
 from ridgeline.errors import ConfigError, RidgelineError
 from ridgeline.fakeserver._fastpath import FastV2Protocol
@@ -29,9 +30,9 @@ from ridgeline.fakeserver.engine import BatchingEngine
 from ridgeline.fakeserver.grpc import start_grpc
 from ridgeline.fakeserver.http import InferCore, build_app
 from ridgeline.fakeserver.metrics import MetricsExporter
-from ridgeline.fakeserver.model import LatencyModel
+from ridgeline.synthetic.model import LatencyModel
+from ridgeline.v2.server import DEFAULT_MAX_BODY_BYTES
 
-DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 SHUTDOWN_GRACE_S = 0.25
 
 
@@ -233,22 +234,6 @@ def describe_urls(urls: ServerUrls) -> str:
     return "\n".join(lines)
 
 
-def run_coroutine(main: Coroutine[Any, Any, None]) -> None:
-    """Run ``main`` to completion on a fresh event loop, uvloop when installed."""
-    with asyncio.Runner(loop_factory=new_event_loop) as runner:
-        runner.run(main)
-
-
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """A uvloop event loop when uvloop is installed, else asyncio's default."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-    return loop
-
-
 def serve_forever(
     model: LatencyModel,
     host: str = "127.0.0.1",
@@ -259,18 +244,10 @@ def serve_forever(
     announce: Callable[[str], None] = print,
 ) -> None:
     """Serve ``model`` until SIGINT or SIGTERM; ``announce`` the URLs once bound."""
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        server = FakeServer(model, host, http_port, grpc_port, token, max_body_bytes)
-        async with server:
-            announce(describe_urls(server.urls()))
-            await stop.wait()
-
-    run_coroutine(main())
+    serve_until_signal(
+        lambda: FakeServer(model, host, http_port, grpc_port, token, max_body_bytes),
+        lambda server: announce(describe_urls(server.urls())),
+    )
 
 
 @contextlib.contextmanager

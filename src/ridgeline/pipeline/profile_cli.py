@@ -13,8 +13,8 @@ from rich.table import Table
 
 from ridgeline._cli_common import err, out
 from ridgeline._cli_common import fail as _fail
+from ridgeline.aio import run_coroutine
 from ridgeline.errors import ConfigError, RidgelineError
-from ridgeline.loadgen.runloop import run_coroutine
 from ridgeline.pipeline.gpu import gpu_type
 from ridgeline.pipeline.profiles import ProfileRow, ProfileTable
 from ridgeline.pipeline.profiling import Modelled, ensure_zoo, measure_cpu, model_gpus

@@ -13,8 +13,9 @@ import traceback
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 
-from ridgeline.errors import RidgelineError
-from ridgeline.serve.backends import Backend, BackendConfig, BackendConfigError, Signature
+from ridgeline.errors import BackendConfigError, RidgelineError
+from ridgeline.serve.backend import Backend, Signature
+from ridgeline.serve.backends import BackendConfig
 from ridgeline.serve.placement import Placement, apply_placement
 
 
@@ -30,7 +31,7 @@ def child_main(conn: Connection, backend: BackendConfig, placement: Placement) -
         if not isinstance(signature, Signature):
             raise BackendConfigError(
                 f"{type(instance).__name__}.describe() returned a {type(signature).__name__}; "
-                "return a ridgeline.serve.backends.Signature"
+                "return a ridgeline.serve.backend.Signature"
             )
         conn.send(("ready", signature))
     except Exception as e:

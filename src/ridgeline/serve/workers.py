@@ -31,7 +31,8 @@ from typing import Any, TypeVar
 from ridgeline.clock import Clock, MonotonicClock
 from ridgeline.errors import RidgelineError
 from ridgeline.serve._child import child_main
-from ridgeline.serve.backends import BackendConfig, Signature
+from ridgeline.serve.backend import Signature
+from ridgeline.serve.backends import BackendConfig
 from ridgeline.serve.placement import Placement, PlacementError
 from ridgeline.v2.tensors import Array
 

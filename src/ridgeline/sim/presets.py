@@ -17,8 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ridgeline._yaml_config import deep_merge, parse_mapping, validate
 from ridgeline.errors import ConfigError, UnknownKindError
-from ridgeline.fakeserver.model import LatencyModel
 from ridgeline.sim.interference import Interference
+from ridgeline.synthetic.model import LatencyModel
 from ridgeline.workload.payloads import (
     FixedSize,
     LognormalSize,

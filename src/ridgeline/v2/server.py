@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import grpc
 import orjson
@@ -28,24 +28,17 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
 from ridgeline import __version__
-from ridgeline.errors import ConfigError, RidgelineError
+from ridgeline.errors import ConfigError, InferFailed, InvalidRequest
 from ridgeline.v2.describe import VERSION
 from ridgeline.v2.grpc_codec import decode_request, encode_response
 from ridgeline.v2.http_codec import HEADER_LENGTH, Answer, error_answer, infer_answer, parse_infer
 from ridgeline.v2.spec import ModelSpec
-from ridgeline.v2.tensors import Array, InvalidRequest, decode_inputs
+from ridgeline.v2.tensors import Array, decode_inputs
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-FailureKind = Literal["dropped", "unavailable", "internal"]
 
-
-class InferFailed(RidgelineError):
-    """A request the model could not answer: dropped (cannot meet its SLO), unavailable
-    (refused: full, shutting down) or internal (execution failed)."""
-
-    def __init__(self, kind: FailureKind, message: str) -> None:
-        self.kind = kind
-        super().__init__(f"dropped: {message}" if kind == "dropped" else message)
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+"""The largest request body (HTTP) or message (gRPC) a v2 server takes by default."""
 
 
 class V2Model(ModelSpec, Protocol):

@@ -1,0 +1,56 @@
+"""The event-loop runner and serve-until-signal, shared by every command that runs a loop.
+
+``run_coroutine`` runs a coroutine to completion on a fresh event loop (uvloop when
+installed); ``serve_until_signal`` runs an async server from start until SIGINT or
+SIGTERM, then stops it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Callable, Coroutine
+from contextlib import AbstractAsyncContextManager
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+S = TypeVar("S")
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A uvloop event loop when uvloop is installed, else asyncio's default."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        return asyncio.new_event_loop()
+    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+    return loop
+
+
+def run_coroutine(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion on a fresh event loop (uvloop when installed)."""
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        return runner.run(coro)
+
+
+async def wait_for_signal() -> None:
+    """Return once the process gets SIGINT or SIGTERM (on the running loop)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+def serve_until_signal(
+    make: Callable[[], AbstractAsyncContextManager[S]], ready: Callable[[S], None]
+) -> None:
+    """Enter the server ``make()`` builds, call ``ready`` with it once started, serve
+    until SIGINT or SIGTERM, then leave it (stopping it)."""
+
+    async def main() -> None:
+        async with make() as server:
+            ready(server)
+            await wait_for_signal()
+
+    run_coroutine(main())
