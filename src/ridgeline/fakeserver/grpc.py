@@ -10,9 +10,7 @@ model), UNAVAILABLE (queue full), INTERNAL (injected error), UNAUTHENTICATED (to
 
 from __future__ import annotations
 
-import hmac
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -25,7 +23,7 @@ from ridgeline.fakeserver.engine import BatchingEngine, Status
 from ridgeline.synthetic.model import LatencyModel
 from ridgeline.synthetic.outputs import compute_outputs
 from ridgeline.v2.grpc_codec import decode_request, encode_response
-from ridgeline.v2.server import serve_grpc
+from ridgeline.v2.server import TokenInterceptor, serve_grpc
 
 
 class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
@@ -100,34 +98,6 @@ class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[
         return response
 
 
-class _TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    def __init__(self, token: str, on_deny: Callable[[str], None]) -> None:
-        self._expected = f"Bearer {token}".encode()
-        self._on_deny = on_deny
-
-        async def deny(request: Any, context: Any) -> None:
-            await context.abort(
-                grpc.StatusCode.UNAUTHENTICATED,
-                "missing or wrong bearer token; send metadata authorization: Bearer <token>",
-            )
-
-        async def deny_stream(requests: Any, context: Any) -> None:
-            await deny(None, context)
-
-        self._deny = grpc.unary_unary_rpc_method_handler(deny)
-        self._deny_stream = grpc.stream_stream_rpc_method_handler(deny_stream)
-
-    async def intercept_service(
-        self, continuation: Callable[[Any], Awaitable[Any]], details: Any
-    ) -> Any:
-        meta = dict(details.invocation_metadata or ())
-        given = str(meta.get("authorization", "")).encode()
-        if hmac.compare_digest(given, self._expected):
-            return await continuation(details)
-        self._on_deny("unauthorized")
-        return self._deny_stream if details.method.endswith("StreamInfer") else self._deny
-
-
 async def start_grpc(
     model: LatencyModel,
     engine: BatchingEngine,
@@ -138,7 +108,7 @@ async def start_grpc(
     max_message_bytes: int,
 ) -> tuple[Any, int]:
     """Start a grpc.aio server on ``host:port`` (0 picks one); return (server, port)."""
-    interceptors = [] if token is None else [_TokenInterceptor(token, engine.stats.finish)]
+    interceptors = [] if token is None else [TokenInterceptor(token, engine.stats.finish)]
     return await serve_grpc(
         _Servicer(model, engine),
         interceptors,
