@@ -57,7 +57,7 @@ class _V2Routes:
         self, model: LatencyModel, engine: BatchingEngine, exporter: MetricsExporter, max_body: int
     ) -> None:
         self.model, self.engine, self.exporter, self.max_body = model, engine, exporter, max_body
-        self.stats = engine.stats
+        self._stats = engine.stats
         self.core = InferCore(model, engine, max_body)
 
     def _unknown(self, request: web.Request) -> web.Response | None:
@@ -65,7 +65,7 @@ class _V2Routes:
         version = request.match_info.get("version", _describe.VERSION)
         if name == self.model.name and version == _describe.VERSION:
             return None
-        self.stats.finish("not_found")
+        self._stats.finish("not_found")
         return error_response(
             f"unknown model {name!r} version {version}; this server serves "
             f"{self.model.name!r} version {_describe.VERSION}",
@@ -93,7 +93,7 @@ class _V2Routes:
     async def stats(self, request: web.Request) -> web.Response:
         if "name" in request.match_info and (missing := self._unknown(request)):
             return missing
-        return json_response(_describe.model_statistics(self.model, self.stats))
+        return json_response(_describe.model_statistics(self.model, self._stats))
 
     async def index(self, request: web.Request) -> web.Response:
         return json_response(_describe.repository_index(self.model))
