@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 import random
@@ -426,7 +427,7 @@ async def test_binary_input_with_json_output(
 async def test_bytes_tensors_echo_over_http_and_grpc(make_server: MakeServer) -> None:
     text = TensorSpec(name="TEXT", datatype="BYTES", shape=(-1, 2))
     server = await make_server(
-        quick(inputs=(text,), outputs=(text.model_copy(update={"name": "ECHO"}),))
+        quick(inputs=(text,), outputs=(dataclasses.replace(text, name="ECHO"),))
     )
     words = np.array([[b"a", b"bc"], [b"", "d\u00e9".encode()]], dtype=np.object_)
     http = thttp_aio.InferenceServerClient(server.http_url.removeprefix("http://"))

@@ -33,24 +33,27 @@ def run_coroutine(coro: Coroutine[Any, Any, T]) -> T:
         return runner.run(coro)
 
 
-async def wait_for_signal() -> None:
-    """Return once the process gets SIGINT or SIGTERM (on the running loop)."""
+def stop_on_signal() -> asyncio.Event:
+    """An event set when the process gets SIGINT or SIGTERM (handled on the running loop
+    from now on)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    return stop
 
 
 def serve_until_signal(
     make: Callable[[], AbstractAsyncContextManager[S]], ready: Callable[[S], None]
 ) -> None:
     """Enter the server ``make()`` builds, call ``ready`` with it once started, serve
-    until SIGINT or SIGTERM, then leave it (stopping it)."""
+    until SIGINT or SIGTERM, then leave it (stopping it). The signals are handled from
+    before the server starts, so one sent as soon as ``ready`` has run stops it."""
 
     async def main() -> None:
+        stop = stop_on_signal()
         async with make() as server:
             ready(server)
-            await wait_for_signal()
+            await stop.wait()
 
     run_coroutine(main())
