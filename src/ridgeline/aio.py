@@ -1,5 +1,6 @@
 """The event-loop runner and serve-until-signal, shared by every command that runs a loop.
 
+``AsyncService`` gives a server with ``start``/``stop`` its ``async with``;
 ``run_coroutine`` runs a coroutine to completion on a fresh event loop (uvloop when
 installed); ``serve_until_signal`` runs an async server from start until SIGINT or
 SIGTERM, then stops it.
@@ -11,10 +12,34 @@ import asyncio
 import signal
 from collections.abc import Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
-from typing import Any, TypeVar
+from types import TracebackType
+from typing import Any, Self, TypeVar
 
 T = TypeVar("T")
 S = TypeVar("S")
+
+
+class AsyncService:
+    """A server started by ``await start()`` and stopped by ``await stop()``; ``async
+    with`` does both."""
+
+    async def start(self) -> None:
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:

@@ -23,10 +23,9 @@ from ridgeline.fakeserver.engine import BatchingEngine, Status
 from ridgeline.synthetic.model import LatencyModel
 from ridgeline.synthetic.outputs import compute_outputs
 from ridgeline.v2.grpc_codec import decode_request, encode_response
-from ridgeline.v2.server import TokenInterceptor, serve_grpc
 
 
-class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
+class Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
     def __init__(self, model: LatencyModel, engine: BatchingEngine) -> None:
         self.model, self.engine, self.stats = model, engine, engine.stats
 
@@ -96,23 +95,3 @@ class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[
         response = encode_response(self.model, request, outputs, wanted, _describe.VERSION)
         self.stats.finish("ok", time.perf_counter() - began)
         return response
-
-
-async def start_grpc(
-    model: LatencyModel,
-    engine: BatchingEngine,
-    *,
-    host: str,
-    port: int,
-    token: str | None,
-    max_message_bytes: int,
-) -> tuple[Any, int]:
-    """Start a grpc.aio server on ``host:port`` (0 picks one); return (server, port)."""
-    interceptors = [] if token is None else [TokenInterceptor(token, engine.stats.finish)]
-    return await serve_grpc(
-        _Servicer(model, engine),
-        interceptors,
-        host=host,
-        port=port,
-        max_message_bytes=max_message_bytes,
-    )

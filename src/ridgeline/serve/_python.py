@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
+from ridgeline._importing import import_attr
 from ridgeline.errors import BackendConfigError
 from ridgeline.serve.backend import Backend
 
@@ -14,14 +14,14 @@ def load_python_backend(target: str, options: dict[str, Any]) -> Backend:
     saying how to fix a target that cannot be imported or does not make a Backend."""
     module_name, _, attr = target.partition(":")
     try:
-        factory: Any = importlib.import_module(module_name)
+        factory: Any = import_attr(target)
     except ImportError as e:
         raise BackendConfigError(
             f"backend target {target!r}: cannot import {module_name!r} ({e}); install "
             "it, or put its folder on PYTHONPATH of the serving process"
         ) from e
-    for part in attr.split("."):
-        factory = getattr(factory, part, None)
+    except AttributeError:
+        factory = None
     if not callable(factory):
         raise BackendConfigError(
             f"backend target {target!r}: {module_name} has no callable {attr!r}; "

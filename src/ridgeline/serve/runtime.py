@@ -13,12 +13,12 @@ import asyncio
 from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import numpy as np
 from aiohttp import web
 
+from ridgeline.aio import AsyncService
 from ridgeline.clock import Clock, MonotonicClock
 from ridgeline.errors import ConfigError, PlanError, RidgelineError
 from ridgeline.pipeline.plan import Plan
@@ -141,7 +141,7 @@ def _signature(tensors: Sequence[TensorSpec]) -> list[tuple[str, str]]:
     return [(t.name, t.datatype) for t in tensors]
 
 
-class PlanServer:
+class PlanServer(AsyncService):
     """Serve ``plan``: ``await start()``, then ``stop()`` (or ``async with``)."""
 
     def __init__(
@@ -378,18 +378,6 @@ class PlanServer:
             *(w.stop() for ws in self.workers.values() for w in ws), return_exceptions=True
         )
 
-    async def __aenter__(self) -> PlanServer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
-
     @property
     def http_url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
@@ -410,11 +398,13 @@ def serve_plan_forever(
     plan = load_plan(plan_path)
 
     def ready(server: PlanServer) -> None:
-        lines = [f"serving plan {plan.name!r}: v2 HTTP {server.model_url()}"]
-        if server.grpc_port is not None:
-            lines.append(f"  v2 gRPC  {server.host}:{server.grpc_port} (model {plan.name!r})")
-        lines.append(f"  tasks    {', '.join(plan.tasks)} (each also a model)")
-        lines.append(f"  metrics  {server.http_url}/metrics")
+        grpc = f"{server.host}:{server.grpc_port} (model {plan.name!r})"
+        lines = [
+            f"serving plan {plan.name!r}: v2 HTTP {server.model_url()}",
+            *([f"  v2 gRPC  {grpc}"] if server.grpc_port is not None else []),
+            f"  tasks    {', '.join(plan.tasks)} (each also a model)",
+            f"  metrics  {server.http_url}/metrics",
+        ]
         announce("\n".join(lines))
 
     serve_until_signal(lambda: PlanServer(plan, Path(plan_path).parent, **options), ready)

@@ -333,25 +333,28 @@ async def start_grpc_server(
     max_message_bytes: int,
 ) -> tuple[Any, int]:
     """Start a grpc.aio server for ``models`` on ``host:port`` (0: any); (server, port)."""
-    interceptors = [] if token is None else [TokenInterceptor(token)]
     return await serve_grpc(
-        _Servicer(models, name),
-        interceptors,
-        host=host,
-        port=port,
-        max_message_bytes=max_message_bytes,
+        _Servicer(models, name), host=host, port=port, token=token, max_bytes=max_message_bytes
     )
 
 
 async def serve_grpc(
-    servicer: Any, interceptors: list[Any], *, host: str, port: int, max_message_bytes: int
+    servicer: Any,
+    *,
+    host: str,
+    port: int,
+    token: str | None,
+    max_bytes: int,
+    on_deny: Callable[[str], None] | None = None,
 ) -> tuple[Any, int]:
     """A started grpc.aio server running ``servicer`` (a GRPCInferenceService) on
-    ``host:port`` (0: any free port); (server, bound port). A taken port is a ConfigError."""
+    ``host:port`` (0: any free port), refusing messages over ``max_bytes`` and, with a
+    ``token``, calls without it (``on_deny`` counts them); (server, bound port). A taken
+    port is a ConfigError."""
     server = grpc.aio.server(
-        interceptors=interceptors,
+        interceptors=[] if token is None else [TokenInterceptor(token, on_deny)],
         options=[
-            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_receive_message_length", max_bytes),
             ("grpc.max_send_message_length", -1),
             ("grpc.so_reuseport", 0),
         ],
