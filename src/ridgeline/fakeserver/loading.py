@@ -7,8 +7,6 @@ key by key).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from ridgeline._yaml_config import Presets
 from ridgeline.synthetic.model import LatencyModel
 
@@ -17,16 +15,9 @@ _PRESETS = Presets(
 )
 
 
-def preset_names() -> list[str]:
-    """Names of the shipped presets, sorted."""
-    return _PRESETS.names()
-
-
-def load_preset(name: str) -> LatencyModel:
-    """The shipped preset ``name``; UnknownKindError (listing the presets) if none."""
-    return _PRESETS.load(name)
-
-
-def load_config(path: str | Path) -> LatencyModel:
-    """A latency model from a YAML file, optionally layered over ``preset: NAME``."""
-    return _PRESETS.load_file(path)
+preset_names = _PRESETS.names
+"""Names of the shipped presets, sorted."""
+load_preset = _PRESETS.load
+"""The shipped preset ``name``; UnknownKindError (listing the presets) if none."""
+load_config = _PRESETS.load_file
+"""A latency model from a YAML file, optionally layered over ``preset: NAME``."""

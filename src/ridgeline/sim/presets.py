@@ -9,7 +9,6 @@ by key).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -92,16 +91,9 @@ _PRESETS = Presets(
 )
 
 
-def sim_preset_names() -> list[str]:
-    """Names of the shipped presets, sorted."""
-    return _PRESETS.names()
-
-
-def load_sim_preset(name: str) -> SimPreset:
-    """The shipped preset ``name``; UnknownKindError (listing the presets) if none."""
-    return _PRESETS.load(name)
-
-
-def load_sim_config(path: str | Path) -> SimPreset:
-    """A simulated server from a YAML file, optionally layered over ``preset: NAME``."""
-    return _PRESETS.load_file(path)
+sim_preset_names = _PRESETS.names
+"""Names of the shipped presets, sorted."""
+load_sim_preset = _PRESETS.load
+"""The shipped preset ``name``; UnknownKindError (listing the presets) if none."""
+load_sim_config = _PRESETS.load_file
+"""A simulated server from a YAML file, optionally layered over ``preset: NAME``."""
