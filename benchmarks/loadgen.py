@@ -36,9 +36,9 @@ from pathlib import Path
 
 from _doc import DOC, add_rows
 
+from ridgeline.aio import run_coroutine
 from ridgeline.fakeserver import load_preset, running_in_process
 from ridgeline.loadgen.replayer import ReplayConfig
-from ridgeline.loadgen.runloop import run_coroutine
 from ridgeline.loadgen.schedule import from_arrival
 from ridgeline.loadgen.step import StepConfig, measure_step
 from ridgeline.workload.arrivals import parse_arrival

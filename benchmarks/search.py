@@ -29,17 +29,17 @@ from pathlib import Path
 
 from _doc import DOC, add_rows
 
+from ridgeline.aio import run_coroutine
 from ridgeline.fakeserver import load_preset, running_in_process
-from ridgeline.fakeserver.model import capacity_rps
 from ridgeline.health.hysteresis import HysteresisConfig
 from ridgeline.health.slo import parse_slo
-from ridgeline.loadgen.runloop import run_coroutine
 from ridgeline.loadgen.step import StepConfig
 from ridgeline.probe.assess import assess_step
 from ridgeline.probe.drivers import Driver, NetworkDriver, SimDriver
 from ridgeline.probe.orchestrator import ProbeConfig, ProbeResult, probe
 from ridgeline.search.base import StepPlan
 from ridgeline.sim import load_sim_preset
+from ridgeline.synthetic.model import capacity_rps
 
 ROOT = Path(__file__).resolve().parent.parent
 TRUTH_S = float(os.environ.get("RIDGELINE_BENCH_TRUTH_S", "120"))

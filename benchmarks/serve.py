@@ -48,18 +48,19 @@ from _serve_peers.settle import SettlingDriver
 from _serve_peers.venv import BenchEnv, ensure_bench_venv
 from loadgen import machine
 
+from ridgeline.aio import run_coroutine
 from ridgeline.errors import RidgelineError
 from ridgeline.health.warmup import WarmupConfig
 from ridgeline.loadgen.replayer import ReplayConfig
-from ridgeline.loadgen.runloop import run_coroutine
 from ridgeline.loadgen.schedule import from_arrival
 from ridgeline.loadgen.step import StepConfig, measure_step
 from ridgeline.loadgen.validity import ValidityConfig
 from ridgeline.probe.drivers import NetworkDriver
 from ridgeline.probe.orchestrator import ProbeConfig, ProbeResult, probe
 from ridgeline.search.base import StepPlan, StepVerdict
-from ridgeline.targets.tensors import TensorSpec, json_inputs
+from ridgeline.targets.tensors import json_inputs
 from ridgeline.telemetry.summary import StepSummary
+from ridgeline.v2.spec import TensorSpec
 from ridgeline.workload.arrivals import parse_arrival
 from ridgeline.zoo import build_zoo
 
@@ -299,7 +300,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="rl-serve-") as tmp:
         work = Path(tmp)
         variant = build_zoo(work / "zoo", ["classifier"]).variant(MODEL)
-        inputs = tuple(TensorSpec(t.name, t.datatype, t.shape) for t in variant.inputs)
+        inputs = variant.inputs
         serving = servers.Serving(
             model=MODEL,
             onnx=work / "zoo" / variant.path,

@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from ridgeline.serve.backends import Signature, TensorInfo
+from ridgeline.serve.backend import Signature
+from ridgeline.v2.spec import TensorSpec
 
 CRASH = 13.0
 """A first element that makes ``Doubler`` end its process with exit code 3."""
@@ -33,7 +34,7 @@ class Doubler:
 
     def describe(self) -> Signature:
         spec = (-1, 4)
-        return Signature((TensorInfo("X", "FP32", spec),), (TensorInfo("Y", "FP32", spec),))
+        return Signature((TensorSpec("X", "FP32", spec),), (TensorSpec("Y", "FP32", spec),))
 
 
 class PlacementEcho:
@@ -51,7 +52,7 @@ class PlacementEcho:
         }
 
     def describe(self) -> Signature:
-        return Signature((), (TensorInfo("cores", "INT64", (-1,)),))
+        return Signature((), (TensorSpec("cores", "INT64", (-1,)),))
 
 
 class DiesWhileLoading(Doubler):

@@ -12,18 +12,20 @@ from ridgeline import errors
 
 # fmt: off
 PUBLIC = [
-    "BatchingConfig", "CapacityEstimate", "ConfigError", "FakeServer", "Features",
-    "GpuUnavailableError", "HealthState", "InfeasiblePlan", "LatencyModel", "NetworkDriver",
-    "Outcome", "PipelineSpec", "Plan", "PlanError", "PlanServer", "ProbeConfig",
+    "BackendConfigError", "BatchingConfig", "CapacityEstimate", "ConfigError", "FakeServer",
+    "Features", "GpuUnavailableError", "HealthState", "InfeasiblePlan", "InferFailed",
+    "InvalidRequest", "LatencyModel", "ModelNotFoundError", "NetworkDriver", "Outcome",
+    "PipelineSpec", "PlacementError", "Plan", "PlanError", "PlanServer", "ProbeConfig",
     "ProbeResult", "ProfileTable", "Progress", "Records", "ReplayConfig", "Reply",
     "RequestShape", "RidgelineError", "RunInterrupted", "RunStore", "SLOPolicy", "Schedule",
     "SimDriver", "StepConfig", "StepResult", "StepSummary", "StoreError", "Target",
     "TargetError", "TargetUnreachableError", "Trace", "TraceFormatError",
-    "UnknownKindError", "ValidityConfig", "Window", "allocate", "assess_validity",
-    "capacity_rps", "from_arrival", "from_trace", "load_plan", "load_preset",
-    "load_profiles", "load_spec", "make_driver", "make_target", "measure_step",
-    "parse_arrival", "parse_slo", "parse_strategy", "place", "plan_pipeline", "probe",
-    "read_trace", "replay", "run_coroutine", "run_probe", "run_step", "to_plan",
+    "UnknownKindError", "ValidityConfig", "Window", "WorkerCrashed", "WorkerError",
+    "WorkerStartError", "allocate", "assess_validity", "capacity_rps", "from_arrival",
+    "from_trace", "load_plan", "load_preset", "load_profiles", "load_spec", "make_driver",
+    "make_target", "measure_step", "parse_arrival", "parse_slo", "parse_strategy", "place",
+    "plan_pipeline", "probe", "read_trace", "replay", "run_coroutine", "run_probe",
+    "run_step", "to_plan",
 ]
 # fmt: on
 """``ridgeline.__all__``, sorted: the names a user may import from ``ridgeline``."""

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 import random
@@ -31,22 +32,17 @@ from ridgeline.errors import ConfigError, RidgelineError, UnknownKindError
 from ridgeline.fakeserver import (
     BatchingEngine,
     FakeServer,
-    LatencyModel,
-    PeriodicStall,
-    Stall,
     Status,
-    TensorSpec,
-    Warmup,
-    capacity_rps,
     load_config,
     load_preset,
     preset_names,
     running_in_process,
     running_in_thread,
-    service_time_s,
-    stall_release,
 )
 from ridgeline.policies.batching import BatchingConfig
+from ridgeline.synthetic import model as latency
+from ridgeline.synthetic.model import LatencyModel, PeriodicStall, Stall, Warmup
+from ridgeline.v2.spec import TensorSpec
 
 QUICK = LatencyModel(
     base_ms=1.0,
@@ -120,29 +116,9 @@ def grpc_client(threaded: FakeServer) -> Iterator[Any]:
 
 
 def test_exported_names_are_pinned() -> None:
-    assert fakeserver.__all__ == [
-        "DEFAULT_MAX_BODY_BYTES",
-        "BatchingEngine",
-        "FakeServer",
-        "LatencyModel",
-        "Outcome",
-        "PeriodicStall",
-        "ServerUrls",
-        "Stall",
-        "Status",
-        "TensorSpec",
-        "Warmup",
-        "capacity_rps",
-        "load_config",
-        "load_preset",
-        "preset_names",
-        "running_in_process",
-        "running_in_thread",
-        "serve_forever",
-        "service_time_s",
-        "stall_release",
-        "warmup_factor",
-    ]
+    pinned = """BatchingEngine FakeServer Outcome ServerUrls Status load_config load_preset
+        preset_names running_in_process running_in_thread serve_forever"""
+    assert fakeserver.__all__ == pinned.split()
 
 
 # --- pure functions ---------------------------------------------------------------------
@@ -151,14 +127,14 @@ def test_exported_names_are_pinned() -> None:
 def test_capacity_is_instances_times_batch_over_batch_time() -> None:
     batching = BatchingConfig(max_batch_size=8)
     m = LatencyModel(base_ms=2.0, per_item_ms=0.5, instances=3, batching=batching)
-    assert capacity_rps(m) == 4000.0  # 3 · 8 / 6 ms
-    assert capacity_rps(LatencyModel(base_ms=10.0, per_item_ms=0.0)) == 100.0
-    assert capacity_rps(load_preset("fast")) == math.inf
+    assert latency.capacity_rps(m) == 4000.0  # 3 · 8 / 6 ms
+    assert latency.capacity_rps(LatencyModel(base_ms=10.0, per_item_ms=0.0)) == 100.0
+    assert latency.capacity_rps(load_preset("fast")) == math.inf
 
 
 def test_preset_capacities() -> None:
     assert preset_names() == ["batching", "default", "fast", "llm", "stall", "warmup"]
-    caps = {name: round(capacity_rps(load_preset(name)), 1) for name in preset_names()}
+    caps = {name: round(latency.capacity_rps(load_preset(name)), 1) for name in preset_names()}
     assert caps == {
         "batching": 592.6,
         "default": 615.4,
@@ -171,13 +147,13 @@ def test_preset_capacities() -> None:
 
 def test_service_time_is_base_plus_per_item() -> None:
     m = LatencyModel(base_ms=10.0, per_item_ms=2.0)
-    assert service_time_s(m, 5, 0.0, 0, random.Random(0)) == 0.02
-    assert service_time_s(m, 1, 99.0, 10**6, random.Random(0)) == 0.012
+    assert latency.service_time_s(m, 5, 0.0, 0, random.Random(0)) == 0.02
+    assert latency.service_time_s(m, 1, 99.0, 10**6, random.Random(0)) == 0.012
 
 
 def test_warmup_decays_linearly_over_requests() -> None:
     m = LatencyModel(base_ms=10.0, per_item_ms=0.0, warmup=Warmup(factor=3.0, requests=10))
-    times = [service_time_s(m, 1, 0.0, n, random.Random(0)) for n in (0, 5, 10, 50)]
+    times = [latency.service_time_s(m, 1, 0.0, n, random.Random(0)) for n in (0, 5, 10, 50)]
     assert times == pytest.approx([0.03, 0.02, 0.01, 0.01], rel=1e-12)
 
 
@@ -186,24 +162,24 @@ def test_warmup_with_both_horizons_ends_at_the_first() -> None:
         base_ms=10.0, per_item_ms=0.0, warmup=Warmup(factor=5.0, requests=100, seconds=2.0)
     )
     # 1 s of 2: half the extra (factor 3); 75 of 100 requests: a quarter (factor 2).
-    assert service_time_s(m, 1, 1.0, 0, random.Random(0)) == pytest.approx(0.03, rel=1e-12)
-    assert service_time_s(m, 1, 1.0, 75, random.Random(0)) == pytest.approx(0.02, rel=1e-12)
-    assert service_time_s(m, 1, 2.5, 0, random.Random(0)) == pytest.approx(0.01, rel=1e-12)
+    assert latency.service_time_s(m, 1, 1.0, 0, random.Random(0)) == pytest.approx(0.03, rel=1e-12)
+    assert latency.service_time_s(m, 1, 1.0, 75, random.Random(0)) == pytest.approx(0.02, rel=1e-12)
+    assert latency.service_time_s(m, 1, 2.5, 0, random.Random(0)) == pytest.approx(0.01, rel=1e-12)
 
 
 def test_noise_has_mean_one_and_the_asked_cv() -> None:
     m = LatencyModel(base_ms=10.0, per_item_ms=0.0, noise_cv=0.5)
     rng = random.Random(7)
-    draws = [service_time_s(m, 1, 0.0, 0, rng) / 0.01 for _ in range(40_000)]
+    draws = [latency.service_time_s(m, 1, 0.0, 0, rng) / 0.01 for _ in range(40_000)]
     assert statistics.fmean(draws) == pytest.approx(1.0, abs=0.015)
     assert statistics.stdev(draws) == pytest.approx(0.5, abs=0.03)
     again = random.Random(7)
-    assert [service_time_s(m, 1, 0.0, 0, again) / 0.01 for _ in range(5)] == draws[:5]
+    assert [latency.service_time_s(m, 1, 0.0, 0, again) / 0.01 for _ in range(5)] == draws[:5]
 
 
 def test_no_noise_draws_nothing() -> None:
     rng = random.Random(3)
-    service_time_s(LatencyModel(), 4, 0.0, 0, rng)
+    latency.service_time_s(LatencyModel(), 4, 0.0, 0, rng)
     assert rng.random() == random.Random(3).random()
 
 
@@ -212,7 +188,7 @@ def test_stall_release_defers_to_the_end_of_every_window() -> None:
         stalls=(Stall(at_s=0.2, duration_ms=200.0), Stall(at_s=0.4, duration_ms=100.0)),
         periodic_stall=PeriodicStall(every_s=1.0, duration_ms=100.0),
     )
-    got = [stall_release(m, t) for t in (0.1, 0.25, 0.45, 0.5, 0.95, 1.05, 2.0, 2.1)]
+    got = [latency.stall_release(m, t) for t in (0.1, 0.25, 0.45, 0.5, 0.95, 1.05, 2.0, 2.1)]
     assert got == pytest.approx([0.1, 0.5, 0.5, 0.5, 0.95, 1.1, 2.1, 2.1], abs=1e-12)
 
 
@@ -295,7 +271,7 @@ async def test_engine_under_saturation_completes_at_capacity() -> None:
 
     await asyncio.gather(*(client() for _ in range(64)))
     rate = done / (time.perf_counter() - began)
-    assert rate == pytest.approx(capacity_rps(m), rel=0.03)  # 1333.3 req/s
+    assert rate == pytest.approx(latency.capacity_rps(m), rel=0.03)  # 1333.3 req/s
     assert engine.stats.batch_rows.count == engine.stats.exec_count
     assert engine.stats.inference_count == done
 
@@ -444,7 +420,7 @@ async def test_binary_input_with_json_output(
 async def test_bytes_tensors_echo_over_http_and_grpc(make_server: MakeServer) -> None:
     text = TensorSpec(name="TEXT", datatype="BYTES", shape=(-1, 2))
     server = await make_server(
-        quick(inputs=(text,), outputs=(text.model_copy(update={"name": "ECHO"}),))
+        quick(inputs=(text,), outputs=(dataclasses.replace(text, name="ECHO"),))
     )
     words = np.array([[b"a", b"bc"], [b"", "d\u00e9".encode()]], dtype=np.object_)
     http = thttp_aio.InferenceServerClient(server.http_url.removeprefix("http://"))

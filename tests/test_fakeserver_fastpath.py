@@ -10,7 +10,8 @@ from collections.abc import AsyncIterator
 import httptools
 import pytest
 
-from ridgeline.fakeserver import FakeServer, LatencyModel, load_preset
+from ridgeline.fakeserver import FakeServer, load_preset
+from ridgeline.synthetic.model import LatencyModel
 
 MODEL = load_preset("fast")
 BODY = json.dumps(

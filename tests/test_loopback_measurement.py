@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from ridgeline.fakeserver import LatencyModel, capacity_rps, running_in_process
-from ridgeline.fakeserver.model import Stall
+from ridgeline.aio import run_coroutine
+from ridgeline.fakeserver import running_in_process
 from ridgeline.loadgen.replayer import ReplayConfig
-from ridgeline.loadgen.runloop import run_coroutine
 from ridgeline.loadgen.schedule import Schedule, from_arrival
 from ridgeline.loadgen.step import StepConfig, measure_step
 from ridgeline.policies.batching import BatchingConfig
+from ridgeline.synthetic.model import LatencyModel, Stall, capacity_rps
 from ridgeline.workload.arrivals import parse_arrival
 from ridgeline.workload.payloads import RequestShape
 

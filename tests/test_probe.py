@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from ridgeline.fakeserver import LatencyModel
-from ridgeline.loadgen.runloop import run_coroutine
+from ridgeline.aio import run_coroutine
 from ridgeline.loadgen.step import StepConfig
 from ridgeline.probe.drivers import NetworkDriver, SimDriver
 from ridgeline.probe.orchestrator import ProbeConfig, probe
 from ridgeline.sim import SimPreset, load_sim_preset
+from ridgeline.synthetic.model import LatencyModel
 from ridgeline.telemetry.store import RunStore
 
 

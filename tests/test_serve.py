@@ -23,7 +23,6 @@ from ridgeline.loadgen.schedule import from_arrival
 from ridgeline.loadgen.step import StepConfig, measure_step
 from ridgeline.pipeline.plan import Plan, dump_plan, load_plan
 from ridgeline.policies.batching import BatchingConfig
-from ridgeline.serve.backends import TensorInfo
 from ridgeline.serve.batcher import TaskQueue
 from ridgeline.serve.dropping import (
     ExecModel,
@@ -37,6 +36,7 @@ from ridgeline.serve.graph import adapt
 from ridgeline.serve.metrics import ServeMetrics
 from ridgeline.serve.runtime import PlanServer
 from ridgeline.telemetry.records import Outcome
+from ridgeline.v2.spec import TensorSpec
 from ridgeline.workload.arrivals import parse_arrival
 
 TASK = {"segment": {"kind": "cpu", "cores": 1}, "latency_budget_ms": 100}
@@ -223,8 +223,8 @@ class Held:
 
 
 async def test_requests_queued_behind_a_busy_instance_go_as_one_batch() -> None:
-    spec = [TensorInfo("X", "FP32", (-1, 2))]
-    out = [TensorInfo("Y", "FP32", (-1, 2))]
+    spec = [TensorSpec("X", "FP32", (-1, 2))]
+    out = [TensorSpec("Y", "FP32", (-1, 2))]
     inst = Held()
     q = TaskQueue(
         "t",
@@ -250,8 +250,8 @@ async def test_a_request_kept_at_an_idle_queue_is_not_dropped() -> None:
     run to show the model it was wrong."""
     q = TaskQueue(
         "t",
-        [TensorInfo("X", "FP32", (-1, 2))],
-        [TensorInfo("Y", "FP32", (-1, 2))],
+        [TensorSpec("X", "FP32", (-1, 2))],
+        [TensorSpec("Y", "FP32", (-1, 2))],
         BatchingConfig(max_batch_size=1),
         [Instant()],
         MonotonicClock(),
@@ -270,12 +270,12 @@ class Instant:
 
 
 async def test_a_request_that_cannot_make_its_deadline_is_dropped_at_once() -> None:
-    spec = [TensorInfo("X", "FP32", (-1, 2))]
+    spec = [TensorSpec("X", "FP32", (-1, 2))]
     inst = Held()
     q = TaskQueue(
         "t",
         spec,
-        [TensorInfo("Y", "FP32", (-1, 2))],
+        [TensorSpec("Y", "FP32", (-1, 2))],
         BatchingConfig(max_batch_size=1),
         [inst],
         MonotonicClock(),
@@ -296,7 +296,7 @@ async def test_a_request_that_cannot_make_its_deadline_is_dropped_at_once() -> N
 def test_adapt_reshapes_a_parents_outputs_into_a_childs_inputs() -> None:
     parent = [np.arange(6, dtype=np.float32).reshape(1, 6)]
     images, ids = adapt(
-        parent, 2, [TensorInfo("img", "FP32", (-1, 4)), TensorInfo("ids", "INT64", (-1, 3))]
+        parent, 2, [TensorSpec("img", "FP32", (-1, 4)), TensorSpec("ids", "INT64", (-1, 3))]
     )
     assert images.tolist() == [[0, 1, 2, 3], [4, 5, 0, 1]]
     assert ids.dtype == np.int64 and ids.tolist() == [[0, 1, 1], [1, 1, 1]]
@@ -316,7 +316,7 @@ async def served(tmp_path: Path) -> AsyncIterator[PlanServer]:
 def expected_pipeline(x: np.ndarray) -> dict[str, np.ndarray]:
     """Synthetic tasks answer 2·input; children get the parent's answer adapted."""
     det = 2 * x
-    spec = [TensorInfo("INPUT0", "FP32", (-1, 16))]
+    spec = [TensorSpec("INPUT0", "FP32", (-1, 16))]
     car = 2 * adapt([det], math.floor(len(x) * 3), spec)[0]
     face = 2 * adapt([det], math.floor(len(x) * 1.5), spec)[0]
     return {"car.OUTPUT0": car, "face.OUTPUT0": face}
@@ -537,8 +537,8 @@ async def test_closing_a_queue_skips_requests_whose_callers_have_gone() -> None:
     inst = Held()
     q = TaskQueue(
         "t",
-        [TensorInfo("X", "FP32", (-1, 2))],
-        [TensorInfo("Y", "FP32", (-1, 2))],
+        [TensorSpec("X", "FP32", (-1, 2))],
+        [TensorSpec("Y", "FP32", (-1, 2))],
         BatchingConfig(max_batch_size=1),
         [inst],
         MonotonicClock(),

@@ -21,26 +21,26 @@ from pydantic import TypeAdapter, ValidationError
 
 from _serve_backends import CRASH, RAISE
 from ridgeline.errors import (
+    BackendConfigError,
     ConfigError,
+    ModelNotFoundError,
     PlacementError,
     WorkerCrashed,
     WorkerError,
     WorkerStartError,
 )
-from ridgeline.fakeserver.model import LatencyModel
+from ridgeline.serve._synthetic import SyntheticBackend
 from ridgeline.serve.affinity import Placement
+from ridgeline.serve.backend import Signature
 from ridgeline.serve.backends import (
     BackendConfig,
-    BackendConfigError,
-    ModelNotFoundError,
     OnnxBackendConfig,
     PythonBackendConfig,
-    Signature,
-    SyntheticBackend,
     SyntheticBackendConfig,
-    TensorInfo,
 )
 from ridgeline.serve.workers import Worker
+from ridgeline.synthetic.model import LatencyModel
+from ridgeline.v2.spec import TensorSpec
 
 DOUBLER = PythonBackendConfig(target="_serve_backends:Doubler")
 
@@ -67,7 +67,7 @@ async def test_an_onnx_model_runs_batches_of_one_and_three_in_a_worker(tmp_path:
     config = OnnxBackendConfig(path=_doubling_model(tmp_path / "double.onnx"))
     async with Worker(config, Placement(threads=1), name="double") as worker:
         assert worker.signature == Signature(
-            (TensorInfo("X", "FP32", (-1, 4)),), (TensorInfo("Y", "FP32", (-1, 4)),)
+            (TensorSpec("X", "FP32", (-1, 4)),), (TensorSpec("Y", "FP32", (-1, 4)),)
         )
         for n in (1, 3):
             x = _rows(n, first=1.5)

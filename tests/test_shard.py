@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from ridgeline.aio import run_coroutine
 from ridgeline.errors import TargetError
 from ridgeline.fakeserver import load_preset, running_in_process
 from ridgeline.loadgen.replayer import ReplayConfig
-from ridgeline.loadgen.runloop import run_coroutine
 from ridgeline.loadgen.schedule import from_arrival
 from ridgeline.loadgen.shard import replay_sharded
 from ridgeline.loadgen.step import StepConfig, measure_step

@@ -18,14 +18,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ridgeline.errors import ConfigError, UnknownKindError
-from ridgeline.fakeserver.model import (
-    LatencyModel,
-    PeriodicStall,
-    Stall,
-    Warmup,
-    capacity_rps,
-    service_time_s,
-)
 from ridgeline.policies.batching import BatchingConfig, Wait, decide
 from ridgeline.sim import (
     Interference,
@@ -35,6 +27,14 @@ from ridgeline.sim import (
     shapes_for,
     sim_preset_names,
     simulate,
+)
+from ridgeline.synthetic.model import (
+    LatencyModel,
+    PeriodicStall,
+    Stall,
+    Warmup,
+    capacity_rps,
+    service_time_s,
 )
 from ridgeline.telemetry.records import Outcome, Records
 from ridgeline.workload.payloads import FixedSize, RequestShape

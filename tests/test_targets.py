@@ -14,8 +14,9 @@ from aiohttp import web
 
 import ridgeline.targets as targets
 from ridgeline.errors import ConfigError, TargetError, TargetUnreachableError, UnknownKindError
-from ridgeline.fakeserver import FakeServer, LatencyModel
+from ridgeline.fakeserver import FakeServer
 from ridgeline.policies.batching import BatchingConfig
+from ridgeline.synthetic.model import LatencyModel
 from ridgeline.targets import (
     OK,
     HttpTarget,

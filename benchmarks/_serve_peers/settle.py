@@ -18,7 +18,7 @@ from ridgeline.loadgen.step import StepResult
 from ridgeline.probe.drivers import NetworkDriver
 from ridgeline.search.base import StepPlan
 from ridgeline.targets.factory import make_target
-from ridgeline.targets.tensors import TensorSpec
+from ridgeline.v2.spec import TensorSpec
 from ridgeline.workload.payloads import RequestShape
 
 

@@ -18,10 +18,16 @@ import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what mypy and editors see; at run time each name loads on first use
+    from ridgeline.aio import run_coroutine
     from ridgeline.errors import (
+        BackendConfigError,
         ConfigError,
         GpuUnavailableError,
         InfeasiblePlan,
+        InferFailed,
+        InvalidRequest,
+        ModelNotFoundError,
+        PlacementError,
         PlanError,
         RidgelineError,
         RunInterrupted,
@@ -30,11 +36,13 @@ if TYPE_CHECKING:  # what mypy and editors see; at run time each name loads on f
         TargetUnreachableError,
         TraceFormatError,
         UnknownKindError,
+        WorkerCrashed,
+        WorkerError,
+        WorkerStartError,
     )
-    from ridgeline.fakeserver import FakeServer, LatencyModel, capacity_rps, load_preset
+    from ridgeline.fakeserver import FakeServer, load_preset
     from ridgeline.health import HealthState, SLOPolicy, parse_slo
     from ridgeline.loadgen.replayer import Progress, ReplayConfig, replay
-    from ridgeline.loadgen.runloop import run_coroutine
     from ridgeline.loadgen.schedule import Schedule, from_arrival, from_trace
     from ridgeline.loadgen.step import StepConfig, StepResult, measure_step, run_step
     from ridgeline.loadgen.validity import ValidityConfig, assess_validity
@@ -51,6 +59,7 @@ if TYPE_CHECKING:  # what mypy and editors see; at run time each name loads on f
     from ridgeline.search import CapacityEstimate, parse_strategy
     from ridgeline.serve.runtime import PlanServer
     from ridgeline.sizing import allocate
+    from ridgeline.synthetic.model import LatencyModel, capacity_rps
     from ridgeline.targets import Reply, Target, make_target
     from ridgeline.telemetry.records import Outcome, Records
     from ridgeline.telemetry.store import RunStore
@@ -59,6 +68,7 @@ if TYPE_CHECKING:  # what mypy and editors see; at run time each name loads on f
     from ridgeline.workload import RequestShape, Trace, parse_arrival, read_trace
 
 _HOMES = {
+    "BackendConfigError": "ridgeline.errors",
     "BatchingConfig": "ridgeline.policies.batching",
     "CapacityEstimate": "ridgeline.search",
     "ConfigError": "ridgeline.errors",
@@ -67,10 +77,14 @@ _HOMES = {
     "GpuUnavailableError": "ridgeline.errors",
     "HealthState": "ridgeline.health",
     "InfeasiblePlan": "ridgeline.errors",
-    "LatencyModel": "ridgeline.fakeserver",
+    "InferFailed": "ridgeline.errors",
+    "InvalidRequest": "ridgeline.errors",
+    "LatencyModel": "ridgeline.synthetic.model",
+    "ModelNotFoundError": "ridgeline.errors",
     "NetworkDriver": "ridgeline.probe.drivers",
     "Outcome": "ridgeline.telemetry.records",
     "PipelineSpec": "ridgeline.pipeline.spec",
+    "PlacementError": "ridgeline.errors",
     "Plan": "ridgeline.pipeline.plan",
     "PlanError": "ridgeline.errors",
     "PlanServer": "ridgeline.serve.runtime",
@@ -100,9 +114,12 @@ _HOMES = {
     "UnknownKindError": "ridgeline.errors",
     "ValidityConfig": "ridgeline.loadgen.validity",
     "Window": "ridgeline.telemetry.windows",
+    "WorkerCrashed": "ridgeline.errors",
+    "WorkerError": "ridgeline.errors",
+    "WorkerStartError": "ridgeline.errors",
     "allocate": "ridgeline.sizing",
     "assess_validity": "ridgeline.loadgen.validity",
-    "capacity_rps": "ridgeline.fakeserver",
+    "capacity_rps": "ridgeline.synthetic.model",
     "from_arrival": "ridgeline.loadgen.schedule",
     "from_trace": "ridgeline.loadgen.schedule",
     "load_plan": "ridgeline.pipeline.plan",
@@ -120,7 +137,7 @@ _HOMES = {
     "probe": "ridgeline.probe.orchestrator",
     "read_trace": "ridgeline.workload",
     "replay": "ridgeline.loadgen.replayer",
-    "run_coroutine": "ridgeline.loadgen.runloop",
+    "run_coroutine": "ridgeline.aio",
     "run_probe": "ridgeline.probe.api",
     "run_step": "ridgeline.loadgen.step",
     "to_plan": "ridgeline.pipeline.planned",
@@ -129,6 +146,7 @@ _HOMES = {
 them (no grpc, aiohttp, HiGHS or onnxruntime) until a name is used (PEP 562)."""
 
 __all__ = [
+    "BackendConfigError",
     "BatchingConfig",
     "CapacityEstimate",
     "ConfigError",
@@ -137,10 +155,14 @@ __all__ = [
     "GpuUnavailableError",
     "HealthState",
     "InfeasiblePlan",
+    "InferFailed",
+    "InvalidRequest",
     "LatencyModel",
+    "ModelNotFoundError",
     "NetworkDriver",
     "Outcome",
     "PipelineSpec",
+    "PlacementError",
     "Plan",
     "PlanError",
     "PlanServer",
@@ -170,6 +192,9 @@ __all__ = [
     "UnknownKindError",
     "ValidityConfig",
     "Window",
+    "WorkerCrashed",
+    "WorkerError",
+    "WorkerStartError",
     "allocate",
     "assess_validity",
     "capacity_rps",

@@ -3,13 +3,15 @@ pydantic model — one path for the fake server's latency models and the simulat
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from ridgeline.errors import ConfigError
+from ridgeline.errors import ConfigError, UnknownKindError
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -47,6 +49,55 @@ def validate(model: type[M], mapping: dict[str, Any], where: str, what: str) -> 
             f"{'.'.join(str(x) for x in err['loc']) or '(top)'}: {err['msg']}" for err in e.errors()
         )
         raise ConfigError(f"{where}: invalid {what}: {problems}") from e
+
+
+@dataclass(frozen=True, slots=True)
+class Presets(Generic[M]):
+    """A directory of shipped YAML presets (``presets/`` of ``package``) validated by
+    ``model``; a user's file may name ``preset: NAME`` to start from one and override
+    some fields (nested mappings merged key by key).
+
+    ``kind`` names a preset in errors ("preset"), ``what`` a config ("fake-model
+    config"), ``fields`` what a file holds ("LatencyModel fields").
+    """
+
+    package: str
+    model: type[M]
+    kind: str
+    what: str
+    fields: str
+
+    def names(self) -> list[str]:
+        """Names of the shipped presets, sorted."""
+        root = resources.files(self.package).joinpath("presets")
+        return sorted(
+            p.name.removesuffix(".yaml") for p in root.iterdir() if p.name.endswith(".yaml")
+        )
+
+    def load(self, name: str) -> M:
+        """The shipped preset ``name``; UnknownKindError (listing the presets) if none."""
+        return validate(self.model, self._mapping(name), f"{self.kind} {name!r}", self.what)
+
+    def load_file(self, path: str | Path) -> M:
+        """A config from a YAML file, optionally layered over ``preset: NAME``."""
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as e:
+            raise ConfigError(f"cannot read {self.what} {p}: {e.strerror}; check the path") from e
+        mapping = parse_mapping(text, str(p), self.fields)
+        base = mapping.pop("preset", None)
+        if base is not None:
+            mapping = deep_merge(self._mapping(str(base)), mapping)
+        return validate(self.model, mapping, str(p), self.what)
+
+    def _mapping(self, name: str) -> dict[str, Any]:
+        names = self.names()
+        if name not in names:
+            raise UnknownKindError(self.kind, name, names)
+        root = resources.files(self.package).joinpath("presets")
+        text = root.joinpath(f"{name}.yaml").read_text(encoding="utf-8")
+        return parse_mapping(text, f"{self.kind} {name!r}", self.fields)
 
 
 def load_model(model: type[M], path: str | Path, what: str, fields: str) -> M:

@@ -8,8 +8,8 @@ RidgelineError
 │   │   └── InfeasiblePlan   no plan meets every constraint (says which binds: .binding)
 │   ├── GpuUnavailableError  no GPU can be monitored the way asked
 │   ├── PlacementError       a worker cannot be placed as asked (serve.affinity)
-│   └── BackendConfigError   a backend cannot load its model (serve.backends)
-│       └── ModelNotFoundError
+│   └── BackendConfigError   a backend cannot be built or load its model (serve backends)
+│       └── ModelNotFoundError   the model file a backend should load does not exist
 ├── TargetError              talking to an inference endpoint failed
 │   └── TargetUnreachableError   the endpoint did not answer the connect check
 ├── StoreError               the run store could not be read or written
@@ -24,6 +24,8 @@ RidgelineError
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
+from typing import Literal
 
 
 class RidgelineError(Exception):
@@ -122,3 +124,37 @@ class RunInterrupted(RidgelineError):
     def __init__(self, run_id: int | None, message: str) -> None:
         self.run_id = run_id
         super().__init__(message)
+
+
+class BackendConfigError(ConfigError):
+    """A backend cannot be built or loaded as configured; the message says how to fix it."""
+
+
+class ModelNotFoundError(BackendConfigError):
+    """The model file a backend should load does not exist."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        super().__init__(
+            f"model file {path} does not exist (resolved: {Path(path).resolve()}); fix the "
+            "backend's path (a relative path is read from the serving process's directory)"
+        )
+
+    def __reduce__(self) -> tuple[type[ModelNotFoundError], tuple[str]]:
+        return type(self), (self.path,)  # crosses the worker's pipe intact
+
+
+class InvalidRequest(RidgelineError):
+    """A v2 request the model cannot run; answered with 400 / INVALID_ARGUMENT."""
+
+
+FailureKind = Literal["dropped", "unavailable", "internal"]
+
+
+class InferFailed(RidgelineError):
+    """A request the model could not answer: dropped (cannot meet its SLO), unavailable
+    (refused: full, shutting down) or internal (execution failed)."""
+
+    def __init__(self, kind: FailureKind, message: str) -> None:
+        self.kind = kind
+        super().__init__(f"dropped: {message}" if kind == "dropped" else message)

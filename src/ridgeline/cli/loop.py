@@ -26,7 +26,7 @@ def verify(
 ) -> None:
     """Probe a served plan at its planned demand: pass or fail against its SLO, and the
     margin its measured capacity leaves. Exit status 1 when it fails."""
-    from ridgeline.loadgen.runloop import run_coroutine
+    from ridgeline.aio import run_coroutine
     from ridgeline.loop.verify import verify as verify_plan
     from ridgeline.pipeline.plan import load_plan
 

@@ -38,7 +38,7 @@ def profile_command(
     """Measure every variant of a pipeline spec on this host's CPU (the serving runtime,
     one instance per core count and batch size), add roofline rows for GPU types
     calibrated by them, and write the profile table `ridgeline plan` reads."""
-    from ridgeline.loadgen.runloop import run_coroutine
+    from ridgeline.aio import run_coroutine
     from ridgeline.loop.profiling import ensure_zoo, measure_cpu, model_gpus
     from ridgeline.pipeline.profiles import ProfileTable
     from ridgeline.pipeline.spec import load_spec

@@ -3,9 +3,10 @@
 Serves the Open Inference Protocol v2 over HTTP and gRPC (real ``tritonclient`` peers
 work against it), OpenAI-compatible completions with streaming, and Prometheus metrics
 under Triton's names. Requests are queued and dynamically batched by the same policy
-as the serving runtime (``ridgeline.policies.batching.decide``), and "executed" in
-``base_ms + per_item_ms·rows`` on ``instances`` parallel executors, with optional
-warm-up, noise, stalls, injected errors and a bounded queue.
+as the serving runtime (``ridgeline.policies.batching.decide``), and "executed" by the
+shared latency model (``ridgeline.synthetic.model.LatencyModel``): ``base_ms +
+per_item_ms·rows`` on ``instances`` parallel executors, with optional warm-up, noise,
+stalls, injected errors and a bounded queue.
 
     async with FakeServer(load_preset("default")) as server:
         ...  # send requests to server.model_url / server.grpc_url
@@ -16,19 +17,7 @@ warm-up, noise, stalls, injected errors and a bounded queue.
 
 from ridgeline.fakeserver.engine import BatchingEngine, Outcome, Status
 from ridgeline.fakeserver.loading import load_config, load_preset, preset_names
-from ridgeline.fakeserver.model import (
-    LatencyModel,
-    PeriodicStall,
-    Stall,
-    TensorSpec,
-    Warmup,
-    capacity_rps,
-    service_time_s,
-    stall_release,
-    warmup_factor,
-)
 from ridgeline.fakeserver.server import (
-    DEFAULT_MAX_BODY_BYTES,
     FakeServer,
     ServerUrls,
     running_in_process,
@@ -37,25 +26,15 @@ from ridgeline.fakeserver.server import (
 )
 
 __all__ = [
-    "DEFAULT_MAX_BODY_BYTES",
     "BatchingEngine",
     "FakeServer",
-    "LatencyModel",
     "Outcome",
-    "PeriodicStall",
     "ServerUrls",
-    "Stall",
     "Status",
-    "TensorSpec",
-    "Warmup",
-    "capacity_rps",
     "load_config",
     "load_preset",
     "preset_names",
     "running_in_process",
     "running_in_thread",
     "serve_forever",
-    "service_time_s",
-    "stall_release",
-    "warmup_factor",
 ]

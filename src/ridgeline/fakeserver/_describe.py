@@ -7,7 +7,7 @@ from typing import Any
 
 from ridgeline import __version__
 from ridgeline.fakeserver.metrics import Stats
-from ridgeline.fakeserver.model import LatencyModel
+from ridgeline.synthetic.model import LatencyModel
 from ridgeline.v2 import describe
 
 SERVER_NAME = "ridgeline-fakeserver"

@@ -24,8 +24,8 @@ from enum import StrEnum
 
 from ridgeline.clock import Clock, MonotonicClock
 from ridgeline.fakeserver.metrics import Stats
-from ridgeline.fakeserver.model import LatencyModel, service_time_s, stall_release
 from ridgeline.policies.batching import Wait, decide
+from ridgeline.synthetic.model import LatencyModel, service_time_s, stall_release
 
 
 class Status(StrEnum):

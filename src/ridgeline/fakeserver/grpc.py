@@ -10,25 +10,22 @@ model), UNAVAILABLE (queue full), INTERNAL (injected error), UNAUTHENTICATED (to
 
 from __future__ import annotations
 
-import hmac
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
+from ridgeline.errors import InvalidRequest
 from ridgeline.fakeserver import _describe
-from ridgeline.fakeserver._outputs import compute_outputs
 from ridgeline.fakeserver.engine import BatchingEngine, Status
-from ridgeline.fakeserver.model import LatencyModel
+from ridgeline.synthetic.model import LatencyModel
+from ridgeline.synthetic.outputs import compute_outputs
 from ridgeline.v2.grpc_codec import decode_request, encode_response
-from ridgeline.v2.server import serve_grpc
-from ridgeline.v2.tensors import InvalidRequest
 
 
-class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
+class Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
     def __init__(self, model: LatencyModel, engine: BatchingEngine) -> None:
         self.model, self.engine, self.stats = model, engine, engine.stats
 
@@ -98,51 +95,3 @@ class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[
         response = encode_response(self.model, request, outputs, wanted, _describe.VERSION)
         self.stats.finish("ok", time.perf_counter() - began)
         return response
-
-
-class _TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    def __init__(self, token: str, on_deny: Callable[[str], None]) -> None:
-        self._expected = f"Bearer {token}".encode()
-        self._on_deny = on_deny
-
-        async def deny(request: Any, context: Any) -> None:
-            await context.abort(
-                grpc.StatusCode.UNAUTHENTICATED,
-                "missing or wrong bearer token; send metadata authorization: Bearer <token>",
-            )
-
-        async def deny_stream(requests: Any, context: Any) -> None:
-            await deny(None, context)
-
-        self._deny = grpc.unary_unary_rpc_method_handler(deny)
-        self._deny_stream = grpc.stream_stream_rpc_method_handler(deny_stream)
-
-    async def intercept_service(
-        self, continuation: Callable[[Any], Awaitable[Any]], details: Any
-    ) -> Any:
-        meta = dict(details.invocation_metadata or ())
-        given = str(meta.get("authorization", "")).encode()
-        if hmac.compare_digest(given, self._expected):
-            return await continuation(details)
-        self._on_deny("unauthorized")
-        return self._deny_stream if details.method.endswith("StreamInfer") else self._deny
-
-
-async def start_grpc(
-    model: LatencyModel,
-    engine: BatchingEngine,
-    *,
-    host: str,
-    port: int,
-    token: str | None,
-    max_message_bytes: int,
-) -> tuple[Any, int]:
-    """Start a grpc.aio server on ``host:port`` (0 picks one); return (server, port)."""
-    interceptors = [] if token is None else [_TokenInterceptor(token, engine.stats.finish)]
-    return await serve_grpc(
-        _Servicer(model, engine),
-        interceptors,
-        host=host,
-        port=port,
-        max_message_bytes=max_message_bytes,
-    )

@@ -24,11 +24,12 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from ridgeline.errors import InvalidRequest
 from ridgeline.fakeserver import _describe, openai
-from ridgeline.fakeserver._outputs import compute_outputs
 from ridgeline.fakeserver.engine import BatchingEngine, Outcome, Status
 from ridgeline.fakeserver.metrics import METRICS_CONTENT_TYPE, MetricsExporter
-from ridgeline.fakeserver.model import LatencyModel
+from ridgeline.synthetic.model import LatencyModel
+from ridgeline.synthetic.outputs import compute_outputs
 from ridgeline.v2.http_codec import (
     HEADER_LENGTH,
     Answer,
@@ -37,8 +38,8 @@ from ridgeline.v2.http_codec import (
     infer_answer,
     parse_infer,
 )
-from ridgeline.v2.server import auth_middleware
-from ridgeline.v2.tensors import InvalidRequest, decode_inputs
+from ridgeline.v2.server import add_routes, auth_middleware
+from ridgeline.v2.tensors import decode_inputs
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -56,7 +57,7 @@ class _V2Routes:
         self, model: LatencyModel, engine: BatchingEngine, exporter: MetricsExporter, max_body: int
     ) -> None:
         self.model, self.engine, self.exporter, self.max_body = model, engine, exporter, max_body
-        self.stats = engine.stats
+        self._stats = engine.stats
         self.core = InferCore(model, engine, max_body)
 
     def _unknown(self, request: web.Request) -> web.Response | None:
@@ -64,7 +65,7 @@ class _V2Routes:
         version = request.match_info.get("version", _describe.VERSION)
         if name == self.model.name and version == _describe.VERSION:
             return None
-        self.stats.finish("not_found")
+        self._stats.finish("not_found")
         return error_response(
             f"unknown model {name!r} version {version}; this server serves "
             f"{self.model.name!r} version {_describe.VERSION}",
@@ -77,24 +78,24 @@ class _V2Routes:
     async def ready(self, request: web.Request) -> web.Response:
         return json_response({"ready": True})
 
-    async def server_metadata(self, request: web.Request) -> web.Response:
+    async def server(self, request: web.Request) -> web.Response:
         return json_response(_describe.server_metadata())
 
-    async def model_metadata(self, request: web.Request) -> web.Response:
+    async def metadata(self, request: web.Request) -> web.Response:
         return self._unknown(request) or json_response(_describe.model_metadata(self.model))
 
     async def model_ready(self, request: web.Request) -> web.Response:
         return self._unknown(request) or json_response({"name": self.model.name, "ready": True})
 
-    async def model_config(self, request: web.Request) -> web.Response:
+    async def config(self, request: web.Request) -> web.Response:
         return self._unknown(request) or json_response(_describe.model_config(self.model))
 
-    async def model_stats(self, request: web.Request) -> web.Response:
+    async def stats(self, request: web.Request) -> web.Response:
         if "name" in request.match_info and (missing := self._unknown(request)):
             return missing
-        return json_response(_describe.model_statistics(self.model, self.stats))
+        return json_response(_describe.model_statistics(self.model, self._stats))
 
-    async def repository_index(self, request: web.Request) -> web.Response:
+    async def index(self, request: web.Request) -> web.Response:
         return json_response(_describe.repository_index(self.model))
 
     async def metrics(self, request: web.Request) -> web.Response:
@@ -184,21 +185,7 @@ def build_app(
     middlewares = [] if token is None else [auth_middleware(token, engine.stats.finish)]
     app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares)
     r = _V2Routes(model, engine, exporter, max_body_bytes)
-    add = app.router
-    # the router tries resources in order: the hot route first
-    add.add_post("/v2/models/{name}/infer", r.infer)
-    add.add_get("/v2/health/live", r.live)
-    add.add_get("/v2/health/ready", r.ready)
-    add.add_get("/v2", r.server_metadata)
-    add.add_get("/v2/models/stats", r.model_stats)
-    add.add_post("/v2/repository/index", r.repository_index)
-    add.add_get("/metrics", r.metrics)
-    for base in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
-        add.add_get(base, r.model_metadata)
-        add.add_get(base + "/ready", r.model_ready)
-        add.add_get(base + "/config", r.model_config)
-        add.add_get(base + "/stats", r.model_stats)
-        if "version" in base:
-            add.add_post(base + "/infer", r.infer)
+    add_routes(app.router, r)
+    app.router.add_get("/metrics", r.metrics)
     openai.add_routes(app, model, engine)
     return app

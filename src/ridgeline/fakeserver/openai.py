@@ -21,7 +21,7 @@ from aiohttp import web
 
 from ridgeline.clock import Clock
 from ridgeline.fakeserver.engine import BatchingEngine, Status
-from ridgeline.fakeserver.model import LatencyModel
+from ridgeline.synthetic.model import LatencyModel
 
 DEFAULT_MAX_TOKENS = 16
 MAX_TOKENS_LIMIT = 1_000_000

@@ -15,23 +15,23 @@ import dataclasses
 import multiprocessing
 import signal
 import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
-from types import TracebackType
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from aiohttp import web
 
+from ridgeline.aio import AsyncService, new_event_loop, run_coroutine, serve_until_signal
 from ridgeline.clock import Clock
 from ridgeline.errors import ConfigError, RidgelineError
 from ridgeline.fakeserver._fastpath import FastV2Protocol
 from ridgeline.fakeserver.engine import BatchingEngine
-from ridgeline.fakeserver.grpc import start_grpc
+from ridgeline.fakeserver.grpc import Servicer
 from ridgeline.fakeserver.http import InferCore, build_app
 from ridgeline.fakeserver.metrics import MetricsExporter
-from ridgeline.fakeserver.model import LatencyModel
+from ridgeline.synthetic.model import LatencyModel
+from ridgeline.v2.server import DEFAULT_MAX_BODY_BYTES, serve_grpc
 
-DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 SHUTDOWN_GRACE_S = 0.25
 
 
@@ -48,7 +48,17 @@ class ServerUrls:
     openai_url: str
 
 
-class FakeServer:
+class ServerOptions(TypedDict, total=False):
+    """Where and how a FakeServer listens (``FakeServer``'s keyword arguments)."""
+
+    host: str
+    http_port: int
+    grpc_port: int | None
+    token: str | None
+    max_body_bytes: int
+
+
+class FakeServer(AsyncService):
     """A fake Triton/KServe server for one ``LatencyModel``; ``start()`` then ``stop()``.
 
     Port 0 picks a free port (read it back from ``http_port`` / ``grpc_port``);
@@ -99,13 +109,13 @@ class FakeServer:
             self._listener = await self._listen(engine)
             self._http_port = int(self._listener.sockets[0].getsockname()[1])
             if self._want_grpc is not None:
-                self._grpc, self._grpc_port = await start_grpc(
-                    self.model,
-                    engine,
+                self._grpc, self._grpc_port = await serve_grpc(
+                    Servicer(self.model, engine),
                     host=self.host,
                     port=self._want_grpc,
                     token=self.token,
-                    max_message_bytes=self.max_body_bytes,
+                    max_bytes=self.max_body_bytes,
+                    on_deny=engine.stats.finish,
                 )
         except BaseException:
             await self.stop()
@@ -149,18 +159,6 @@ class FakeServer:
             await self._runner.cleanup()
             self._runner = None
         self._engine = None
-
-    async def __aenter__(self) -> FakeServer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
     @property
     def engine(self) -> BatchingEngine:
@@ -233,54 +231,24 @@ def describe_urls(urls: ServerUrls) -> str:
     return "\n".join(lines)
 
 
-def run_coroutine(main: Coroutine[Any, Any, None]) -> None:
-    """Run ``main`` to completion on a fresh event loop, uvloop when installed."""
-    with asyncio.Runner(loop_factory=new_event_loop) as runner:
-        runner.run(main)
-
-
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """A uvloop event loop when uvloop is installed, else asyncio's default."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-    return loop
-
-
 def serve_forever(
     model: LatencyModel,
-    host: str = "127.0.0.1",
-    http_port: int = 8000,
-    grpc_port: int | None = 8001,
-    token: str | None = None,
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     announce: Callable[[str], None] = print,
+    **options: Unpack[ServerOptions],
 ) -> None:
-    """Serve ``model`` until SIGINT or SIGTERM; ``announce`` the URLs once bound."""
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        server = FakeServer(model, host, http_port, grpc_port, token, max_body_bytes)
-        async with server:
-            announce(describe_urls(server.urls()))
-            await stop.wait()
-
-    run_coroutine(main())
+    """Serve ``model`` until SIGINT or SIGTERM (HTTP on port 8000 and gRPC on 8001 unless
+    ``options`` say otherwise); ``announce`` the URLs once bound."""
+    where: ServerOptions = {"http_port": 8000, "grpc_port": 8001}
+    where.update(options)
+    serve_until_signal(
+        lambda: FakeServer(model, **where),
+        lambda server: announce(describe_urls(server.urls())),
+    )
 
 
 @contextlib.contextmanager
 def running_in_thread(
-    model: LatencyModel,
-    host: str = "127.0.0.1",
-    http_port: int = 0,
-    grpc_port: int | None = 0,
-    token: str | None = None,
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    model: LatencyModel, **options: Unpack[ServerOptions]
 ) -> Iterator[FakeServer]:
     """Run a FakeServer on its own event loop (uvloop when installed) in a daemon
     thread; yield it started, stop it on exit."""
@@ -289,7 +257,7 @@ def running_in_thread(
         target=_run_loop, args=(loop,), name=f"fakeserver-{model.name}", daemon=True
     )
     thread.start()
-    server = FakeServer(model, host, http_port, grpc_port, token, max_body_bytes)
+    server = FakeServer(model, **options)
     try:
         asyncio.run_coroutine_threadsafe(server.start(), loop).result()
         yield server
@@ -310,22 +278,14 @@ def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
 
 @contextlib.contextmanager
 def running_in_process(
-    model: LatencyModel,
-    host: str = "127.0.0.1",
-    http_port: int = 0,
-    grpc_port: int | None = 0,
-    token: str | None = None,
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-    start_timeout_s: float = 60.0,
+    model: LatencyModel, start_timeout_s: float = 60.0, **options: Unpack[ServerOptions]
 ) -> Iterator[ServerUrls]:
     """Run a FakeServer in a spawned process; yield its URLs, stop it on exit."""
     ctx = multiprocessing.get_context("spawn")
     ours, theirs = ctx.Pipe()
-    options = {"host": host, "http_port": http_port, "grpc_port": grpc_port, "token": token}
-    options["max_body_bytes"] = max_body_bytes
     proc = ctx.Process(
         target=_child_main,
-        args=(model.model_dump(mode="json"), options, theirs),
+        args=(model.model_dump(mode="json"), dict(options), theirs),
         name=f"fakeserver-{model.name}",
         daemon=True,
     )

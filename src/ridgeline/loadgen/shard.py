@@ -38,7 +38,7 @@ def _shard_main(
     cfg: ReplayConfig,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
-    from ridgeline.loadgen.runloop import run_coroutine
+    from ridgeline.aio import run_coroutine
     from ridgeline.targets.factory import make_target
 
     async def main() -> Records | None:

@@ -16,9 +16,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ridgeline.aio import run_coroutine
 from ridgeline.errors import RunInterrupted
 from ridgeline.loadgen.replayer import Progress, ReplayConfig, replay
-from ridgeline.loadgen.runloop import run_coroutine
 from ridgeline.loadgen.schedule import Schedule
 from ridgeline.loadgen.shard import replay_sharded
 from ridgeline.loadgen.validity import ValidityConfig, assess_validity

@@ -14,8 +14,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ridgeline.aio import run_coroutine
 from ridgeline.errors import RunInterrupted
-from ridgeline.loadgen.runloop import run_coroutine
 from ridgeline.loop.run import LoopConfig, LoopResult, run_loop
 from ridgeline.pipeline.spec import PipelineSpec, load_spec
 from ridgeline.serve.controller import ReconfigEvent

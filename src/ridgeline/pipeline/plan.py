@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ridgeline._yaml_config import load_model
 from ridgeline.pipeline.segments import CpuSegment, Segment
+from ridgeline.synthetic.model import BaseMs, BatchCost, PerItemMs
 
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)]
 """A task or plan name: usable in a URL path and as a Prometheus label."""
@@ -48,23 +49,13 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class TensorDecl(_Frozen):
-    """An input or output of a synthetic model (batch dimension first, -1)."""
+class SyntheticModel(BatchCost):
+    """The shared latency model as a backend: base + per-item time per batch (the same
+    fields and bounds as the fake server's and the runtime's synthetic backend)."""
 
-    name: str
-    datatype: str = "FP32"
-    shape: tuple[int, ...] = (-1, 16)
-
-
-class SyntheticModel(_Frozen):
-    """The fake server's latency model as a backend: base + per-item time per batch."""
-
-    base_ms: float = Field(ge=0, description="fixed time of a batch, ms")
-    per_item_ms: float = Field(ge=0, description="time per row of a batch, ms")
-    noise_cv: float = Field(0.0, ge=0, le=3, description="lognormal noise of service time")
+    base_ms: BaseMs
+    per_item_ms: PerItemMs
     max_batch_size: int = Field(64, ge=1, le=4096)
-    inputs: tuple[TensorDecl, ...] = (TensorDecl(name="INPUT0"),)
-    outputs: tuple[TensorDecl, ...] = (TensorDecl(name="OUTPUT0"),)
 
 
 class PythonModel(_Frozen):

@@ -8,7 +8,7 @@ import contextlib
 import signal
 from pathlib import Path
 
-from ridgeline.loadgen.runloop import run_coroutine
+from ridgeline.aio import run_coroutine
 from ridgeline.loadgen.step import StepConfig
 from ridgeline.probe.drivers import Driver, NetworkDriver, SimDriver
 from ridgeline.probe.orchestrator import ProbeConfig, ProbeResult, ProgressFn, probe

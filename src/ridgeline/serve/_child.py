@@ -13,9 +13,10 @@ import traceback
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 
-from ridgeline.errors import RidgelineError
+from ridgeline.errors import BackendConfigError, RidgelineError
 from ridgeline.serve.affinity import Placement, apply_placement
-from ridgeline.serve.backends import Backend, BackendConfig, BackendConfigError, Signature
+from ridgeline.serve.backend import Backend, Signature
+from ridgeline.serve.backends import BackendConfig
 
 
 def child_main(conn: Connection, backend: BackendConfig, placement: Placement) -> None:
@@ -30,7 +31,7 @@ def child_main(conn: Connection, backend: BackendConfig, placement: Placement) -
         if not isinstance(signature, Signature):
             raise BackendConfigError(
                 f"{type(instance).__name__}.describe() returned a {type(signature).__name__}; "
-                "return a ridgeline.serve.backends.Signature"
+                "return a ridgeline.serve.backend.Signature"
             )
         conn.send(("ready", signature))
     except Exception as e:

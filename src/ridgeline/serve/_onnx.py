@@ -12,7 +12,9 @@ from typing import Any, Literal
 
 import onnxruntime as ort
 
-from ridgeline.serve.backends import BackendConfigError, ModelNotFoundError, Signature, TensorInfo
+from ridgeline.errors import BackendConfigError, ModelNotFoundError
+from ridgeline.serve.backend import Signature
+from ridgeline.v2.spec import DATATYPES, TensorSpec
 from ridgeline.v2.tensors import Array
 
 
@@ -105,7 +107,13 @@ _ORT_TYPES = {
 }
 
 
-def _tensor_info(arg: Any) -> TensorInfo:
-    """An onnxruntime NodeArg as a TensorInfo; symbolic or unknown dims become -1."""
+def _tensor_info(arg: Any) -> TensorSpec:
+    """An onnxruntime NodeArg as a TensorSpec; symbolic or unknown dims become -1."""
     shape = tuple(d if isinstance(d, int) else -1 for d in arg.shape)
-    return TensorInfo(arg.name, _ORT_TYPES.get(arg.type, arg.type), shape)
+    datatype = _ORT_TYPES.get(arg.type, arg.type)
+    if datatype not in DATATYPES:
+        raise BackendConfigError(
+            f"tensor {arg.name!r} has type {arg.type}, which the Open Inference Protocol v2 "
+            f"cannot carry; export the model with inputs and outputs of {sorted(_ORT_TYPES)}"
+        )
+    return TensorSpec(arg.name, datatype, shape)

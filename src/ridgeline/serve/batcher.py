@@ -21,6 +21,7 @@ from typing import Protocol
 import numpy as np
 
 from ridgeline.clock import Clock
+from ridgeline.errors import InferFailed
 from ridgeline.policies.batching import BatchingConfig, Wait, decide
 from ridgeline.serve.dropping import (
     ExecModel,
@@ -29,8 +30,7 @@ from ridgeline.serve.dropping import (
     should_drop,
 )
 from ridgeline.serve.metrics import ServeMetrics
-from ridgeline.v2.server import InferFailed
-from ridgeline.v2.spec import TensorLike
+from ridgeline.v2.spec import TensorSpec
 from ridgeline.v2.tensors import Array
 
 
@@ -57,8 +57,8 @@ class TaskQueue:
     def __init__(
         self,
         name: str,
-        inputs: Sequence[TensorLike],
-        outputs: Sequence[TensorLike],
+        inputs: Sequence[TensorSpec],
+        outputs: Sequence[TensorSpec],
         batching: BatchingConfig,
         instances: Sequence[Instance],
         clock: Clock,

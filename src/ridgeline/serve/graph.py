@@ -31,15 +31,15 @@ from collections.abc import Awaitable, Mapping, Sequence
 import numpy as np
 
 from ridgeline.clock import Clock
+from ridgeline.errors import InferFailed
 from ridgeline.pipeline.plan import Edge, Plan
 from ridgeline.serve.batcher import TaskQueue
 from ridgeline.serve.dropping import Slack, should_drop
-from ridgeline.v2.server import InferFailed
-from ridgeline.v2.spec import TensorLike
+from ridgeline.v2.spec import TensorSpec
 from ridgeline.v2.tensors import NUMPY_DTYPES, Array
 
 
-def adapt(parent: Sequence[Array], rows: int, specs: Sequence[TensorLike]) -> list[Array]:
+def adapt(parent: Sequence[Array], rows: int, specs: Sequence[TensorSpec]) -> list[Array]:
     """``rows`` rows for each of ``specs`` from the parent's outputs, deterministically:
     the parent's numbers, tiled to size; integer inputs (token ids) get 0 or 1, valid
     for any vocabulary."""

@@ -25,8 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ridgeline.errors import PlanError
-from ridgeline.fakeserver.model import TensorSpec
-from ridgeline.pipeline.plan import Plan, TaskPlan, TensorDecl
+from ridgeline.pipeline.plan import Plan, TaskPlan
 from ridgeline.pipeline.segments import CpuSegment
 from ridgeline.serve.affinity import Placement
 from ridgeline.serve.backends import (
@@ -35,6 +34,7 @@ from ridgeline.serve.backends import (
     PythonBackendConfig,
     SyntheticBackendConfig,
 )
+from ridgeline.synthetic.model import BatchCost
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,18 +82,8 @@ def setup_plan(plan: Plan, plan_dir: Path, zoo: Path | None = None) -> dict[str,
 def _backend(name: str, task: TaskPlan, plan_dir: Path, zoo: Path) -> BackendConfig:
     device = "cpu" if isinstance(task.segment, CpuSegment) else "cuda"
     if task.synthetic is not None:
-        s = task.synthetic
-        return SyntheticBackendConfig(
-            base_ms=s.base_ms,
-            per_item_ms=s.per_item_ms,
-            noise_cv=s.noise_cv,
-            inputs=tuple(
-                TensorSpec(name=t.name, datatype=t.datatype, shape=t.shape) for t in s.inputs
-            ),
-            outputs=tuple(
-                TensorSpec(name=t.name, datatype=t.datatype, shape=t.shape) for t in s.outputs
-            ),
-        )
+        shared = task.synthetic.model_dump(include=set(BatchCost.model_fields))
+        return SyntheticBackendConfig(**shared)
     if task.python is not None:
         return PythonBackendConfig(target=task.python.target, options=task.python.options)
     if task.artifact is not None:
@@ -108,10 +98,6 @@ def _backend(name: str, task: TaskPlan, plan_dir: Path, zoo: Path) -> BackendCon
     path, limit = _zoo_variant(name, task.variant, zoo)
     _check_batch(name, task, limit, f"zoo variant {task.variant!r}")
     return OnnxBackendConfig(path=path, device=device)
-
-
-def _specs(decls: tuple[TensorDecl, ...]) -> tuple[TensorSpec, ...]:
-    return tuple(TensorSpec(name=t.name, datatype=t.datatype, shape=t.shape) for t in decls)
 
 
 def _zoo_variant(task: str, variant: str, zoo: Path) -> tuple[Path, int]:

@@ -10,22 +10,19 @@ metrics. It binds 127.0.0.1 unless told otherwise.
 from __future__ import annotations
 
 import asyncio
-import signal
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import numpy as np
 from aiohttp import web
 
+from ridgeline.aio import AsyncService
 from ridgeline.clock import Clock, MonotonicClock
 from ridgeline.errors import ConfigError, PlanError, RidgelineError
 from ridgeline.pipeline.plan import Plan
 from ridgeline.policies.batching import BatchingConfig
-from ridgeline.serve.backends import TensorInfo
 from ridgeline.serve.batcher import TaskQueue
 from ridgeline.serve.dropping import ExecModel, Slack
 from ridgeline.serve.graph import GraphRunner
@@ -34,11 +31,10 @@ from ridgeline.serve.metrics import InstanceView, ServeMetrics
 from ridgeline.serve.workers import Worker
 from ridgeline.v2 import describe
 from ridgeline.v2.describe import VERSION
-from ridgeline.v2.server import build_http_app, start_grpc_server
-from ridgeline.v2.spec import TensorLike
+from ridgeline.v2.server import DEFAULT_MAX_BODY_BYTES, build_http_app, start_grpc_server
+from ridgeline.v2.spec import TensorSpec
 from ridgeline.v2.tensors import NUMPY_DTYPES, Array
 
-DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 SERVER_NAME = "ridgeline-serve"
 
 
@@ -48,14 +44,16 @@ class _Model:
     def __init__(
         self,
         name: str,
-        inputs: tuple[TensorInfo, ...],
-        outputs: tuple[TensorInfo, ...],
+        inputs: tuple[TensorSpec, ...],
+        outputs: tuple[TensorSpec, ...],
         max_batch_size: int,
         batching: BatchingConfig,
         instances: int,
         platform: str,
+        clock: Clock,
     ) -> None:
         self.name, self.inputs, self.outputs = name, inputs, outputs
+        self.clock = clock
         self.max_batch_size = max_batch_size
         self._batching, self._instances, self._platform = batching, instances, platform
         self.success = self.failure = 0
@@ -81,7 +79,7 @@ class _Model:
         }
 
     def _count(self, ok: bool, began: float) -> None:
-        ns = round((time.perf_counter() - began) * 1e9)
+        ns = round((self.clock.now() - began) * 1e9)
         if ok:
             self.success, self.success_ns = self.success + 1, self.success_ns + ns
         else:
@@ -92,13 +90,12 @@ class _TaskModel(_Model):
     def __init__(
         self, queue: TaskQueue, budget_s: float, margin: float, clock: Clock, **kw: Any
     ) -> None:
-        super().__init__(**kw)
-        self.queue, self.budget_s, self.clock, self.margin = queue, budget_s, clock, margin
+        super().__init__(clock=clock, **kw)
+        self.queue, self.budget_s, self.margin = queue, budget_s, margin
         self.slack = Slack(initial_s=0.05 * budget_s)
 
     async def infer(self, rows: int, arrays: list[Array]) -> list[Array]:
-        began = time.perf_counter()
-        arrival = self.clock.now()
+        began = arrival = self.clock.now()
         expected = self.queue.expected_s()
         deadline = arrival + (1 - self.margin) * self.budget_s - self.slack.slack_s
         try:
@@ -113,14 +110,14 @@ class _TaskModel(_Model):
 
 class _PipelineModel(_Model):
     def __init__(self, runner: GraphRunner, metrics: ServeMetrics, drop: bool, **kw: Any) -> None:
-        super().__init__(**kw)
+        super().__init__(clock=runner.clock, **kw)
         self.runner, self.metrics, self.drop = runner, metrics, drop
         self.arrivals: deque[float] = deque(maxlen=1 << 16)
         """When recent requests arrived (the reconfiguration controller's demand)."""
 
     async def infer(self, rows: int, arrays: list[Array]) -> list[Array]:
-        began = time.perf_counter()
-        self.arrivals.append(self.runner.clock.now())
+        began = self.clock.now()
+        self.arrivals.append(began)
         m = self.metrics
         try:
             out = await self.runner.infer(rows, arrays, drop=self.drop)
@@ -130,7 +127,7 @@ class _PipelineModel(_Model):
             self._count(False, began)
             raise
         m.pipeline_requests.labels(self.name, "ok").inc()
-        m.pipeline_latency.labels(self.name).observe(time.perf_counter() - began)
+        m.pipeline_latency.labels(self.name).observe(self.clock.now() - began)
         m.drop_slack.labels(self.name).set(self.runner.slack.slack_s)
         self._count(True, began)
         return out
@@ -140,11 +137,11 @@ def _instance_view(task: str, index: int, worker: Worker) -> InstanceView:
     return InstanceView(task, index, lambda: worker.busy_s, lambda: worker.restarts)
 
 
-def _signature(tensors: Sequence[TensorLike]) -> list[tuple[str, str]]:
+def _signature(tensors: Sequence[TensorSpec]) -> list[tuple[str, str]]:
     return [(t.name, t.datatype) for t in tensors]
 
 
-class PlanServer:
+class PlanServer(AsyncService):
     """Serve ``plan``: ``await start()``, then ``stop()`` (or ``async with``)."""
 
     def __init__(
@@ -167,8 +164,8 @@ class PlanServer:
         self.drop_margin = drop_margin
         self._want_http, self._want_grpc = http_port, grpc_port
         self.clock = clock or MonotonicClock()
-        self._started_at = time.monotonic()
-        self.metrics = ServeMetrics(lambda: time.monotonic() - self._started_at)
+        self._started_at = self.clock.now()
+        self.metrics = ServeMetrics(lambda: self.clock.now() - self._started_at)
         self.workers: dict[str, list[Worker]] = {}
         self.queues: dict[str, TaskQueue] = {}
         self.models: dict[str, _TaskModel | _PipelineModel] = {}
@@ -248,7 +245,7 @@ class PlanServer:
                     "pipeline's sources must share one input signature"
                 )
         outputs = tuple(
-            TensorInfo(f"{s}.{t.name}", t.datatype, (-1, *t.shape[1:]))
+            TensorSpec(f"{s}.{t.name}", t.datatype, (-1, *t.shape[1:]))
             for s in runner.sinks
             for t in self.queues[s].outputs
         )
@@ -257,7 +254,7 @@ class PlanServer:
             self.metrics,
             self.drop,
             name=plan.name,
-            inputs=tuple(TensorInfo(t.name, t.datatype, tuple(t.shape)) for t in first.inputs),
+            inputs=tuple(TensorSpec(t.name, t.datatype, tuple(t.shape)) for t in first.inputs),
             outputs=outputs,
             max_batch_size=max(q.cfg.max_batch_size for q in sources) * 16,
             batching=first.cfg,
@@ -381,18 +378,6 @@ class PlanServer:
             *(w.stop() for ws in self.workers.values() for w in ws), return_exceptions=True
         )
 
-    async def __aenter__(self) -> PlanServer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
-
     @property
     def http_url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
@@ -403,44 +388,23 @@ class PlanServer:
 
 
 def serve_plan_forever(
-    plan_path: Path | str,
-    *,
-    host: str = "127.0.0.1",
-    http_port: int = 8000,
-    grpc_port: int | None = 8001,
-    token: str | None = None,
-    zoo: Path | None = None,
-    drop: bool = True,
-    announce: Callable[[str], None] = print,
+    plan_path: Path | str, *, announce: Callable[[str], None] = print, **options: Any
 ) -> None:
-    """Serve the plan at ``plan_path`` until SIGINT or SIGTERM; ``announce`` the URLs."""
-    from ridgeline.fakeserver.server import run_coroutine
+    """Serve the plan at ``plan_path`` until SIGINT or SIGTERM; ``announce`` the URLs.
+    ``options`` are ``PlanServer``'s (host, ports, token, zoo, drop, ...)."""
+    from ridgeline.aio import serve_until_signal
     from ridgeline.pipeline.plan import load_plan
 
     plan = load_plan(plan_path)
 
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        server = PlanServer(
-            plan,
-            Path(plan_path).parent,
-            host=host,
-            http_port=http_port,
-            grpc_port=grpc_port,
-            token=token,
-            zoo=zoo,
-            drop=drop,
-        )
-        async with server:
-            lines = [f"serving plan {plan.name!r}: v2 HTTP {server.model_url()}"]
-            if server.grpc_port is not None:
-                lines.append(f"  v2 gRPC  {host}:{server.grpc_port} (model {plan.name!r})")
-            lines.append(f"  tasks    {', '.join(plan.tasks)} (each also a model)")
-            lines.append(f"  metrics  {server.http_url}/metrics")
-            announce("\n".join(lines))
-            await stop.wait()
+    def ready(server: PlanServer) -> None:
+        grpc = f"{server.host}:{server.grpc_port} (model {plan.name!r})"
+        lines = [
+            f"serving plan {plan.name!r}: v2 HTTP {server.model_url()}",
+            *([f"  v2 gRPC  {grpc}"] if server.grpc_port is not None else []),
+            f"  tasks    {', '.join(plan.tasks)} (each also a model)",
+            f"  metrics  {server.http_url}/metrics",
+        ]
+        announce("\n".join(lines))
 
-    run_coroutine(main())
+    serve_until_signal(lambda: PlanServer(plan, Path(plan_path).parent, **options), ready)

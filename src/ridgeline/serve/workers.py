@@ -32,7 +32,8 @@ from ridgeline.clock import Clock, MonotonicClock
 from ridgeline.errors import WorkerCrashed, WorkerError, WorkerStartError
 from ridgeline.serve._child import child_main
 from ridgeline.serve.affinity import Placement
-from ridgeline.serve.backends import BackendConfig, Signature
+from ridgeline.serve.backend import Signature
+from ridgeline.serve.backends import BackendConfig
 from ridgeline.v2.tensors import Array
 
 __all__ = ["Worker"]

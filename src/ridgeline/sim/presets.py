@@ -9,16 +9,13 @@ by key).
 
 from __future__ import annotations
 
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ridgeline._yaml_config import deep_merge, parse_mapping, validate
-from ridgeline.errors import ConfigError, UnknownKindError
-from ridgeline.fakeserver.model import LatencyModel
+from ridgeline._yaml_config import Presets
 from ridgeline.sim.interference import Interference
+from ridgeline.synthetic.model import LatencyModel
 from ridgeline.workload.payloads import (
     FixedSize,
     LognormalSize,
@@ -27,8 +24,6 @@ from ridgeline.workload.payloads import (
     UniformSize,
     sampled_shapes,
 )
-
-_PRESETS = resources.files("ridgeline.sim").joinpath("presets")
 
 
 def _one_row() -> FixedSize:
@@ -87,47 +82,18 @@ def shapes_for(preset: SimPreset, n: int, seed: int) -> list[RequestShape] | Non
     return sampled_shapes(n, seed, items=preset.sizes)
 
 
-def sim_preset_names() -> list[str]:
-    """Names of the shipped presets, sorted."""
-    return sorted(
-        p.name.removesuffix(".yaml") for p in _PRESETS.iterdir() if p.name.endswith(".yaml")
-    )
+_PRESETS = Presets(
+    "ridgeline.sim",
+    SimPreset,
+    "simulated server preset",
+    "simulated server config",
+    "SimPreset fields (description, model, sizes, slo, speed, interference)",
+)
 
 
-def load_sim_preset(name: str) -> SimPreset:
-    """The shipped preset ``name``; UnknownKindError (listing the presets) if none."""
-    return _validate(_preset_mapping(name), f"simulated server preset {name!r}")
-
-
-def load_sim_config(path: str | Path) -> SimPreset:
-    """A simulated server from a YAML file, optionally layered over ``preset: NAME``."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(
-            f"cannot read simulated server config {p}: {e.strerror}; check the path"
-        ) from e
-    mapping = _parse(text, str(p))
-    base = mapping.pop("preset", None)
-    if base is not None:
-        mapping = deep_merge(_preset_mapping(str(base)), mapping)
-    return _validate(mapping, str(p))
-
-
-def _preset_mapping(name: str) -> dict[str, Any]:
-    names = sim_preset_names()
-    if name not in names:
-        raise UnknownKindError("simulated server preset", name, names)
-    text = _PRESETS.joinpath(f"{name}.yaml").read_text(encoding="utf-8")
-    return _parse(text, f"simulated server preset {name!r}")
-
-
-def _parse(text: str, where: str) -> dict[str, Any]:
-    return parse_mapping(
-        text, where, "SimPreset fields (description, model, sizes, slo, speed, interference)"
-    )
-
-
-def _validate(mapping: dict[str, Any], where: str) -> SimPreset:
-    return validate(SimPreset, mapping, where, "simulated server config")
+sim_preset_names = _PRESETS.names
+"""Names of the shipped presets, sorted."""
+load_sim_preset = _PRESETS.load
+"""The shipped preset ``name``; UnknownKindError (listing the presets) if none."""
+load_sim_config = _PRESETS.load_file
+"""A simulated server from a YAML file, optionally layered over ``preset: NAME``."""

@@ -23,9 +23,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ridgeline.errors import ConfigError
-from ridgeline.fakeserver.model import LatencyModel, service_time_s, stall_release, warmup_factor
 from ridgeline.sim._queue import QueueRun, Service, run_queue
 from ridgeline.sim.interference import Interference
+from ridgeline.synthetic.model import LatencyModel, service_time_s, stall_release, warmup_factor
 from ridgeline.telemetry.records import Outcome, Records
 from ridgeline.workload.payloads import RequestShape
 

@@ -9,9 +9,9 @@ from ridgeline.targets.factory import describe_target_urls, make_target
 from ridgeline.targets.http import HttpTarget
 from ridgeline.targets.inprocess import InProcessTarget, null_target
 from ridgeline.targets.openai import OpenAITarget
-from ridgeline.targets.tensors import TensorSpec
 from ridgeline.targets.v2_grpc import V2GrpcTarget
 from ridgeline.targets.v2_http import V2HttpTarget
+from ridgeline.v2.spec import TensorSpec
 
 __all__ = [
     "OK",

@@ -16,9 +16,9 @@ from ridgeline.targets.base import Target
 from ridgeline.targets.http import HttpTarget
 from ridgeline.targets.inprocess import InProcessTarget, load_callable, null_target
 from ridgeline.targets.openai import OpenAIApi, OpenAITarget
-from ridgeline.targets.tensors import TensorSpec
 from ridgeline.targets.v2_grpc import V2GrpcTarget
 from ridgeline.targets.v2_http import V2HttpTarget
+from ridgeline.v2.spec import TensorSpec
 
 _V2_MODEL = re.compile(
     r"^(?P<prefix>.*?)/v2/models/(?P<name>[^/]+)(?:/versions/(?P<version>[^/]+))?(?:/infer)?/?$"

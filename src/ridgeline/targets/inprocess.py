@@ -6,11 +6,11 @@ hot path is the call and nothing more: success returns the shared ``OK`` reply.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ridgeline._importing import import_attr
 from ridgeline.errors import ConfigError, TargetError
 from ridgeline.targets.base import OK, Reply
 from ridgeline.workload.payloads import RequestShape
@@ -72,19 +72,16 @@ def load_callable(spec: str) -> TargetFn:
             f"python target {spec!r} is not MODULE:FUNCTION; write e.g. python://mypkg.bench:infer"
         )
     try:
-        obj: Any = importlib.import_module(module_name)
+        obj: Any = import_attr(spec)
     except ImportError as exc:
         raise ConfigError(
             f"cannot import module {module_name!r} for python target {spec!r} ({exc}); "
             "check the name and that it is on PYTHONPATH"
         ) from exc
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise ConfigError(
-                f"module {module_name!r} has no attribute {attr!r} for python target {spec!r}"
-            ) from None
+    except AttributeError:
+        raise ConfigError(
+            f"module {module_name!r} has no attribute {attr!r} for python target {spec!r}"
+        ) from None
     if not callable(obj):
         raise ConfigError(f"python target {spec!r} is a {type(obj).__name__}, not a callable")
     fn: TargetFn = obj

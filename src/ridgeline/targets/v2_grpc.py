@@ -20,7 +20,8 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from ridgeline.errors import ConfigError, TargetUnreachableError
 from ridgeline.targets._http import not_connected
 from ridgeline.targets.base import OK, Reply
-from ridgeline.targets.tensors import TensorSpec, raw_bytes
+from ridgeline.targets.tensors import raw_bytes
+from ridgeline.v2.spec import TensorSpec
 from ridgeline.workload.payloads import RequestShape
 
 _MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"

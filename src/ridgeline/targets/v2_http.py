@@ -17,7 +17,8 @@ from ridgeline.errors import TargetUnreachableError
 from ridgeline.targets._fastpool import Http1Pool
 from ridgeline.targets._http import failed_reply, fetch, new_session, not_connected, parse_json
 from ridgeline.targets.base import OK, Reply
-from ridgeline.targets.tensors import TensorSpec, json_inputs
+from ridgeline.targets.tensors import json_inputs
+from ridgeline.v2.spec import TensorSpec
 from ridgeline.workload.payloads import RequestShape
 
 

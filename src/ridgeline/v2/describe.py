@@ -7,22 +7,22 @@ from collections.abc import Sequence
 from typing import Any
 
 from ridgeline.policies.batching import BatchingConfig
-from ridgeline.v2.spec import TensorLike
+from ridgeline.v2.spec import TensorSpec
 
 VERSION = "1"
 
 
-def tensor_metadata(spec: TensorLike) -> dict[str, Any]:
+def tensor_metadata(spec: TensorSpec) -> dict[str, Any]:
     return {"name": spec.name, "datatype": spec.datatype, "shape": list(spec.shape)}
 
 
-def tensor_config(spec: TensorLike) -> dict[str, Any]:
+def tensor_config(spec: TensorSpec) -> dict[str, Any]:
     data_type = "TYPE_STRING" if spec.datatype == "BYTES" else f"TYPE_{spec.datatype}"
     return {"name": spec.name, "data_type": data_type, "dims": list(spec.shape[1:])}
 
 
 def model_metadata(
-    name: str, platform: str, inputs: Sequence[TensorLike], outputs: Sequence[TensorLike]
+    name: str, platform: str, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]
 ) -> dict[str, Any]:
     return {
         "name": name,
@@ -36,8 +36,8 @@ def model_metadata(
 def model_config(
     name: str,
     platform: str,
-    inputs: Sequence[TensorLike],
-    outputs: Sequence[TensorLike],
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
     batching: BatchingConfig,
     instances: int,
     kind: str,

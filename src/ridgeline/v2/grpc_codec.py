@@ -10,8 +10,9 @@ from typing import Any
 
 from tritonclient.grpc import service_pb2
 
+from ridgeline.errors import InvalidRequest
 from ridgeline.v2.spec import ModelSpec
-from ridgeline.v2.tensors import Array, InvalidRequest, WireTensor, decode_inputs, to_raw
+from ridgeline.v2.tensors import Array, WireTensor, decode_inputs, to_raw
 
 _CONTENTS_FIELD = {
     "BOOL": "bool_contents",

@@ -12,8 +12,9 @@ from typing import Any
 
 import orjson
 
+from ridgeline.errors import InvalidRequest
 from ridgeline.v2.spec import ModelSpec
-from ridgeline.v2.tensors import InvalidRequest, WireTensor, to_elements, to_raw
+from ridgeline.v2.tensors import WireTensor, to_elements, to_raw
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import grpc
 import orjson
@@ -28,24 +28,17 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
 from ridgeline import __version__
-from ridgeline.errors import ConfigError, RidgelineError
+from ridgeline.errors import ConfigError, InferFailed, InvalidRequest
 from ridgeline.v2.describe import VERSION
 from ridgeline.v2.grpc_codec import decode_request, encode_response
 from ridgeline.v2.http_codec import HEADER_LENGTH, Answer, error_answer, infer_answer, parse_infer
 from ridgeline.v2.spec import ModelSpec
-from ridgeline.v2.tensors import Array, InvalidRequest, decode_inputs
+from ridgeline.v2.tensors import Array, decode_inputs
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-FailureKind = Literal["dropped", "unavailable", "internal"]
 
-
-class InferFailed(RidgelineError):
-    """A request the model could not answer: dropped (cannot meet its SLO), unavailable
-    (refused: full, shutting down) or internal (execution failed)."""
-
-    def __init__(self, kind: FailureKind, message: str) -> None:
-        self.kind = kind
-        super().__init__(f"dropped: {message}" if kind == "dropped" else message)
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+"""The largest request body (HTTP) or message (gRPC) a v2 server takes by default."""
 
 
 class V2Model(ModelSpec, Protocol):
@@ -153,6 +146,39 @@ class _Routes:
         return _web(infer_answer(model, req, outputs, VERSION))
 
 
+class RouteHandlers(Protocol):
+    """The handlers of the v2 HTTP routes (``add_routes`` maps paths to them)."""
+
+    async def live(self, request: web.Request) -> web.Response: ...
+    async def ready(self, request: web.Request) -> web.Response: ...
+    async def server(self, request: web.Request) -> web.Response: ...
+    async def index(self, request: web.Request) -> web.Response: ...
+    async def metadata(self, request: web.Request) -> web.Response: ...
+    async def model_ready(self, request: web.Request) -> web.Response: ...
+    async def config(self, request: web.Request) -> web.Response: ...
+    async def stats(self, request: web.Request) -> web.Response: ...
+    async def infer(self, request: web.Request) -> web.Response: ...
+
+
+def add_routes(router: web.UrlDispatcher, r: RouteHandlers) -> None:
+    """The v2 HTTP route table: health, server metadata, repository index, and per model
+    (also under ``/versions/{version}``) metadata, ready, config, stats and infer. The
+    router tries resources in order, so the hot route comes first."""
+    router.add_post("/v2/models/{name}/infer", r.infer)
+    router.add_get("/v2/health/live", r.live)
+    router.add_get("/v2/health/ready", r.ready)
+    router.add_get("/v2", r.server)
+    router.add_post("/v2/repository/index", r.index)
+    router.add_get("/v2/models/stats", r.stats)
+    for base in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
+        router.add_get(base, r.metadata)
+        router.add_get(base + "/ready", r.model_ready)
+        router.add_get(base + "/config", r.config)
+        router.add_get(base + "/stats", r.stats)
+        if "version" in base:
+            router.add_post(base + "/infer", r.infer)
+
+
 def auth_middleware(token: str, on_deny: Callable[[str], None] | None = None) -> Any:
     """aiohttp middleware: every request needs ``Authorization: Bearer TOKEN`` (401
     otherwise; ``on_deny("unauthorized")`` counts it)."""
@@ -187,19 +213,8 @@ def build_http_app(
         client_max_size=max_body_bytes,
         middlewares=[] if token is None else [auth_middleware(token)],
     )
-    r = _Routes(models, name, max_body_bytes)
+    add_routes(app.router, _Routes(models, name, max_body_bytes))
     add = app.router
-    add.add_get("/v2/health/live", r.live)
-    add.add_get("/v2/health/ready", r.ready)
-    add.add_get("/v2", r.server)
-    add.add_post("/v2/repository/index", r.index)
-    add.add_get("/v2/models/stats", r.stats)
-    for base in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
-        add.add_get(base, r.metadata)
-        add.add_get(base + "/ready", r.model_ready)
-        add.add_get(base + "/config", r.config)
-        add.add_get(base + "/stats", r.stats)
-        add.add_post(base + "/infer", r.infer)
     if metrics is not None:
         render = metrics
 
@@ -276,9 +291,13 @@ class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[
         return encode_response(model, request, outputs, wanted, VERSION)
 
 
-class _TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    def __init__(self, token: str) -> None:
+class TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """gRPC: every method needs metadata ``authorization: Bearer TOKEN`` (UNAUTHENTICATED
+    otherwise; ``on_deny("unauthorized")`` counts it)."""
+
+    def __init__(self, token: str, on_deny: Callable[[str], None] | None = None) -> None:
         self._expected = f"Bearer {token}".encode()
+        self._on_deny = on_deny
 
         async def deny(request: Any, context: Any) -> None:
             await context.abort(
@@ -286,7 +305,11 @@ class _TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 "missing or wrong bearer token; send metadata authorization: Bearer <token>",
             )
 
+        async def deny_stream(requests: Any, context: Any) -> None:
+            await deny(None, context)
+
         self._deny = grpc.unary_unary_rpc_method_handler(deny)
+        self._deny_stream = grpc.stream_stream_rpc_method_handler(deny_stream)
 
     async def intercept_service(
         self, continuation: Callable[[Any], Awaitable[Any]], details: Any
@@ -295,7 +318,9 @@ class _TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         given = str(meta.get("authorization", "")).encode()
         if hmac.compare_digest(given, self._expected):
             return await continuation(details)
-        return self._deny
+        if self._on_deny is not None:
+            self._on_deny("unauthorized")
+        return self._deny_stream if details.method.endswith("StreamInfer") else self._deny
 
 
 async def start_grpc_server(
@@ -308,25 +333,28 @@ async def start_grpc_server(
     max_message_bytes: int,
 ) -> tuple[Any, int]:
     """Start a grpc.aio server for ``models`` on ``host:port`` (0: any); (server, port)."""
-    interceptors = [] if token is None else [_TokenInterceptor(token)]
     return await serve_grpc(
-        _Servicer(models, name),
-        interceptors,
-        host=host,
-        port=port,
-        max_message_bytes=max_message_bytes,
+        _Servicer(models, name), host=host, port=port, token=token, max_bytes=max_message_bytes
     )
 
 
 async def serve_grpc(
-    servicer: Any, interceptors: list[Any], *, host: str, port: int, max_message_bytes: int
+    servicer: Any,
+    *,
+    host: str,
+    port: int,
+    token: str | None,
+    max_bytes: int,
+    on_deny: Callable[[str], None] | None = None,
 ) -> tuple[Any, int]:
     """A started grpc.aio server running ``servicer`` (a GRPCInferenceService) on
-    ``host:port`` (0: any free port); (server, bound port). A taken port is a ConfigError."""
+    ``host:port`` (0: any free port), refusing messages over ``max_bytes`` and, with a
+    ``token``, calls without it (``on_deny`` counts them); (server, bound port). A taken
+    port is a ConfigError."""
     server = grpc.aio.server(
-        interceptors=interceptors,
+        interceptors=[] if token is None else [TokenInterceptor(token, on_deny)],
         options=[
-            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_receive_message_length", max_bytes),
             ("grpc.max_send_message_length", -1),
             ("grpc.so_reuseport", 0),
         ],

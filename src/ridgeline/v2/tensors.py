@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ridgeline.errors import RidgelineError
-from ridgeline.v2.spec import ModelSpec, TensorLike
+from ridgeline.errors import InvalidRequest
+from ridgeline.v2.spec import ModelSpec, TensorSpec
 
 Array = npt.NDArray[Any]
 
@@ -39,10 +39,6 @@ NUMPY_DTYPES: dict[str, npt.DTypeLike] = {
     "BYTES": np.object_,
 }
 LITTLE_ENDIAN = {k: np.dtype(v).newbyteorder("<") for k, v in NUMPY_DTYPES.items() if k != "BYTES"}
-
-
-class InvalidRequest(RidgelineError):
-    """A request the model cannot run; answered with 400 / INVALID_ARGUMENT."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +75,7 @@ def decode_inputs(model: ModelSpec, tensors: Sequence[WireTensor]) -> tuple[int,
     return rows.pop(), arrays
 
 
-def _decode(spec: TensorLike, t: WireTensor, max_rows: int) -> Array:
+def _decode(spec: TensorSpec, t: WireTensor, max_rows: int) -> Array:
     if t.datatype != spec.datatype:
         raise InvalidRequest(
             f"input {t.name!r} has datatype {t.datatype}; the model expects {spec.datatype}"

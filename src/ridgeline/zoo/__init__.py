@@ -21,7 +21,7 @@ from ridgeline.zoo.families import (
     paper_flops,
     variants_of,
 )
-from ridgeline.zoo.manifest import Manifest, TensorSpec, ZooVariant, load_manifest
+from ridgeline.zoo.manifest import Manifest, ZooVariant, load_manifest
 
 __all__ = [
     "ACCURACY",
@@ -30,7 +30,6 @@ __all__ = [
     "Accuracy",
     "BuiltModel",
     "Manifest",
-    "TensorSpec",
     "ZooVariant",
     "build_model",
     "build_zoo",

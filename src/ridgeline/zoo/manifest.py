@@ -16,6 +16,7 @@ import onnx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ridgeline.errors import ConfigError, UnknownKindError
+from ridgeline.v2.spec import TensorSpec
 from ridgeline.zoo.accuracy import Accuracy
 
 FORMAT = 1  # bump when a builder changes what it writes: older files are then rebuilt
@@ -28,14 +29,6 @@ _DATATYPES: dict[int, Datatype] = {onnx.TensorProto.FLOAT: "FP32", onnx.TensorPr
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class TensorSpec(_Frozen):
-    """A model input or output as a v2 inference request declares it."""
-
-    name: str
-    datatype: Datatype
-    shape: tuple[int, ...] = Field(description="-1 for the batch dimension")
 
 
 class ZooVariant(_Frozen):

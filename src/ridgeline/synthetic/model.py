@@ -1,64 +1,26 @@
-"""The fake model: a latency model as a typed config, and the pure functions over it.
+"""The one latency model: a latency model as a typed config, and the pure functions over it.
 
 A batch of ``n`` rows takes ``base_ms + per_item_ms·n`` milliseconds on one of
 ``instances`` parallel executors, multiplied by a warm-up factor and by lognormal noise of
 mean 1. Everything here is a pure function of the config (and, for noise, of the random
-generator passed in): the engine schedules with them, tests assert exact values.
+generator passed in): the fake server's engine, the runtime's synthetic backend and the
+simulator schedule with them, tests assert exact values.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from typing import Literal
+from typing import Annotated, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ridgeline.policies.batching import BatchingConfig
-
-Datatype = Literal[
-    "BOOL",
-    "UINT8",
-    "UINT16",
-    "UINT32",
-    "UINT64",
-    "INT8",
-    "INT16",
-    "INT32",
-    "INT64",
-    "FP16",
-    "FP32",
-    "FP64",
-    "BYTES",
-]
+from ridgeline.v2.spec import TensorSpec
 
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class TensorSpec(_Frozen):
-    """One input or output tensor, as Triton's model metadata describes it."""
-
-    name: str = Field(min_length=1, description="tensor name, e.g. INPUT0")
-    datatype: Datatype = Field("FP32", description="Open Inference Protocol datatype")
-    shape: tuple[int, ...] = Field(
-        (-1, 16),
-        min_length=1,
-        description="dims with -1 first for the batch dim; a later -1 accepts any size",
-    )
-
-    @model_validator(mode="after")
-    def _batch_dim_first(self) -> TensorSpec:
-        if self.shape[0] != -1:
-            raise ValueError(
-                f"tensor {self.name!r}: shape {list(self.shape)} must start with -1, the batch "
-                "dim (the fake model always batches)"
-            )
-        bad = [d for d in self.shape[1:] if d < 1 and d != -1]
-        if bad:
-            raise ValueError(f"tensor {self.name!r}: dims {bad} must be ≥ 1 or -1 (any size)")
-        return self
 
 
 class Warmup(_Frozen):
@@ -104,32 +66,76 @@ class PeriodicStall(_Frozen):
 
 
 def _default_inputs() -> tuple[TensorSpec, ...]:
-    return (TensorSpec(name="INPUT0"),)
+    return (TensorSpec("INPUT0"),)
 
 
 def _default_outputs() -> tuple[TensorSpec, ...]:
-    return (TensorSpec(name="OUTPUT0"),)
+    return (TensorSpec("OUTPUT0"),)
 
 
-class LatencyModel(_Frozen):
-    """Everything the fake server needs to know about the model it pretends to serve.
+BaseMs = Annotated[float, Field(ge=0.0, description="fixed cost of one batch, a in a + b·n")]
+PerItemMs = Annotated[float, Field(ge=0.0, description="cost per row of a batch, b in a + b·n")]
+NoiseCv = Annotated[
+    float, Field(ge=0.0, le=10.0, description="coefficient of variation of lognormal noise, mean 1")
+]
+
+
+class BatchCost(_Frozen):
+    """The fields every synthetic model shares (the fake server's, the runtime's synthetic
+    backend's, a plan's): a batch of n rows costs ``base_ms + per_item_ms·n`` times
+    lognormal noise of mean 1, and maps ``inputs`` to ``outputs``.
 
     Outputs are computed from inputs by position (output j from input j, or from the
     last input): numeric outputs are 2·input when the element counts per row agree,
     BYTES outputs echo BYTES inputs, anything else is zeros.
     """
 
+    base_ms: BaseMs = 5.0
+    per_item_ms: PerItemMs = 1.0
+    noise_cv: NoiseCv = 0.0
+    inputs: tuple[TensorSpec, ...] = Field(
+        default_factory=_default_inputs, min_length=1, description="input tensors"
+    )
+    outputs: tuple[TensorSpec, ...] = Field(
+        default_factory=_default_outputs, min_length=1, description="output tensors"
+    )
+
+    @model_validator(mode="after")
+    def _tensors_a_synthetic_model_can_answer(self) -> Self:
+        for kind, specs in (("input", self.inputs), ("output", self.outputs)):
+            names = [s.name for s in specs]
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            if dupes:
+                raise ValueError(f"{kind} names {dupes} appear more than once; rename them")
+            for spec in specs:
+                _check_batched(spec)
+        return self
+
+
+def _check_batched(spec: TensorSpec) -> None:
+    if not spec.shape or spec.shape[0] != -1:
+        raise ValueError(
+            f"tensor {spec.name!r}: shape {list(spec.shape)} must start with -1, the batch "
+            "dim (the fake model always batches)"
+        )
+    bad = [d for d in spec.shape[1:] if d < 1 and d != -1]
+    if bad:
+        raise ValueError(f"tensor {spec.name!r}: dims {bad} must be ≥ 1 or -1 (any size)")
+    if spec.datatype == "BF16":
+        raise ValueError(
+            f"tensor {spec.name!r}: a synthetic model cannot answer BF16; use FP16 or FP32"
+        )
+
+
+class LatencyModel(BatchCost):
+    """Everything the fake server needs to know about the model it pretends to serve."""
+
     name: str = Field("fake", min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$", description="model name")
-    base_ms: float = Field(5.0, ge=0.0, description="fixed cost of one batch, a in a + b·n")
-    per_item_ms: float = Field(1.0, ge=0.0, description="cost per row of a batch, b in a + b·n")
     batching: BatchingConfig = Field(
         default_factory=BatchingConfig, description="dynamic batching policy"
     )
     instances: int = Field(1, ge=1, le=256, description="parallel batch executors")
     warmup: Warmup | None = Field(None, description="slower service right after start")
-    noise_cv: float = Field(
-        0.0, ge=0.0, le=10.0, description="coefficient of variation of lognormal noise, mean 1"
-    )
     error_rate: float = Field(
         0.0, ge=0.0, le=1.0, description="fraction of requests answered with an injected error"
     )
@@ -141,12 +147,6 @@ class LatencyModel(_Frozen):
         description="requests that may wait for a batch; more are refused at once with 503 / "
         "UNAVAILABLE 'queue full' (0: refuse unless an instance takes it now; None: unbounded)",
     )
-    inputs: tuple[TensorSpec, ...] = Field(
-        default_factory=_default_inputs, min_length=1, description="input tensors"
-    )
-    outputs: tuple[TensorSpec, ...] = Field(
-        default_factory=_default_outputs, min_length=1, description="output tensors"
-    )
     seed: int = Field(0, description="seed of the noise and error draws")
     ttft_ms: float = Field(
         50.0, ge=0.0, description="OpenAI routes: first token this long after the engine answers"
@@ -157,15 +157,6 @@ class LatencyModel(_Frozen):
     def max_batch_size(self) -> int:
         """The largest batch (``batching.max_batch_size``), as front ends read it."""
         return self.batching.max_batch_size
-
-    @model_validator(mode="after")
-    def _unique_names(self) -> LatencyModel:
-        for kind, specs in (("input", self.inputs), ("output", self.outputs)):
-            names = [s.name for s in specs]
-            dupes = sorted({n for n in names if names.count(n) > 1})
-            if dupes:
-                raise ValueError(f"{kind} names {dupes} appear more than once; rename them")
-        return self
 
 
 def warmup_factor(model: LatencyModel, since_start_s: float, served_before: int) -> float:

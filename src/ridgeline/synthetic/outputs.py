@@ -1,4 +1,4 @@
-"""The fake model's answer: what each output holds, given the inputs."""
+"""The synthetic answer: what each output of a synthetic model holds, given the inputs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ridgeline.fakeserver.model import LatencyModel
+from ridgeline.synthetic.model import LatencyModel
 from ridgeline.v2.tensors import LITTLE_ENDIAN, Array
 
 
