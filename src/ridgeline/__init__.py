@@ -10,12 +10,12 @@ The public API, in a few lines::
     print(result.summary.latency_ms.p99, result.summary.valid)
 """
 
-__version__ = "0.1.0"
-
 import importlib
 import sys
 import types
 from typing import TYPE_CHECKING, Any
+
+from ridgeline._version import __version__ as __version__
 
 if TYPE_CHECKING:  # what mypy and editors see; at run time each name loads on first use
     from ridgeline.aio import run_coroutine

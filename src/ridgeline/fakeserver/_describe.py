@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ridgeline import __version__
+from ridgeline._version import __version__
 from ridgeline.fakeserver.metrics import Stats
 from ridgeline.synthetic.model import LatencyModel
 from ridgeline.v2 import describe

@@ -21,13 +21,13 @@ a tenth after: the search is never much slower than bisection.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ridgeline.search._driver import clamp, round_rate
 from ridgeline.search.base import StepVerdict
 
 if TYPE_CHECKING:
-    from ridgeline.search.adaptive import AdaptiveState
     from ridgeline.search.config import AdaptiveConfig
 
 MIN_GAIN = 1 / 64
@@ -35,6 +35,26 @@ MIN_GAIN = 1 / 64
 SIGNAL = 1.1
 """A score says how near the boundary is only once it has moved toward 1 by this factor
 since the neighbouring step: smaller moves are noise, or a latency floor."""
+
+
+@dataclass(frozen=True, slots=True)
+class AdaptiveState:
+    points: tuple[StepVerdict, ...] = ()
+    """Accepted evidence, in order (contradicted points dropped)."""
+    estimates: tuple[float | None, ...] = ()
+    """The boundary estimate after each accepted step (None without a line)."""
+    widths: tuple[float | None, ...] = ()
+    """ln(hi/lo) of the bracket after each accepted step (None without one)."""
+    surprise: float | None = None
+    """|ln(score / predicted score)| of the last accepted step (None: nothing predicted)."""
+    gain: float = 1.0
+    direction: int = 0
+    """+1 after a step up, −1 after a step down, 0 before any move."""
+    held: StepVerdict | None = None
+    """A suspected spike awaiting its re-test."""
+    confirmed: StepVerdict | None = None
+    tally: tuple[StepVerdict, ...] = ()
+    """Runs of a marginal confirmation so far, awaiting the majority (``confirmation``)."""
 
 
 def next_rate(

@@ -53,32 +53,12 @@ from ridgeline.search._driver import (
     round_rate,
 )
 from ridgeline.search._model import estimate, predicted_score, spread
-from ridgeline.search._steps import gain_after, next_rate
+from ridgeline.search._steps import AdaptiveState, gain_after, next_rate
 from ridgeline.search.base import StepPlan, StepVerdict, register
 from ridgeline.search.confirmation import Decision, below_failed, decide, deciding
 
 if TYPE_CHECKING:
     from ridgeline.search.config import AdaptiveConfig
-
-
-@dataclass(frozen=True, slots=True)
-class AdaptiveState:
-    points: tuple[StepVerdict, ...] = ()
-    """Accepted evidence, in order (contradicted points dropped)."""
-    estimates: tuple[float | None, ...] = ()
-    """The boundary estimate after each accepted step (None without a line)."""
-    widths: tuple[float | None, ...] = ()
-    """ln(hi/lo) of the bracket after each accepted step (None without one)."""
-    surprise: float | None = None
-    """|ln(score / predicted score)| of the last accepted step (None: nothing predicted)."""
-    gain: float = 1.0
-    direction: int = 0
-    """+1 after a step up, −1 after a step down, 0 before any move."""
-    held: StepVerdict | None = None
-    """A suspected spike awaiting its re-test."""
-    confirmed: StepVerdict | None = None
-    tally: tuple[StepVerdict, ...] = ()
-    """Runs of a marginal confirmation so far, awaiting the majority (``confirmation``)."""
 
 
 def stable(cfg: AdaptiveConfig, state: AdaptiveState) -> bool:

@@ -27,7 +27,7 @@ from aiohttp import web
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
-from ridgeline import __version__
+from ridgeline._version import __version__
 from ridgeline.errors import ConfigError, InferFailed, InvalidRequest
 from ridgeline.v2.describe import VERSION
 from ridgeline.v2.grpc_codec import decode_request, encode_response
