@@ -10,7 +10,8 @@ Importing this package imports every strategy module, and each registers itself
 module with a registered class, imported here.
 """
 
-from ridgeline.search.adaptive import AdaptiveState, AdaptiveStrategy
+from ridgeline.search._steps import AdaptiveState
+from ridgeline.search.adaptive import AdaptiveStrategy
 from ridgeline.search.base import CapacityEstimate, StepPlan, StepVerdict, Strategy
 from ridgeline.search.binary import BinaryStrategy
 from ridgeline.search.config import (
