@@ -57,9 +57,10 @@ class LineReader:
         self._thread.start()
 
     def _pump(self, pipe: IO[str]) -> None:
-        for line in pipe:
-            self.lines.append(line)
-            self._new.put(line)
+        with pipe:  # closed at its end, as communicate() would
+            for line in pipe:
+                self.lines.append(line)
+                self._new.put(line)
         self._new.put(None)
 
     def wait_for(self, needle: str, timeout: float) -> str:
