@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench lint typecheck clean
+.PHONY: demo test test-busy bench lint typecheck clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -19,6 +19,11 @@ test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/pytest -q
+
+# the suite with one busy-loop process beside it (a loaded host); the loop ends with the suite
+test-busy: $(STAMP)
+	$(BIN)/python -c "while True: pass" & pid=$$!; trap "kill $$pid" EXIT; \
+	$(BIN)/ruff check src tests benchmarks && $(BIN)/mypy && $(BIN)/pytest -q
 
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,bench]'

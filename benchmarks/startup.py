@@ -32,7 +32,7 @@ INTRO = [
     "temporary worktree, same interpreter and packages), alternating, median of 5 each; and",
     "the modules `import ridgeline` loads (heavy ones: grpc, aiohttp, highspy, onnxruntime).",
     "",
-    "| date | revision | `--help` median (runs) | `import ridgeline`: modules of the package, heavy modules |",
+    "| date | revision | `--help` median (runs) | `import ridgeline`: own modules, heavy ones |",
     "|---|---|---|---|",
 ]
 

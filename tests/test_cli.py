@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
+from _timing import wait_until
 from ridgeline.fakeserver import load_preset, running_in_process
 from ridgeline.telemetry.store import RunStore
 from ridgeline.workload import bundled_trace_path, read_trace
@@ -127,6 +130,14 @@ def test_bad_inputs_name_what_was_wrong(tmp_path: Path) -> None:
     assert res.returncode == 2 and "grpc" in res.stderr
 
 
+def answered(metrics_url: str) -> float:
+    """Requests the fake server has answered, from its Prometheus text."""
+    with urllib.request.urlopen(metrics_url, timeout=5) as resp:
+        text = resp.read().decode()
+    found = re.search(r"^nv_inference_request_success\S* (\S+)$", text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
 @pytest.mark.slow
 def test_ctrl_c_stores_the_partial_step_marked_interrupted(tmp_path: Path) -> None:
     db = tmp_path / "r.sqlite"
@@ -151,7 +162,9 @@ def test_ctrl_c_stores_the_partial_step_marked_interrupted(tmp_path: Path) -> No
             text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
-        time.sleep(3.0)
+        wait_until(  # the step is under way: the server has answered some of it
+            lambda: answered(srv.metrics_url) >= 20, 60, "20 answers before Ctrl-C"
+        )
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 130, stderr

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from _timing import watch
 from ridgeline.loop.demo import REPORT, demo_spec, run_demo
 from ridgeline.loop.run import LoopConfig, LoopResult
 from ridgeline.pipeline.spec import PipelineSpec
@@ -120,10 +121,10 @@ def test_the_report_renders_in_headless_chromium_without_console_errors(
 
 @pytest.mark.slow
 def test_ctrl_c_stops_the_demo_cleanly_and_marks_its_run(tmp_path: Path) -> None:
+    import os
     import signal
     import sqlite3
     import sys
-    import time
 
     db = tmp_path / "runs.sqlite"
     cmd = [sys.executable, "-m", "ridgeline", "demo", "--short", "--out", str(tmp_path / "out")]
@@ -132,13 +133,13 @@ def test_ctrl_c_stops_the_demo_cleanly_and_marks_its_run(tmp_path: Path) -> None
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not (tmp_path / "out").exists():
-        time.sleep(0.2)
-    time.sleep(3.0)  # into the profiling stage
+    stdout, stderr = watch(proc)
+    stdout.wait_for("[1/6] profiling", timeout=120)  # in the profiling stage
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    proc.wait(timeout=60)
+    out, err = stdout.text(), stderr.text()
     assert proc.returncode != 0
     assert "interrupted during [1/6] profiling" in out + err, out + err
     assert "the servers are stopped" in out + err

@@ -27,6 +27,7 @@ import tritonclient.http as thttp
 import tritonclient.http.aio as thttp_aio
 from tritonclient.utils import InferenceServerException
 
+from _timing import await_until
 from ridgeline import fakeserver
 from ridgeline.errors import ConfigError, RidgelineError, UnknownKindError
 from ridgeline.fakeserver import (
@@ -483,7 +484,8 @@ async def test_injected_errors_are_500_for_every_request(
 
 
 async def test_queue_full_is_503(make_server: MakeServer, session: aiohttp.ClientSession) -> None:
-    no_queue = quick(base_ms=100.0, batching=BatchingConfig(max_batch_size=1), max_queue=0)
+    # the first runs for 2 s: long enough that the second surely meets it executing
+    no_queue = quick(base_ms=2000.0, batching=BatchingConfig(max_batch_size=1), max_queue=0)
     server = await make_server(no_queue)
     url = f"{server.model_url}/infer"
 
@@ -492,7 +494,10 @@ async def test_queue_full_is_503(make_server: MakeServer, session: aiohttp.Clien
             return resp.status
 
     first = asyncio.create_task(status())
-    await asyncio.sleep(0.03)  # the first is executing: nothing may queue
+    engine = server.engine
+    await await_until(  # the first is executing: nothing may queue
+        lambda: engine.pending == 1 and engine.queue_length == 0, 10, "the first executing"
+    )
     assert await status() == 503
     assert await first == 200
 
@@ -548,18 +553,23 @@ async def test_metrics_count_rows_and_batches(
 async def test_stall_delays_a_request_by_the_rest_of_the_stall(
     make_server: MakeServer, session: aiohttp.ClientSession
 ) -> None:
-    server = await make_server(quick(stalls=(Stall(at_s=0.2, duration_ms=200.0),)))
+    # a stall over [0.2, 1.7) s; a request sent into it (at 0.4 s or, on a busy host,
+    # later) waits for the rest of it: never less, and well under the whole 1.5 s again
+    # (which a stall counted from the send would cost)
+    server = await make_server(quick(stalls=(Stall(at_s=0.2, duration_ms=1500.0),)))
     url = f"{server.model_url}/infer"
-    await asyncio.sleep(max(0.0, server.engine.started_at + 0.3 - time.perf_counter()))
+    start = server.engine.started_at
+    await await_until(lambda: time.perf_counter() >= start + 0.4, 5, "0.4 s into the model")
     sent = time.perf_counter()
     async with session.post(url, json=v2_body()) as resp:
         assert resp.status == 200
-    rest = server.engine.started_at + 0.4 - sent
-    assert time.perf_counter() - sent == pytest.approx(rest, abs=0.03)
+    rest = start + 1.7 - sent
+    assert 0 < rest <= 1.3, "sent after the stall: the host is too slow for this test"
+    assert rest - 0.002 <= time.perf_counter() - sent < rest + 0.15
     sent = time.perf_counter()
     async with session.post(url, json=v2_body()) as resp:  # after the stall: quick again
         assert resp.status == 200
-    assert time.perf_counter() - sent < 0.03
+    assert time.perf_counter() - sent < 0.15
 
 
 # --- OpenAI routes ----------------------------------------------------------------------

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import httptools
 import pytest
 
+from _timing import await_until
 from ridgeline.fakeserver import FakeServer, load_preset
 from ridgeline.synthetic.model import LatencyModel
 
@@ -158,7 +159,8 @@ async def test_requests_waiting_when_the_server_stops_are_answered_503() -> None
     reader, writer = await asyncio.open_connection("127.0.0.1", server.http_port)
     writer.write(infer("a") + infer("b"))
     await writer.drain()
-    await asyncio.sleep(0.1)
+    engine = server.engine
+    await await_until(lambda: engine.pending == 2, 10, "both requests in the engine")
     await server.stop()
     answers = Answers()
     while len(answers.done) < 2:

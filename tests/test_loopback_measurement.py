@@ -9,6 +9,7 @@ from ridgeline.fakeserver import running_in_process
 from ridgeline.loadgen.replayer import ReplayConfig
 from ridgeline.loadgen.schedule import Schedule, from_arrival
 from ridgeline.loadgen.step import StepConfig, measure_step
+from ridgeline.loadgen.validity import ValidityConfig
 from ridgeline.policies.batching import BatchingConfig
 from ridgeline.synthetic.model import LatencyModel, Stall, capacity_rps
 from ridgeline.workload.arrivals import parse_arrival
@@ -40,13 +41,17 @@ def test_coordinated_omission_is_shown_and_avoided() -> None:
 @pytest.mark.slow
 def test_open_loop_keeps_sending_through_a_stall() -> None:
     """Open loop with room in flight: sends stay on schedule during the stall, so both
-    timings see it and the step is valid (the stall is the server's, not ours)."""
+    timings see it and the step is valid (the stall is the server's, not ours). On
+    schedule means lateness far below the stall (a closed loop's is the stall itself,
+    as above): a tenth of it, where a busy host's scheduling may add a few ms, which the
+    default 1 ms validity bound would count against the generator."""
     model = LatencyModel(base_ms=2.0, per_item_ms=0.0, stalls=(Stall(at_s=1.5, duration_ms=200.0),))
     with running_in_process(model, grpc_port=None) as srv:
         sched = from_arrival(parse_arrival("constant", 100.0), 3.0)
-        res = run_coroutine(measure_step(srv.model_url, sched, StepConfig())).summary
+        cfg = StepConfig(validity=ValidityConfig(lateness_p99_bound_s=0.02))
+        res = run_coroutine(measure_step(srv.model_url, sched, cfg)).summary
     assert res.valid, res.invalid_reason
-    assert res.lateness_ms.p99 is not None and res.lateness_ms.p99 <= 1.0
+    assert res.lateness_ms.p99 is not None and res.lateness_ms.p99 <= 20.0
     assert res.latency_ms.p99 is not None and res.latency_ms.p99 >= 100.0
     assert res.latency_from_send_ms.p99 is not None and res.latency_from_send_ms.p99 >= 100.0
 

@@ -8,11 +8,11 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
+from _timing import wait_until
 from ridgeline.aio import run_coroutine
 from ridgeline.loadgen.step import StepConfig
 from ridgeline.probe.drivers import NetworkDriver, SimDriver
@@ -117,10 +117,7 @@ def test_a_server_dying_mid_search_leaves_a_critical_stored_run(tmp_path: Path) 
         ],
     )
     try:
-        for _ in range(100):
-            if port_file.exists() and port_file.read_text():
-                break
-            time.sleep(0.1)
+        wait_until(lambda: port_file.exists() and port_file.read_text() != "", 60, "a port")
         url = f"http://127.0.0.1:{port_file.read_text()}/v2/models/fake"
         cfg = ProbeConfig(
             slo="p99<100ms",

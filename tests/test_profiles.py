@@ -289,9 +289,12 @@ async def test_a_synthetic_variant_measures_its_latency_model(tmp_path: Path) ->
     assert seen == table.rows
     assert {(r.pool, r.source) for r in table} == {(CPU, "measured")}
     one, four = rows["s", "cpu1", 1], rows["s", "cpu1", 4]
-    assert one.latency_ms == pytest.approx(6.0, rel=0.3)
-    assert four.latency_ms == pytest.approx(9.0, rel=0.3)
-    assert four.throughput_rps > one.throughput_rps
+    # the model is the floor (a batch cannot beat it; 5 % for timer rounding) and the
+    # serving path's overhead (two processes, a pipe) is added on top: on a busy host
+    # it grows, so it is bounded by the batch's own cost, not by ±30 % around the model
+    assert 0.95 * 6.0 <= one.latency_ms < 2 * 6.0
+    assert 0.95 * 9.0 <= four.latency_ms < 2 * 9.0
+    assert four.latency_ms > one.latency_ms and four.throughput_rps > one.throughput_rps
 
 
 def _profile(

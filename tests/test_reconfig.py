@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -95,9 +96,19 @@ async def test_demand_up_and_down_scales_live_and_every_request_is_answered(
         stop = asyncio.Event()
         watching = asyncio.create_task(ctl.run(stop))
         steps = []
-        for rate, seconds in ((20.0, 2.0), (150.0, 3.0), (20.0, 3.0)):
+        for rate, seconds in ((20.0, 2.0), (150.0, 3.0)):
             sched = from_arrival(parse_arrival("poisson", rate), seconds)
             steps.append(await measure_step(server.model_url(), sched, StepConfig()))
+        # back to 20 req/s until the controller has scaled in, in 1 s steps, for at most
+        # 30 s: it acts a window and a cool-down after the drop, once the scale-up's
+        # workers have started, and starting them takes a busy host seconds (a fixed 3 s
+        # phase ended before it got there)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            sched = from_arrival(parse_arrival("poisson", 20.0), 1.0)
+            steps.append(await measure_step(server.model_url(), sched, StepConfig()))
+            if all(p.instances == 1 for p in server.plan.tasks.values()):
+                break
         stop.set()
         await watching
         final = {t: p.instances for t, p in server.plan.tasks.items()}

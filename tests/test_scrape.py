@@ -9,6 +9,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from _loopback import serving
+from _timing import await_until
 from ridgeline.telemetry.scrape import Scraper, parse_metrics
 from ridgeline.telemetry.windows import Window
 
@@ -38,7 +39,7 @@ async def test_scraper_gives_windows_counter_deltas() -> None:
         scraper = Scraper(url, interval_s=0.1)
         stop = asyncio.Event()
         task = asyncio.get_running_loop().create_task(scraper.run(time.perf_counter(), stop))
-        await asyncio.sleep(0.65)
+        await await_until(lambda: len(scraper.samples) >= 5, 30, "five scrapes")
         stop.set()
         await task
     assert scraper.failures == 0

@@ -365,30 +365,74 @@ def test_adaptive_spends_fewer_test_seconds_at_equal_precision(
 
 
 def test_adaptive_converges_with_a_confirmation() -> None:
-    result = drive(parse_strategy("adaptive", min_rate=10), MM1())
+    """MM1's boundary is analytic: p99 = base/(1 − ρ) reaches the bound at
+    C·(1 − base/bound) = 112.5·0.8 = 90 req/s. Noise-free, every step below 90 holds and
+    every step at or above fails, so the search ends on a held confirmation at most 90,
+    bracketed within the precision by a failure above 90."""
+    cfg = AdaptiveConfig(min_rate=10)
+    result = drive(AdaptiveStrategy(cfg), MM1())
+    boundary = MM1().boundary
+    assert boundary == pytest.approx(90.0)
     last = result.trajectory[-1]
-    assert (last.purpose, last.rate, last.duration_s, last.sustainable) == (
-        "confirm",
-        89.11,
-        30,
-        True,
-    )
-    assert (result.capacity_rps, result.ci_low, result.ci_high) == (89.11, 89.11, 90.45)
-    assert result.reason == (
-        "confirmed 89.11 req/s over 30 s; the boundary lies in [89.11, 90.45] req/s"
+    assert last.purpose == "confirm" and last.sustainable
+    assert last.duration_s == cfg.confirm_factor * cfg.step_duration_s  # 3 × 10 s
+    c, lo, hi = result.capacity_rps, result.ci_low, result.ci_high
+    assert c is not None and lo is not None and hi is not None
+    assert c == lo == last.rate < boundary <= hi
+    assert (hi - lo) / lo <= cfg.precision
+    assert boundary * (1 - cfg.precision) <= c  # within the precision of the truth
+    assert result.converged and result.reason == (
+        f"confirmed {c:g} req/s over {last.duration_s:g} s; "
+        f"the boundary lies in [{c:g}, {hi:g}] req/s"
     )
 
 
 def test_the_gain_halves_each_time_the_direction_reverses() -> None:
-    strategy = AdaptiveStrategy(AdaptiveConfig(min_rate=10))
-    oracle, gains = Batching(), []
+    """The rule, applied to the rates the search proposed: the gain starts at 1 and
+    halves whenever a step goes the other way from the last move (a repeated rate is no
+    move). Batching's boundary (p99 falls with load, then rises through its bound) makes
+    the search overshoot and come back, so the rule is exercised; and the laws of a
+    bracketing search hold on the way: every rate within bounds, each step after the
+    first failure inside the bracket proved so far, the bracket never wider, the end
+    within the precision below the true boundary."""
+    cfg = AdaptiveConfig(min_rate=10)
+    strategy, oracle = AdaptiveStrategy(cfg), Batching()
+    rates: list[float] = []
+    gains: list[float] = []
+    widths: list[float] = []
     while (plan := strategy.propose()) is not None:
+        lo, hi = bracket_of(strategy.result().trajectory)
+        if lo is not None and hi is not None:
+            assert lo < plan.rate < hi or (plan.purpose == "confirm" and plan.rate <= lo)
+            widths.append(hi / lo)
+        assert plan.rate >= cfg.min_rate
+        rates.append(plan.rate)
         strategy.observe(replace(oracle(plan.rate), duration_s=plan.duration_s))
-        gains.append((plan.rate, strategy.state.gain))
-    assert gains == [
-        (10, 1), (18.79, 1), (37.58, 1), (75.16, 1), (150.3, 1),  # up, up, up, up
-        (120.2, 0.5), (127.6, 0.25), (125.4, 0.125), (125.1, 0.125),  # down, up, down, down
-    ]  # fmt: skip
+        gains.append(strategy.state.gain)
+
+    expected, gain, direction = [], 1.0, 0
+    for prev, rate in zip([rates[0], *rates], rates, strict=False):
+        move = (rate > prev) - (rate < prev)
+        if move and direction and move != direction:
+            gain /= 2
+        direction = move or direction
+        expected.append(gain)
+    assert gains == expected
+    assert min(gains) <= 0.25  # reversed at least twice
+    assert widths == sorted(widths, reverse=True)
+    result = strategy.result()
+    assert result.capacity_rps is not None and result.converged
+    assert oracle.boundary * (1 - cfg.precision) <= result.capacity_rps < oracle.boundary
+
+
+def bracket_of(
+    trajectory: tuple[StepVerdict, ...] | list[StepVerdict],
+) -> tuple[float | None, float | None]:
+    """(highest held rate below the lowest failure, that failure) of a noise-free run."""
+    failed = [v.rate for v in trajectory if not v.sustainable]
+    hi = min(failed, default=None)
+    held = [v.rate for v in trajectory if v.sustainable and (hi is None or v.rate < hi)]
+    return max(held, default=None), hi
 
 
 def test_a_failed_confirmation_backs_off_and_confirms_again() -> None:

@@ -140,7 +140,7 @@ async def test_stop_fails_the_batch_in_flight_and_ends_a_busy_process() -> None:
     worker = Worker(SyntheticBackendConfig(base_ms=30_000.0))
     await worker.start()
     batch = asyncio.create_task(worker.run({"INPUT0": np.ones((1, 16), dtype=np.float32)}))
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0)  # one turn of the loop: the started worker's run sends the batch
     started = time.perf_counter()
     await worker.stop(timeout_s=0.2)
     assert time.perf_counter() - started < 3.0
@@ -197,7 +197,7 @@ def test_backend_configs_are_chosen_by_kind() -> None:
 async def test_a_killed_process_fails_its_batch_naming_the_signal() -> None:
     async with Worker(SyntheticBackendConfig(base_ms=30_000.0)) as worker:
         batch = asyncio.create_task(worker.run({"INPUT0": np.ones((1, 16), dtype=np.float32)}))
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0)  # one turn of the loop: the started worker's run sends the batch
         assert worker.pid is not None
         os.kill(worker.pid, signal.SIGKILL)
         with pytest.raises(WorkerCrashed, match="exit code -9, killed by SIGKILL") as caught:

@@ -45,9 +45,11 @@ def trace_of(times: list[float]) -> Trace:
 
 def test_bundled_azure_trace_reads_whole_and_fast() -> None:
     path = bundled_trace_path()
-    started = time.perf_counter()
+    # the reader's own CPU time, not the wall clock: fast is a claim about its work,
+    # and other processes on a busy host stretch the wall clock, not this
+    started = time.process_time()
     trace = read_trace(path)
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 1.0
     # The file holds 8,819 data rows after its header (it has no final newline).
     assert len(trace) == 8_819
     assert trace.mean_rate == pytest.approx(2.6, abs=0.05)

@@ -34,7 +34,7 @@ from ridgeline.serve.controller import ReconfigEvent, Reconfigurer
 from ridgeline.serve.reconfig import ReconfigConfig
 from ridgeline.serve.runtime import PlanServer
 from ridgeline.workload.arrivals import parse_arrival
-from ridgeline.workload.traces import bundled_trace_path
+from ridgeline.workload.traces import bundled_trace_path, read_trace
 
 Say = Callable[[str], None]
 
@@ -166,10 +166,17 @@ async def run_loop(
 
 
 def _phase(trace: str | None, rate: float, seconds: float, seed: int) -> Schedule:
-    """``seconds`` of arrivals at ``rate``: the recorded trace's gaps, scaled, or Poisson."""
+    """``seconds`` of arrivals at ``rate``: Poisson, or the recorded trace's first
+    ``rate·seconds`` gaps time-scaled to fill the phase, so that the phase holds its
+    rate (the burstiness kept). Scaling the whole trace to ``rate`` and cutting out the
+    first ``seconds`` would not: its first seconds are far from its mean (a "40 req/s"
+    phase of 5 s held 63 requests, all in its first 3 s)."""
     if trace is None:
         return from_arrival(parse_arrival("poisson", rate), seconds, seed=seed)
-    return from_trace(bundled_trace_path(trace), target_rate=rate, duration_s=seconds)
+    recorded = read_trace(bundled_trace_path(trace))
+    n = min(len(recorded) - 1, max(1, round(rate * seconds)))
+    span = float(recorded.times[n])  # the first n gaps, to the (n+1)-th arrival
+    return from_trace(recorded.window(0.0, span).at_speed(span / seconds), duration_s=seconds)
 
 
 def _holding(table: ProfileTable, planned: PlanResult) -> ProfileTable:
