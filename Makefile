@@ -18,12 +18,13 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/pytest -q
 
 # the suite with one busy-loop process beside it (a loaded host); the loop ends with the suite
 test-busy: $(STAMP)
 	$(BIN)/python -c "while True: pass" & pid=$$!; trap "kill $$pid" EXIT; \
-	$(BIN)/ruff check src tests benchmarks && $(BIN)/mypy && $(BIN)/pytest -q
+	$(BIN)/ruff check src tests benchmarks && $(BIN)/mypy && $(BIN)/lint-imports && $(BIN)/pytest -q
 
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
@@ -32,6 +33,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/search.py
 	$(BIN)/python benchmarks/serve.py
 	$(BIN)/python benchmarks/planner.py
+	$(BIN)/python benchmarks/startup.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

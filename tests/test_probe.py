@@ -22,6 +22,12 @@ from ridgeline.synthetic.model import LatencyModel
 from ridgeline.telemetry.store import RunStore
 
 
+def ridgeline_cli(tmp_path: Path, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``python -m ridgeline ARGS --db tmp_path/r.sqlite``, its output captured."""
+    cmd = [sys.executable, "-m", "ridgeline", *args, "--db", str(tmp_path / "r.sqlite")]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
 def sim_probe(preset: SimPreset, **cfg: object) -> object:
     options = {"min_rate": 20.0, "step_duration_s": 10.0, "precision": 0.02}
     options.update(cfg.pop("strategy_options", {}))  # type: ignore[call-overload]
@@ -145,23 +151,15 @@ def test_a_server_dying_mid_search_leaves_a_critical_stored_run(tmp_path: Path) 
 
 
 def test_probe_cli_prints_the_json_the_issue_asks_for(tmp_path: Path) -> None:
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ridgeline",
-            "probe",
-            "sim:vision",
-            "--strategy",
-            "adaptive",
-            "--min-rate",
-            "50",
-            "--json",
-            "--db",
-            str(tmp_path / "r.sqlite"),
-        ],
-        capture_output=True,
-        text=True,
+    res = ridgeline_cli(
+        tmp_path,
+        "probe",
+        "sim:vision",
+        "--strategy",
+        "adaptive",
+        "--min-rate",
+        "50",
+        "--json",
         timeout=120,
     )
     assert res.returncode == 0, res.stderr
@@ -184,22 +182,7 @@ def test_probe_cli_prints_the_json_the_issue_asks_for(tmp_path: Path) -> None:
 
 
 def test_a_malformed_slo_points_at_the_bad_part(tmp_path: Path) -> None:
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ridgeline",
-            "probe",
-            "sim:vision",
-            "--slo",
-            "p99<100ms,errs<1",
-            "--db",
-            str(tmp_path / "r.sqlite"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    res = ridgeline_cli(tmp_path, "probe", "sim:vision", "--slo", "p99<100ms,errs<1", timeout=60)
     assert res.returncode == 2
     assert "errs<1" in res.stderr
 
@@ -207,25 +190,17 @@ def test_a_malformed_slo_points_at_the_bad_part(tmp_path: Path) -> None:
 def test_the_same_engine_runs_a_custom_latency_model(tmp_path: Path) -> None:
     spec = tmp_path / "m.yaml"
     spec.write_text("preset: vision\nmodel:\n  instances: 4\n")  # the preset has 2
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ridgeline",
-            "probe",
-            f"sim:{spec}",
-            "--slo",
-            "p99<50ms",
-            "--strategy",
-            "binary",
-            "--min-rate",
-            "100",
-            "--json",
-            "--db",
-            str(tmp_path / "r.sqlite"),
-        ],
-        capture_output=True,
-        text=True,
+    res = ridgeline_cli(
+        tmp_path,
+        "probe",
+        f"sim:{spec}",
+        "--slo",
+        "p99<50ms",
+        "--strategy",
+        "binary",
+        "--min-rate",
+        "100",
+        "--json",
         timeout=120,
     )
     assert res.returncode == 0, res.stderr

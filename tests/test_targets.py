@@ -78,11 +78,14 @@ async def roundtrip(target: Target, *shapes: RequestShape) -> list[Reply]:
 # --- v2 over HTTP ------------------------------------------------------------------------------
 
 
-async def test_v2_http_learns_inputs_from_metadata_and_infers(server: FakeServer) -> None:
-    target = make_target(server.model_url)
-    assert isinstance(target, V2HttpTarget)
+@pytest.mark.parametrize(("url", "kind"), [("model_url", V2HttpTarget), ("grpc_url", V2GrpcTarget)])
+async def test_v2_learns_inputs_from_metadata_and_infers(
+    server: FakeServer, url: str, kind: type[Target]
+) -> None:
+    target = make_target(getattr(server, url))
+    assert isinstance(target, kind)
     replies = await roundtrip(target, RequestShape(items=1), RequestShape(items=3))
-    assert target.inputs == DEFAULT_INPUTS
+    assert target.inputs == DEFAULT_INPUTS  # type: ignore[attr-defined]
     assert replies == [OK, OK]
 
 
@@ -110,14 +113,6 @@ async def test_v2_http_bearer_token() -> None:
 
 
 # --- v2 over gRPC ------------------------------------------------------------------------------
-
-
-async def test_v2_grpc_learns_inputs_and_infers(server: FakeServer) -> None:
-    target = make_target(server.grpc_url)
-    assert isinstance(target, V2GrpcTarget)
-    replies = await roundtrip(target, RequestShape(items=1), RequestShape(items=4))
-    assert target.inputs == DEFAULT_INPUTS
-    assert replies == [OK, OK]
 
 
 async def test_v2_grpc_round_robins_a_channel_pool(server: FakeServer) -> None:
