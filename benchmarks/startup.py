@@ -51,11 +51,12 @@ def _help_seconds(src: Path) -> float:
 
 
 def _import_census(src: Path) -> tuple[int, int, list[str]]:
+    # the census of loaded modules comes before walk_packages, which imports subpackages
     code = (
         "import sys, ridgeline, pkgutil\n"
         "own = [m for m in sys.modules if m == 'ridgeline' or m.startswith('ridgeline.')]\n"
-        "every = [m.name for m in pkgutil.walk_packages(ridgeline.__path__, 'ridgeline.')]\n"
         f"heavy = sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r}))\n"
+        "every = [m.name for m in pkgutil.walk_packages(ridgeline.__path__, 'ridgeline.')]\n"
         "print(len(own), len(every) + 1, ','.join(heavy))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(src)}
