@@ -23,6 +23,7 @@ from ridgeline.serve.reconfig import (
     decide,
     diff,
     estimate_rps,
+    failed,
 )
 from ridgeline.serve.runtime import PlanServer
 from ridgeline.workload.arrivals import parse_arrival
@@ -46,6 +47,18 @@ def test_a_replan_waits_for_the_band_and_the_cooldown() -> None:
     assert after == ReconfigState(planned_rps=pytest.approx(220.0), last_change_s=12.0)
     down, _ = decide(cfg, after, 30.0, 10.0)
     assert down is not None and down.demand_rps == pytest.approx(11.0)
+
+
+def test_a_failed_replan_keeps_the_band_and_retries_after_the_cooldown() -> None:
+    cfg = ReconfigConfig(band=0.2, cooldown_s=10.0, headroom=0.0)
+    before = ReconfigState(planned_rps=100.0, last_change_s=0.0)
+    replan, _ = decide(cfg, before, 12.0, 200.0)
+    assert replan is not None
+    after = failed(before, 12.0)  # the planner found no plan for 200 req/s
+    assert after == ReconfigState(planned_rps=100.0, last_change_s=12.0)
+    assert decide(cfg, after, 15.0, 200.0) == (None, after)  # cooling down
+    again, _ = decide(cfg, after, 22.0, 200.0)
+    assert again is not None and "around the planned 100.0 req/s" in again.reason
 
 
 def plan(instances: dict[str, int], batch: int = 4, demand: float = 20.0) -> Plan:
@@ -121,6 +134,41 @@ async def test_demand_up_and_down_scales_live_and_every_request_is_answered(
     assert final == {"detect": 1, "classify": 1}, ctl.events
     assert all(not e.skipped for e in ctl.events)
     assert all("re-plan for" in e.reason for e in ctl.events)
+
+
+async def test_the_controller_retries_a_replan_that_failed_around_the_old_demand(
+    tmp_path: Path,
+) -> None:
+    """The first re-plan fails (the planner finds nothing); the served plan is still the
+    old one, so the next re-plan, a cool-down later, is around the old demand again."""
+    from ridgeline.errors import PlanError
+
+    asked: list[float] = []
+
+    def replan(demand: float) -> Plan:
+        asked.append(demand)
+        if len(asked) == 1:
+            raise PlanError(f"no plan for {demand:.1f} req/s")
+        return plan({"detect": 2, "classify": 2}, demand=demand)
+
+    cfg = ReconfigConfig(window_s=0.5, band=0.3, cooldown_s=0.5, headroom=0.0)
+    async with PlanServer(
+        plan({"detect": 1, "classify": 1}), tmp_path, http_port=0, grpc_port=None
+    ) as server:
+        ctl = Reconfigurer(server, replan, cfg, interval_s=0.1)
+        stop = asyncio.Event()
+        watching = asyncio.create_task(ctl.run(stop))
+        deadline = time.monotonic() + 30
+        while len(ctl.events) < 2 and time.monotonic() < deadline:
+            sched = from_arrival(parse_arrival("poisson", 100.0), 0.5)
+            await measure_step(server.model_url(), sched, StepConfig())
+        stop.set()
+        await watching
+    first, second = ctl.events[:2]
+    assert "failed: no plan for" in first.skipped[0] and first.planned_rps == 20.0
+    assert first.instances == {"detect": 1, "classify": 1}
+    assert "around the planned 20.0 req/s" in second.reason, ctl.events
+    assert second.planned_rps == asked[1] and second.instances["detect"] == 2
 
 
 @pytest.mark.slow

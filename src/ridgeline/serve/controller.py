@@ -19,7 +19,15 @@ from dataclasses import dataclass, field
 
 from ridgeline.errors import RidgelineError
 from ridgeline.pipeline.plan import Plan
-from ridgeline.serve.reconfig import ReconfigConfig, ReconfigState, decide, diff, estimate_rps
+from ridgeline.serve.reconfig import (
+    ReconfigConfig,
+    ReconfigState,
+    Replan,
+    decide,
+    diff,
+    estimate_rps,
+    failed,
+)
 from ridgeline.serve.runtime import PlanServer
 
 
@@ -29,6 +37,7 @@ class ReconfigEvent:
     """Seconds since the controller started."""
     estimate_rps: float
     planned_rps: float
+    """The demand the served plan is for after the event (unchanged when it failed)."""
     reason: str
     instances: dict[str, int]
     """Instances per task after the change."""
@@ -59,12 +68,20 @@ class Reconfigurer:
                 return
             now = clock.now()
             estimate = estimate_rps(list(arrivals), now, self.cfg.window_s)
-            replan, state = decide(self.cfg, state, now, estimate)
-            if replan is not None:
-                await self._apply(replan.demand_rps, replan.reason, estimate, now - t0)
+            replan, after = decide(self.cfg, state, now, estimate)
+            if replan is None:
+                continue
+            made = await self._apply(replan, estimate, now - t0, state.planned_rps)
+            state = after if made else failed(state, now)
 
-    async def _apply(self, demand: float, reason: str, estimate: float, t_s: float) -> None:
+    async def _apply(self, replan: Replan, estimate: float, t_s: float, planned: float) -> bool:
+        """Re-plan for the demand ``replan`` asks and apply the difference; whether the
+        re-plan was made (changes a running task cannot take are skipped, and logged,
+        either way). The event logs the demand planned for after it: the old one,
+        ``planned``, when the re-plan failed."""
+        demand = replan.demand_rps
         skipped: list[str] = []
+        made = True
         try:
             new = self.replan(demand)
             for change in diff(self.server.plan, new):
@@ -78,15 +95,17 @@ class Reconfigurer:
                     self.server.set_queue_delay(change.task, change.queue_delay_ms)
                 await self.server.scale(change.task, change.instances_after)
         except (RidgelineError, ValueError) as e:
+            made = False
             skipped.append(f"re-plan for {demand:.1f} req/s failed: {e}")
         event = ReconfigEvent(
             t_s,
             estimate,
-            demand,
-            reason,
+            demand if made else planned,
+            replan.reason,
             {t: p.instances for t, p in self.server.plan.tasks.items()},
             tuple(skipped),
         )
         self.events.append(event)
         if self.on_event is not None:
             self.on_event(event)
+        return made

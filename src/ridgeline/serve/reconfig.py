@@ -5,7 +5,8 @@ plan was made for, re-plan; and what differs between the old plan and the new.
 * **Band and cool-down** (``decide``): a re-plan is due when the estimate leaves
   [planned·(1 − band), planned·(1 + band)] and at least ``cooldown_s`` has passed since
   the last change, so that a noisy estimate does not make the server flap. The new plan
-  is made for the estimate times (1 + ``headroom``).
+  is made for the estimate times (1 + ``headroom``). A re-plan that fails (``failed``)
+  leaves the band where it was and restarts the cool-down.
 * **Difference** (``diff``): per task, the instances to start or to drain, and whether
   anything else changed (variant, segment, batching), which a live server cannot apply
   to a running task in place.
@@ -70,6 +71,14 @@ def decide(
         f"planned {state.planned_rps:.1f} req/s; re-plan for {target:.1f} req/s"
     )
     return Replan(target, reason), replace(state, planned_rps=target, last_change_s=now)
+
+
+def failed(state: ReconfigState, now: float) -> ReconfigState:
+    """The state after a re-plan that ``decide`` asked for could not be made or applied
+    (``state`` is the one before ``decide``): the server still runs the plan for the old
+    demand, so the band stays around it; the cool-down restarts, so a re-plan that
+    failed is tried again no sooner than a change would be."""
+    return replace(state, last_change_s=now)
 
 
 @dataclass(frozen=True, slots=True)
