@@ -449,37 +449,47 @@ def test_unknown_preset_lists_the_valid_ones() -> None:
         load_sim_preset("resnet")
 
 
+def config_file(tmp_path: Path, text: str) -> Path:
+    """A simulated server's YAML config file holding ``text``."""
+    path = tmp_path / "sim.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
 def test_a_config_file_overrides_a_preset(tmp_path: Path) -> None:
-    path = tmp_path / "mine.yaml"
-    path.write_text(
-        "preset: vision\nspeed: 2.0\nsizes: 2\nmodel:\n  instances: 4\n"
-        "interference: {amount: 0.5, period_s: 30, duty: 0.2}\n",
-        encoding="utf-8",
+    mine = load_sim_config(
+        config_file(
+            tmp_path,
+            "preset: vision\nspeed: 2.0\nsizes: 2\nmodel:\n  instances: 4\n"
+            "interference: {amount: 0.5, period_s: 30, duty: 0.2}\n",
+        )
     )
-    mine = load_sim_config(path)
     vision = load_sim_preset("vision")
     assert mine.model == vision.model.model_copy(update={"instances": 4})
     assert (mine.speed, mine.sizes, mine.slo) == (2.0, FixedSize(value=2), vision.slo)
     assert mine.interference == Interference(amount=0.5, period_s=30.0, duty=0.2)
 
 
-def test_bad_config_files_name_the_problem(tmp_path: Path) -> None:
-    path = tmp_path / "bad.yaml"
-    path.write_text(
-        "description: d\nmodel: {batching: {max_batch_size: 4}}\n"
-        "sizes: {kind: lognormal, mean: 4, cv: 1}\n",
-        encoding="utf-8",
-    )
-    with pytest.raises(ConfigError, match="high ≤ max_batch_size"):
-        load_sim_config(path)
-    path.write_text("preset: vision\nspeed: 0\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match="speed"):
-        load_sim_config(path)
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "description: d\nmodel: {batching: {max_batch_size: 4}}\n"
+            "sizes: {kind: lognormal, mean: 4, cv: 1}\n",
+            "high ≤ max_batch_size",
+        ),
+        ("preset: vision\nspeed: 0\n", "speed"),
+        ("model: {base_ms: 1.0}\n", "description: Field required"),
+    ],
+)
+def test_bad_config_files_name_the_problem(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_sim_config(config_file(tmp_path, text))
+
+
+def test_a_missing_config_file_says_so(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         load_sim_config(tmp_path / "missing.yaml")
-    path.write_text("model: {base_ms: 1.0}\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match="description: Field required"):
-        load_sim_config(path)
 
 
 # --- speed -----------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ridgeline._repeats import repeated
 from ridgeline.errors import ConfigError
 
 Percentile = Literal["p50", "p90", "p95", "p99", "p999", "max", "mean"]
@@ -80,9 +81,7 @@ class SLOPolicy(BaseModel):
 
     @model_validator(mode="after")
     def _one_bound_per_statistic(self) -> Self:
-        seen = [b.percentile for b in self.latency]
-        dup = sorted({p for p in seen if seen.count(p) > 1})
-        if dup:
+        if dup := repeated(b.percentile for b in self.latency):
             raise ValueError(f"{', '.join(dup)} bounded twice; keep one bound per statistic")
         return self
 
@@ -141,9 +140,7 @@ def parse_slo(text: str) -> SLOPolicy:
                 f"SLO {text!r}: unknown statistic {m['metric']!r} in {where}; valid ones are: "
                 f"{valid} (e.g. {EXAMPLE!r})"
             )
-    names = [b.percentile for b in latency]
-    dup = sorted({p for p in names if names.count(p) > 1})
-    if dup:
+    if dup := repeated(b.percentile for b in latency):
         raise ConfigError(f"SLO {text!r}: {', '.join(dup)} bounded twice; keep one bound each")
     return SLOPolicy(latency=tuple(latency), **fields)
 

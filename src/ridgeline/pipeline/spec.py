@@ -35,6 +35,7 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ridgeline._repeats import repeated
 from ridgeline._yaml_config import load_model
 from ridgeline.pipeline.plan import Name, SyntheticModel, check_graph, paths
 
@@ -68,9 +69,7 @@ class TaskSpec(_Frozen):
 
     @model_validator(mode="after")
     def _distinct(self) -> Self:
-        names = [v.name for v in self.variants]
-        dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:
+        if dup := repeated(v.name for v in self.variants):
             raise ValueError(f"variant names repeat: {', '.join(dup)}")
         return self
 

@@ -15,6 +15,7 @@ from typing import Annotated, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ridgeline._repeats import repeated
 from ridgeline.policies.batching import BatchingConfig
 from ridgeline.v2.spec import TensorSpec
 
@@ -103,9 +104,7 @@ class BatchCost(_Frozen):
     @model_validator(mode="after")
     def _tensors_a_synthetic_model_can_answer(self) -> Self:
         for kind, specs in (("input", self.inputs), ("output", self.outputs)):
-            names = [s.name for s in specs]
-            dupes = sorted({n for n in names if names.count(n) > 1})
-            if dupes:
+            if dupes := repeated(s.name for s in specs):
                 raise ValueError(f"{kind} names {dupes} appear more than once; rename them")
             for spec in specs:
                 _check_batched(spec)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -45,6 +45,35 @@ async def fetch(
             f"{purpose}: GET {url} answered HTTP {resp.status}: {error_text(body)}; {hint}"
         )
     return body
+
+
+class Get(Protocol):
+    """A connect check's GET on the checking session, within the connect timeout."""
+
+    async def __call__(self, url: str, *, purpose: str, hint: str) -> bytes:
+        """The body of a 2xx answer; any failure is TargetUnreachableError (see ``fetch``)."""
+        ...
+
+
+async def checked_session(
+    max_outstanding: int,
+    headers: Mapping[str, str],
+    timeout: float,
+    check: Callable[[Get], Awaitable[None]],
+) -> aiohttp.ClientSession:
+    """A ``new_session`` on which ``check`` passed: its GETs share the session and
+    ``timeout``; the session is closed again when the check fails."""
+    session = new_session(max_outstanding, headers)
+
+    async def get(url: str, *, purpose: str, hint: str) -> bytes:
+        return await fetch(session, url, purpose=purpose, hint=hint, timeout=timeout)
+
+    try:
+        await check(get)
+    except BaseException:
+        await session.close()
+        raise
+    return session
 
 
 def parse_json(body: bytes, url: str) -> Any:

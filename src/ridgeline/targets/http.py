@@ -15,7 +15,7 @@ import aiohttp
 import yarl
 
 from ridgeline.errors import ConfigError, TargetUnreachableError
-from ridgeline.targets._http import failed_reply, fetch, new_session, not_connected
+from ridgeline.targets._http import Get, checked_session, failed_reply, not_connected
 from ridgeline.targets.base import OK, Reply
 from ridgeline.targets.openai import prompt_words
 from ridgeline.workload.payloads import RequestShape
@@ -65,22 +65,9 @@ class HttpTarget:
 
     async def connect(self, max_outstanding: int) -> None:
         await self.close()
-        session = new_session(max_outstanding, self._headers)
-        try:
-            if self._health_url is not None:
-                await fetch(
-                    session,
-                    self._health_url,
-                    purpose=f"health check of {self.url} failed",
-                    hint="check that the server is running and that the health URL is right",
-                    timeout=self._connect_timeout,
-                )
-            else:
-                await self._check_port()
-        except BaseException:
-            await session.close()
-            raise
-        self._session = session
+        self._session = await checked_session(
+            max_outstanding, self._headers, self._connect_timeout, self._check
+        )
 
     async def send(self, shape: RequestShape) -> Reply:
         try:
@@ -100,6 +87,16 @@ class HttpTarget:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+    async def _check(self, get: Get) -> None:
+        if self._health_url is None:
+            await self._check_port()
+            return
+        await get(
+            self._health_url,
+            purpose=f"health check of {self.url} failed",
+            hint="check that the server is running and that the health URL is right",
+        )
 
     async def _check_port(self) -> None:
         host, port = self._url.host, self._url.port

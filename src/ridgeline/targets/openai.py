@@ -18,7 +18,7 @@ import aiohttp
 import yarl
 
 from ridgeline.errors import TargetError, UnknownKindError
-from ridgeline.targets._http import failed_reply, fetch, new_session, not_connected, parse_json
+from ridgeline.targets._http import Get, checked_session, failed_reply, not_connected, parse_json
 from ridgeline.targets.base import Reply
 from ridgeline.workload.payloads import RequestShape
 
@@ -68,24 +68,23 @@ class OpenAITarget:
 
     async def connect(self, max_outstanding: int) -> None:
         await self.close()
-        session = new_session(max_outstanding, self._headers)
-        models_url = f"{self._base}/models"
-        try:
-            body = await fetch(
-                session,
-                models_url,
-                purpose=f"OpenAI-compatible server at {self._base} does not answer",
-                hint="check that the server is running, that host and port are right "
-                "and that the URL ends in the API root (usually /v1)",
-                timeout=self._connect_timeout,
-            )
-            if self.model is None:
-                self.model = _first_model(parse_json(body, models_url), models_url)
-        except BaseException:
-            await session.close()
-            raise
+        session = await checked_session(
+            max_outstanding, self._headers, self._connect_timeout, self._check
+        )
         self._bodies.clear()
         self._session = session
+
+    async def _check(self, get: Get) -> None:
+        """The server lists its models; with no model given, use the first."""
+        models_url = f"{self._base}/models"
+        body = await get(
+            models_url,
+            purpose=f"OpenAI-compatible server at {self._base} does not answer",
+            hint="check that the server is running, that host and port are right "
+            "and that the URL ends in the API root (usually /v1)",
+        )
+        if self.model is None:
+            self.model = _first_model(parse_json(body, models_url), models_url)
 
     async def send(self, shape: RequestShape) -> Reply:
         body = self._bodies.get(shape)

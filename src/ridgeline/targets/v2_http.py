@@ -15,7 +15,7 @@ import yarl
 
 from ridgeline.errors import TargetUnreachableError
 from ridgeline.targets._fastpool import Http1Pool
-from ridgeline.targets._http import failed_reply, fetch, new_session, not_connected, parse_json
+from ridgeline.targets._http import Get, checked_session, failed_reply, not_connected, parse_json
 from ridgeline.targets.base import OK, Reply
 from ridgeline.targets.tensors import json_inputs
 from ridgeline.v2.spec import TensorSpec
@@ -52,26 +52,10 @@ class V2HttpTarget:
 
     async def connect(self, max_outstanding: int) -> None:
         await self.close()
-        session = new_session(max_outstanding, self._headers)
-        try:
-            await fetch(
-                session,
-                self._health_url,
-                purpose=f"v2 server at {self._health_url} is not ready",
-                hint="check that the server is running and that host and port are right",
-                timeout=self._connect_timeout,
-            )
-            body = await fetch(
-                session,
-                self._model_url,
-                purpose=f"model metadata at {self._model_url} is unavailable",
-                hint="check the model name and version (the server logs list the loaded models)",
-                timeout=self._connect_timeout,
-            )
-            if self.inputs is None:
-                self.inputs = _inputs_of(parse_json(body, self._model_url), self._model_url)
-        finally:
-            await session.close()
+        checked = await checked_session(
+            max_outstanding, self._headers, self._connect_timeout, self._check
+        )
+        await checked.close()  # it served the checks; requests go through the pool
         self._pool = Http1Pool(str(self._infer_url.origin()), max_outstanding)
 
     async def send(self, shape: RequestShape) -> Reply:
@@ -90,6 +74,21 @@ class V2HttpTarget:
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
+
+    async def _check(self, get: Get) -> None:
+        """The server is ready and serves the model; with no inputs given, learn them."""
+        await get(
+            self._health_url,
+            purpose=f"v2 server at {self._health_url} is not ready",
+            hint="check that the server is running and that host and port are right",
+        )
+        body = await get(
+            self._model_url,
+            purpose=f"model metadata at {self._model_url} is unavailable",
+            hint="check the model name and version (the server logs list the loaded models)",
+        )
+        if self.inputs is None:
+            self.inputs = _inputs_of(parse_json(body, self._model_url), self._model_url)
 
     def _prepare(self, items: int) -> bytes:
         if self.inputs is None or self._pool is None:
