@@ -202,3 +202,11 @@ class BracketPolicy:
             low=lo.rate if lo else None,
             high=hi.rate if hi else None,
         )
+
+
+class BracketSearch(Search[Points]):
+    """A bracketing strategy (the binary search, the sweep): its policy over ``Points``,
+    from no points."""
+
+    def __init__(self, name: str, policy: Policy[Points], budget: Budget) -> None:
+        super().__init__(name, policy, Points(), budget)

@@ -45,7 +45,6 @@ from typing import TYPE_CHECKING
 
 from ridgeline.search._driver import (
     Bounds,
-    Budget,
     Finished,
     Search,
     bracket,
@@ -277,5 +276,4 @@ class AdaptiveStrategy(Search[AdaptiveState]):
     """The Vanguard method: score-sized steps, a secant near the boundary, a confirmation."""
 
     def __init__(self, cfg: AdaptiveConfig) -> None:
-        budget = Budget(cfg.max_steps, cfg.max_test_seconds)
-        super().__init__("adaptive", AdaptivePolicy(cfg), AdaptiveState(), budget)
+        super().__init__("adaptive", AdaptivePolicy(cfg), AdaptiveState(), cfg.budget())

@@ -15,10 +15,9 @@ from typing import TYPE_CHECKING
 
 from ridgeline.search._driver import (
     BracketPolicy,
-    Budget,
+    BracketSearch,
     Finished,
     Points,
-    Search,
     bracket,
     clamp,
     no_sustainable_rate,
@@ -70,9 +69,8 @@ class BinaryPolicy(BracketPolicy):
 
 
 @register("binary")
-class BinaryStrategy(Search[Points]):
+class BinaryStrategy(BracketSearch):
     """Double until a step fails, then bisect the bracket to ``precision``."""
 
     def __init__(self, cfg: BinaryConfig) -> None:
-        budget = Budget(cfg.max_steps, cfg.max_test_seconds)
-        super().__init__("binary", BinaryPolicy(cfg), Points(), budget)
+        super().__init__("binary", BinaryPolicy(cfg), cfg.budget())

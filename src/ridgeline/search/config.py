@@ -29,6 +29,7 @@ from typing import Annotated, Any, ClassVar, Literal, Self, get_args
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from ridgeline.errors import ConfigError, UnknownKindError
+from ridgeline.search._driver import Budget
 from ridgeline.search.base import Strategy, create
 from ridgeline.search.confirmation import DEFAULT_MARGIN, ConfirmMargin
 
@@ -59,6 +60,10 @@ class SearchConfig(BaseModel):
     max_test_seconds: Seconds | None = Field(
         None, description="seconds of load at most, over all steps; None: no limit"
     )
+
+    def budget(self) -> Budget:
+        """What ends the search unconverged: ``max_steps``, ``max_test_seconds``."""
+        return Budget(self.max_steps, self.max_test_seconds)
 
     @model_validator(mode="before")
     @classmethod

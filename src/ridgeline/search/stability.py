@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ridgeline.search._driver import Bounds, Budget, Finished, Search, no_sustainable_rate
+from ridgeline.search._driver import Bounds, Finished, Search, no_sustainable_rate
 from ridgeline.search.base import StepPlan, StepVerdict, register
 
 if TYPE_CHECKING:
@@ -54,5 +54,4 @@ class StabilityStrategy(Search[StabilityState]):
 
     def __init__(self, cfg: StabilityConfig) -> None:
         policy = StabilityPolicy(cfg.rate, cfg.duration_s)
-        budget = Budget(cfg.max_steps, cfg.max_test_seconds)
-        super().__init__("stability", policy, StabilityState(), budget)
+        super().__init__("stability", policy, StabilityState(), cfg.budget())

@@ -14,10 +14,9 @@ from typing import TYPE_CHECKING
 
 from ridgeline.search._driver import (
     BracketPolicy,
-    Budget,
+    BracketSearch,
     Finished,
     Points,
-    Search,
     bracket,
     no_sustainable_rate,
     round_rate,
@@ -66,10 +65,10 @@ class SweepPolicy(BracketPolicy):
 
 
 @register("sweep")
-class SweepStrategy(Search[Points]):
+class SweepStrategy(BracketSearch):
     """Every grid rate, ascending, stopping after the first unsustainable one."""
 
     def __init__(self, cfg: SweepConfig) -> None:
         self.grid = sweep_grid(cfg)
         policy = SweepPolicy(self.grid, cfg.step_duration_s)
-        super().__init__("sweep", policy, Points(), Budget(cfg.max_steps, cfg.max_test_seconds))
+        super().__init__("sweep", policy, cfg.budget())
