@@ -50,9 +50,8 @@ QUICK = LoopConfig(
     cores=2.0,
     verify_s=2.0,
     verify_search=False,
-    phases=((1.0, 3.0), (4.0, 5.0), (1.0, 5.0)),
-    trace=None,  # Poisson phases: the step up and down is clean at these lengths
-    reconfig=ReconfigConfig(window_s=1.5, band=0.3, cooldown_s=2.0),
+    phases=((1.0, 3.0), (4.0, 5.0), (1.0, 8.0)),  # the shipped default's trace-shaped phases
+    reconfig=ReconfigConfig(window_s=1.5, band=0.3, cooldown_s=2.0, stabilize_s=3.0),
 )
 
 
@@ -79,8 +78,12 @@ def test_the_loop_verifies_reconfigures_live_and_loses_nothing(
     result, report, lines = demo
     assert result.verified.passed, result.verified.summary()
     assert result.sent > 0 and result.lost == 0
+    # the surge is followed up, and once it is over the plan comes back down; every phase
+    # replays the recorded trace's bursts and idle gaps (time-scaled to its rate), so the
+    # last one may burst again at its end: "down" is after the peak, not at the very end
     detect = [e.instances["detect"] for e in result.events]
-    assert max(detect) >= 2 and detect[-1] == 1, result.events
+    peak = detect.index(max(detect))
+    assert max(detect) >= 2 and min(detect[peak:]) < max(detect), result.events
     assert lines[-5].startswith("plan: ") and lines[-1] == f"report: {report}"
     assert "0 lost" in lines[-2]
     page = report.read_text()

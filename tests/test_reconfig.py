@@ -4,8 +4,10 @@ the controller scaling a live server up and back down with every request answere
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,13 +54,40 @@ def test_a_replan_waits_for_the_band_and_the_cooldown() -> None:
 def test_a_failed_replan_keeps_the_band_and_retries_after_the_cooldown() -> None:
     cfg = ReconfigConfig(band=0.2, cooldown_s=10.0, headroom=0.0)
     before = ReconfigState(planned_rps=100.0, last_change_s=0.0)
-    replan, _ = decide(cfg, before, 12.0, 200.0)
-    assert replan is not None
-    after = failed(before, 12.0)  # the planner found no plan for 200 req/s
+    replan, moved = decide(cfg, before, 12.0, 200.0)
+    assert replan is not None and moved.planned_rps == 200.0
+    after = failed(before, moved)  # the planner found no plan for 200 req/s
     assert after == ReconfigState(planned_rps=100.0, last_change_s=12.0)
     assert decide(cfg, after, 15.0, 200.0) == (None, after)  # cooling down
     again, _ = decide(cfg, after, 22.0, 200.0)
     assert again is not None and "around the planned 100.0 req/s" in again.reason
+
+
+def test_stabilisation_scales_down_to_the_highest_estimate_of_its_window() -> None:
+    """A burst, a gap, a burst: without stabilisation the gap drains the plan; with a
+    window of 3 s the plan holds until the estimate has stayed low that long, then goes
+    down to the highest estimate of those 3 s. Rising demand is followed at once."""
+    estimates = [(1.0, 100.0), (2.0, 0.0), (3.0, 5.0), (4.0, 8.0), (5.0, 6.0), (6.0, 4.0)]
+
+    def run(cfg: ReconfigConfig) -> list[tuple[float, float]]:
+        state, out = ReconfigState(planned_rps=100.0), []
+        for t, e in estimates:
+            replan, state = decide(cfg, state, t, e)
+            if replan is not None:
+                out.append((t, replan.demand_rps))
+        return out
+
+    plain = ReconfigConfig(band=0.2, cooldown_s=0.0, headroom=0.0)
+    assert run(plain) == [(2.0, 1.0), (3.0, 5.0), (4.0, 8.0), (5.0, 6.0), (6.0, 4.0)]
+    held = ReconfigConfig(band=0.2, cooldown_s=0.0, headroom=0.0, stabilize_s=3.0)
+    # at 2 and 3 the burst at 1 is in the window; at 4 the highest of (2, 4] is 8; then
+    # 8 stays the highest of the window and inside the band around 8 until it leaves it
+    assert run(held) == [(4.0, 8.0)]
+    replan, _ = decide(held, ReconfigState(planned_rps=10.0), 1.0, 50.0)
+    assert replan is not None and replan.demand_rps == 50.0  # up: at once
+    down, _ = decide(held, ReconfigState(planned_rps=100.0, recent=((0.5, 40.0),)), 1.0, 10.0)
+    assert down is not None and down.demand_rps == 40.0
+    assert down.reason.startswith("demand 40.0 req/s (the highest of the last 3 s) is below")
 
 
 def plan(instances: dict[str, int], batch: int = 4, demand: float = 20.0) -> Plan:
@@ -93,6 +122,24 @@ def test_the_difference_names_instance_changes_and_replacements() -> None:
     assert diff(old, old) == []
 
 
+@contextlib.asynccontextmanager
+async def controlled(
+    tmp_path: Path, replan: Callable[[float], Plan], cfg: ReconfigConfig, interval_s: float
+) -> AsyncIterator[tuple[PlanServer, Reconfigurer]]:
+    """A one-instance pipeline served, its controller watching until the block ends."""
+    async with PlanServer(
+        plan({"detect": 1, "classify": 1}), tmp_path, http_port=0, grpc_port=None
+    ) as server:
+        ctl = Reconfigurer(server, replan, cfg, interval_s=interval_s)
+        stop = asyncio.Event()
+        watching = asyncio.create_task(ctl.run(stop))
+        try:
+            yield server, ctl
+        finally:
+            stop.set()
+            await watching
+
+
 @pytest.mark.slow
 async def test_demand_up_and_down_scales_live_and_every_request_is_answered(
     tmp_path: Path,
@@ -102,12 +149,7 @@ async def test_demand_up_and_down_scales_live_and_every_request_is_answered(
         return plan({"detect": n, "classify": n}, demand=demand)
 
     cfg = ReconfigConfig(window_s=1.0, band=0.3, cooldown_s=1.0, headroom=0.0)
-    async with PlanServer(
-        plan({"detect": 1, "classify": 1}), tmp_path, http_port=0, grpc_port=None
-    ) as server:
-        ctl = Reconfigurer(server, replan, cfg, interval_s=0.2)
-        stop = asyncio.Event()
-        watching = asyncio.create_task(ctl.run(stop))
+    async with controlled(tmp_path, replan, cfg, 0.2) as (server, ctl):
         steps = []
         for rate, seconds in ((20.0, 2.0), (150.0, 3.0)):
             sched = from_arrival(parse_arrival("poisson", rate), seconds)
@@ -122,8 +164,6 @@ async def test_demand_up_and_down_scales_live_and_every_request_is_answered(
             steps.append(await measure_step(server.model_url(), sched, StepConfig()))
             if all(p.instances == 1 for p in server.plan.tasks.values()):
                 break
-        stop.set()
-        await watching
         final = {t: p.instances for t, p in server.plan.tasks.items()}
     for step in steps:
         s = step.summary
@@ -152,18 +192,11 @@ async def test_the_controller_retries_a_replan_that_failed_around_the_old_demand
         return plan({"detect": 2, "classify": 2}, demand=demand)
 
     cfg = ReconfigConfig(window_s=0.5, band=0.3, cooldown_s=0.5, headroom=0.0)
-    async with PlanServer(
-        plan({"detect": 1, "classify": 1}), tmp_path, http_port=0, grpc_port=None
-    ) as server:
-        ctl = Reconfigurer(server, replan, cfg, interval_s=0.1)
-        stop = asyncio.Event()
-        watching = asyncio.create_task(ctl.run(stop))
+    async with controlled(tmp_path, replan, cfg, 0.1) as (server, ctl):
         deadline = time.monotonic() + 30
         while len(ctl.events) < 2 and time.monotonic() < deadline:
             sched = from_arrival(parse_arrival("poisson", 100.0), 0.5)
             await measure_step(server.model_url(), sched, StepConfig())
-        stop.set()
-        await watching
     first, second = ctl.events[:2]
     assert "failed: no plan for" in first.skipped[0] and first.planned_rps == 20.0
     assert first.instances == {"detect": 1, "classify": 1}

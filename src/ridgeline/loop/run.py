@@ -56,8 +56,12 @@ class LoopConfig:
     """A bundled recorded trace whose arrival gaps shape each phase (time-scaled to the
     phase's rate: production burstiness, not Poisson); None for Poisson arrivals."""
     reconfig: ReconfigConfig = field(
-        default_factory=lambda: ReconfigConfig(window_s=6.0, band=0.3, cooldown_s=6.0)
+        default_factory=lambda: ReconfigConfig(
+            window_s=6.0, band=0.3, cooldown_s=6.0, stabilize_s=6.0
+        )
     )
+    """Scale-down stabilised over a window: the trace's idle gaps, time-scaled, last
+    seconds inside a surge, and should not drain what its next burst needs."""
 
 
 @dataclass

@@ -72,7 +72,7 @@ class Reconfigurer:
             if replan is None:
                 continue
             made = await self._apply(replan, estimate, now - t0, state.planned_rps)
-            state = after if made else failed(state, now)
+            state = after if made else failed(state, after)
 
     async def _apply(self, replan: Replan, estimate: float, t_s: float, planned: float) -> bool:
         """Re-plan for the demand ``replan`` asks and apply the difference; whether the

@@ -2,11 +2,13 @@
 plan was made for, re-plan; and what differs between the old plan and the new.
 
 * **Demand estimate** (``estimate_rps``): requests counted over the last ``window_s``.
-* **Band and cool-down** (``decide``): a re-plan is due when the estimate leaves
+* **Band, cool-down and stabilisation** (``decide``): a re-plan is due when the estimate leaves
   [planned·(1 − band), planned·(1 + band)] and at least ``cooldown_s`` has passed since
   the last change, so that a noisy estimate does not make the server flap. The new plan
   is made for the estimate times (1 + ``headroom``). A re-plan that fails (``failed``)
-  leaves the band where it was and restarts the cool-down.
+  leaves the band where it was and restarts the cool-down. With ``stabilize_s``, a
+  re-plan down is for the highest estimate of that window (Kubernetes' scale-down
+  stabilisation), so the gaps of bursty traffic do not drain what its bursts need.
 * **Difference** (``diff``): per task, the instances to start or to drain, and whether
   anything else changed (variant, segment, batching), which a live server cannot apply
   to a running task in place.
@@ -35,12 +37,20 @@ class ReconfigConfig:
     """Plan for the estimate times (1 + headroom)."""
     min_rps: float = 1.0
     """Never plan for less."""
+    stabilize_s: float = 0.0
+    """Scale-down stabilisation (Kubernetes' HPA calls it the scale-down stabilisation
+    window): a re-plan below the band is for the highest estimate of the last
+    ``stabilize_s``, and none is made while that one is inside the band. Bursty traffic
+    (a recorded trace's idle gaps) then does not drain instances a burst needs a moment
+    later; demand that rises is followed at once. 0: the current estimate alone."""
 
 
 @dataclass(frozen=True, slots=True)
 class ReconfigState:
     planned_rps: float
     last_change_s: float = float("-inf")
+    recent: tuple[tuple[float, float], ...] = ()
+    """(time, estimate) of the last ``stabilize_s``, oldest first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +69,11 @@ def decide(
     cfg: ReconfigConfig, state: ReconfigState, now: float, estimate: float
 ) -> tuple[Replan | None, ReconfigState]:
     """Whether to re-plan now, and the state after."""
+    if cfg.stabilize_s > 0:
+        kept = tuple((t, e) for t, e in state.recent if t > now - cfg.stabilize_s)
+        state = replace(state, recent=(*kept, (now, estimate)))
+        if estimate < state.planned_rps:  # going down: the highest of the window, if lower
+            estimate = min(state.planned_rps, max(e for _, e in state.recent))
     lo, hi = state.planned_rps * (1 - cfg.band), state.planned_rps * (1 + cfg.band)
     if lo <= estimate <= hi:
         return None, state
@@ -66,19 +81,24 @@ def decide(
         return None, state
     target = max(cfg.min_rps, estimate * (1 + cfg.headroom))
     side = "above" if estimate > hi else "below"
+    held = (
+        f" (the highest of the last {cfg.stabilize_s:g} s)"
+        if side == "below" and cfg.stabilize_s > 0
+        else ""
+    )
     reason = (
-        f"demand {estimate:.1f} req/s is {side} the band [{lo:.1f}, {hi:.1f}] around the "
-        f"planned {state.planned_rps:.1f} req/s; re-plan for {target:.1f} req/s"
+        f"demand {estimate:.1f} req/s{held} is {side} the band [{lo:.1f}, {hi:.1f}] around "
+        f"the planned {state.planned_rps:.1f} req/s; re-plan for {target:.1f} req/s"
     )
     return Replan(target, reason), replace(state, planned_rps=target, last_change_s=now)
 
 
-def failed(state: ReconfigState, now: float) -> ReconfigState:
-    """The state after a re-plan that ``decide`` asked for could not be made or applied
-    (``state`` is the one before ``decide``): the server still runs the plan for the old
-    demand, so the band stays around it; the cool-down restarts, so a re-plan that
-    failed is tried again no sooner than a change would be."""
-    return replace(state, last_change_s=now)
+def failed(before: ReconfigState, after: ReconfigState) -> ReconfigState:
+    """The state when the re-plan that ``decide`` asked for (``before`` → ``after``)
+    could not be made or applied: the server still runs the plan for the old demand, so
+    the band stays around it; the cool-down restarts, so a re-plan that failed is tried
+    again no sooner than a change would be."""
+    return replace(after, planned_rps=before.planned_rps)
 
 
 @dataclass(frozen=True, slots=True)
