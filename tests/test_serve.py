@@ -447,7 +447,7 @@ async def test_the_example_plan_batches_at_load_and_drops_under_a_tight_slo(zoo:
     """detector → car and face classifiers, real ONNX on CPU. At a fixed rate the
     detector forms batches (mean > 1; dropping off, so every request counts); with a
     tight SLO and dropping on, requests are dropped early, none fails, and the answered
-    stay within the SLO (p99)."""
+    stay within the SLO (p99, from the send)."""
     import aiohttp
 
     plan = load_plan(EXAMPLE)
@@ -488,11 +488,17 @@ async def test_the_example_plan_batches_at_load_and_drops_under_a_tight_slo(zoo:
         await load(url, 30.0, 3.0, slo)  # warm-up, as a probe runs one
         # long enough that the answered p99 is a p99 (some 300 answers, the 4th slowest),
         # not the slowest of a hundred: one stall of a shared host decides that alone
-        step = await load(url, 30.0, 20.0, slo)
+        step = await load(url, 30.0, 20.0, slo, timed=False)
     rec = step.records
     ok = rec.outcome == int(Outcome.OK)
-    p99 = np.percentile(rec.latency_from_schedule[ok], 99) * 1000
-    seen = f"{step.summary}; answered p99 {p99:.1f} ms"
+    # the server drops by what it can know, from a request's arrival on: its answered p99
+    # counts from the send. The generator shares two cores with four busy processes and
+    # may send a few ms late (9 ms p99 in one run): the arrivals must stay near their
+    # schedule (a quarter of the SLO), or the load is not the one asked for
+    p99 = np.percentile(rec.latency_from_send[ok], 99) * 1000
+    late = np.percentile(rec.lateness, 99) * 1000
+    seen = f"{step.summary}; answered p99 from the send {p99:.1f} ms, p99 lateness {late:.1f} ms"
+    assert late <= slo / 4, seen
     assert step.summary.errors == 0, seen
     assert step.summary.dropped > 0.05 * step.summary.sent, seen
     assert ok.sum() > 0.2 * step.summary.sent, f"nearly everything dropped: {seen}"
