@@ -9,6 +9,7 @@ SIGTERM, then stops it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 from collections.abc import Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
@@ -56,6 +57,19 @@ def run_coroutine(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` to completion on a fresh event loop (uvloop when installed)."""
     with asyncio.Runner(loop_factory=new_event_loop) as runner:
         return runner.run(coro)
+
+
+async def wait_event(event: asyncio.Event, timeout_s: float) -> bool:
+    """Wait until ``event`` is set or ``timeout_s`` has passed; whether it is set.
+
+    Not ``asyncio.wait_for``: on Python 3.11 it swallows a cancellation that lands as the
+    awaited future completes (the result is returned and the cancel lost), so a Ctrl-C
+    could be ignored and a run carry on to its end. ``asyncio.timeout`` tells its own
+    cancellation from a caller's."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout_s):
+            await event.wait()
+    return event.is_set()
 
 
 def stop_on_signal() -> asyncio.Event:

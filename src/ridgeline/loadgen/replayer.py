@@ -9,7 +9,6 @@ Timeouts and errors are outcomes of their own and stay in every metric.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import time
 from collections import deque
@@ -21,6 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field
 
+from ridgeline.aio import wait_event
 from ridgeline.targets.base import Target
 from ridgeline.telemetry.records import Outcome, Records
 from ridgeline.workload.payloads import DEFAULT_SHAPE, RequestShape
@@ -214,11 +214,9 @@ async def replay(
         if tasks:
             finished = i == n and not stopped()
             all_done.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    all_done.wait(),
-                    timeout + 4 * _SWEEP_S if finished else (cfg.drain_s or timeout),
-                )
+            await wait_event(
+                all_done, timeout + 4 * _SWEEP_S if finished else (cfg.drain_s or timeout)
+            )
     finally:
         prog.stopped = i < n
         sweeper.cancel()

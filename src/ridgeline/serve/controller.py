@@ -13,10 +13,10 @@ ones finish their batch in flight. Every change is kept in ``events`` with its r
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ridgeline.aio import wait_event
 from ridgeline.errors import RidgelineError
 from ridgeline.pipeline.plan import Plan
 from ridgeline.serve.reconfig import (
@@ -62,9 +62,7 @@ class Reconfigurer:
         planned = self.server.plan.demand_rps or 1.0
         state = ReconfigState(planned_rps=planned, last_change_s=t0)
         while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.interval_s)
-            if stop.is_set():
+            if await wait_event(stop, self.interval_s):
                 return
             now = clock.now()
             estimate = estimate_rps(list(arrivals), now, self.cfg.window_s)

@@ -101,9 +101,8 @@ class HttpTarget:
     async def _check_port(self) -> None:
         host, port = self._url.host, self._url.port
         try:
-            _, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port), self._connect_timeout
-            )
+            async with asyncio.timeout(self._connect_timeout):
+                _, writer = await asyncio.open_connection(host, port)
         except TimeoutError as exc:
             raise TargetUnreachableError(
                 f"{self.url}: no TCP answer from {host}:{port} within "

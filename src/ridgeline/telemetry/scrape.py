@@ -7,13 +7,13 @@ deltas and gauge values over its span, keyed ``name`` or ``name{label="v",...}``
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from dataclasses import dataclass, field
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from ridgeline.aio import wait_event
 from ridgeline.errors import TargetUnreachableError
 from ridgeline.telemetry.windows import Window
 
@@ -65,8 +65,7 @@ class Scraper:
                     self.failures += 1
                 if stop.is_set():
                     return
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self.interval_s)
+                await wait_event(stop, self.interval_s)
 
     def attach(self, wins: list[Window]) -> None:
         """Give each window the counter deltas and gauge values between the samples
