@@ -28,15 +28,11 @@ from typing import Annotated, Any, ClassVar, Literal, Self, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
+from ridgeline._fields import Rate, Seconds
 from ridgeline.errors import ConfigError, UnknownKindError
 from ridgeline.search._driver import Budget
 from ridgeline.search.base import Strategy, create
 from ridgeline.search.confirmation import DEFAULT_MARGIN, ConfirmMargin
-
-Rate = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-"""A finite rate > 0, requests per second."""
-Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-"""A finite duration > 0, seconds."""
 
 
 class SearchConfig(BaseModel):

@@ -24,20 +24,15 @@ have provisioned *less* than the SLO needs (then it is the under-provisioning it
 from __future__ import annotations
 
 import math
-from typing import Annotated, TypeVar
+from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ridgeline._fields import NonNegative, Positive, Share
 from ridgeline.errors import ConfigError
 
 _M = TypeVar("_M", bound=BaseModel)
 
-Share = Annotated[float, Field(gt=0, le=1)]
-"""A fraction in (0, 1]."""
-Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-"""A finite number > 0."""
-NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-"""A finite number ≥ 0."""
 
 _SLACK = 1e-9
 """A ratio within this of a whole number counts as that number: 100 req/s with 10 %

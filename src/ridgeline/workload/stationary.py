@@ -9,18 +9,14 @@ Poisson at the same mean rate).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Literal
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from ridgeline._fields import Rate
 from ridgeline.workload import _unit
 from ridgeline.workload._unit import Floats
-
-Rate = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-"""A finite rate > 0, in requests per second."""
-NonNegativeRate = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-"""A finite rate ≥ 0, in requests per second."""
 
 
 def _at_rate(

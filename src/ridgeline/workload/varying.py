@@ -15,9 +15,10 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import AliasChoices, Field, field_validator, model_validator
 
+from ridgeline._fields import NonNegativeRate, Rate
 from ridgeline.workload import _unit
 from ridgeline.workload._unit import Floats
-from ridgeline.workload.stationary import NonNegativeRate, Rate, SpecModel
+from ridgeline.workload.stationary import SpecModel
 
 _TABLE_POINTS = 4097
 """Points tabulating one diurnal period, for Newton's first guess."""

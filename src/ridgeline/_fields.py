@@ -1,0 +1,21 @@
+"""Constrained numbers every configuration declares its fields with: one definition of
+each bound, so a rate, a duration or a fraction is checked alike everywhere."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+Share = Annotated[float, Field(gt=0, le=1)]
+"""A fraction in (0, 1]."""
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+"""A finite number > 0."""
+NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+"""A finite number ≥ 0."""
+Rate = Positive
+"""A finite rate > 0, requests per second."""
+NonNegativeRate = NonNegative
+"""A finite rate ≥ 0, requests per second."""
+Seconds = Positive
+"""A finite duration > 0, seconds."""
