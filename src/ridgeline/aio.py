@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+from collections import deque
 from collections.abc import Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
@@ -57,6 +58,44 @@ def run_coroutine(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` to completion on a fresh event loop (uvloop when installed)."""
     with asyncio.Runner(loop_factory=new_event_loop) as runner:
         return runner.run(coro)
+
+
+class LoopLag:
+    """How late this event loop runs what is ready: a timer every ``interval_s``, how much
+    later than asked it fired, over the last ``window`` ticks. A request waits about
+    that long for the loop before its handler sees it, and again before its answer is
+    written: time no model of the queues behind the handler can see (``serve`` keeps it
+    back from every deadline). Measured on the loop's own clock: it is the loop's real
+    lateness, whatever clock the code it runs decides by."""
+
+    def __init__(self, interval_s: float = 0.005, window: int = 400) -> None:
+        self.interval_s = interval_s
+        self._lags: deque[float] = deque(maxlen=window)
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._tick())
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    def quantile(self, q: float = 0.99) -> float:
+        """The ``q`` quantile of the recent lateness, s (0 before any tick)."""
+        if not self._lags:
+            return 0.0
+        ordered = sorted(self._lags)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    async def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            asked = loop.time() + self.interval_s
+            await asyncio.sleep(self.interval_s)
+            self._lags.append(max(0.0, loop.time() - asked))
 
 
 async def wait_event(event: asyncio.Event, timeout_s: float) -> bool:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -60,9 +60,17 @@ class GraphRunner:
     """One plan's requests, through its task queues."""
 
     def __init__(
-        self, plan: Plan, queues: Mapping[str, TaskQueue], clock: Clock, margin: float = 0.1
+        self,
+        plan: Plan,
+        queues: Mapping[str, TaskQueue],
+        clock: Clock,
+        margin: float = 0.1,
+        frontend_s: Callable[[], float] = lambda: 0.0,
     ) -> None:
         self.plan, self.queues, self.clock, self.margin = plan, queues, clock, margin
+        self.frontend_s = frontend_s
+        """Time a request spends outside the queues, waiting for the event loop on its
+        way in and out (``PlanServer``: twice the loop's recent p99 lateness)."""
         self.slack = Slack(initial_s=0.05 * plan.slo_ms / 1000.0)
         self.sources = plan.sources()
         self.sinks = [t for t in plan.tasks if not plan.children(t)]
@@ -75,7 +83,7 @@ class GraphRunner:
     async def infer(self, rows: int, arrays: list[Array], *, drop: bool = True) -> list[Array]:
         """The sink tasks' outputs, in ``plan.tasks`` order, each task's in its order."""
         now, slo_s = self.clock.now(), self.plan.slo_ms / 1000.0
-        deadline = now + (1 - self.margin) * slo_s - self.slack.slack_s
+        deadline = now + (1 - self.margin) * slo_s - self.slack.slack_s - self.frontend_s()
         expected = self.expected_s()
         idle = all(q.idle() for q in self.queues.values())
         if drop and not idle and should_drop(now, deadline, expected):

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from aiohttp import web
 
-from ridgeline.aio import AsyncService
+from ridgeline.aio import AsyncService, LoopLag
 from ridgeline.clock import Clock, MonotonicClock
 from ridgeline.errors import ConfigError, PlanError, RidgelineError
 from ridgeline.pipeline.plan import Plan
@@ -88,16 +88,25 @@ class _Model:
 
 class _TaskModel(_Model):
     def __init__(
-        self, queue: TaskQueue, budget_s: float, margin: float, clock: Clock, **kw: Any
+        self,
+        queue: TaskQueue,
+        budget_s: float,
+        margin: float,
+        clock: Clock,
+        frontend_s: Callable[[], float],
+        **kw: Any,
     ) -> None:
         super().__init__(clock=clock, **kw)
         self.queue, self.budget_s, self.margin = queue, budget_s, margin
+        self.frontend_s = frontend_s
         self.slack = Slack(initial_s=0.05 * budget_s)
 
     async def infer(self, rows: int, arrays: list[Array]) -> list[Array]:
         began = arrival = self.clock.now()
         expected = self.queue.expected_s()
-        deadline = arrival + (1 - self.margin) * self.budget_s - self.slack.slack_s
+        deadline = (
+            arrival + (1 - self.margin) * self.budget_s - self.slack.slack_s - self.frontend_s()
+        )
         try:
             out = await self.queue.submit(rows, arrays, deadline, keep=self.queue.idle())
         except BaseException:
@@ -173,10 +182,17 @@ class PlanServer(AsyncService):
         self._grpc: Any = None
         self.http_port: int | None = None
         self.grpc_port: int | None = None
+        self.loop_lag = LoopLag()
+        """The event loop's lateness: kept back from every drop deadline, twice (a request
+        waits for the loop on its way in and on its way out)."""
+
+    def _frontend_s(self) -> float:
+        return 2 * self.loop_lag.quantile(0.99)
 
     async def start(self) -> None:
         """Start every worker (models loaded), then the front ends."""
         setups = setup_plan(self.plan, self.plan_dir, self.zoo)
+        self.loop_lag.start()
         try:
             for name, setup in setups.items():
                 self.workers[name] = [
@@ -225,6 +241,7 @@ class PlanServer(AsyncService):
                 task.latency_budget_ms / 1000.0,
                 self.drop_margin,
                 clock,
+                self._frontend_s,
                 name=name,
                 inputs=sig.inputs,
                 outputs=sig.outputs,
@@ -233,7 +250,7 @@ class PlanServer(AsyncService):
                 instances=task.instances,
                 platform="onnxruntime_onnx" if sig else "ridgeline",
             )
-        runner = GraphRunner(plan, self.queues, clock, self.drop_margin)
+        runner = GraphRunner(plan, self.queues, clock, self.drop_margin, self._frontend_s)
         sources = [self.queues[s] for s in runner.sources]
         first = sources[0]
         for q in sources[1:]:
@@ -377,6 +394,7 @@ class PlanServer(AsyncService):
         await asyncio.gather(
             *(w.stop() for ws in self.workers.values() for w in ws), return_exceptions=True
         )
+        await self.loop_lag.stop()
 
     @property
     def http_url(self) -> str:
