@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from ridgeline.aio import wait_event
+from _timing import await_until
+from ridgeline.aio import LoopLag, wait_event
 
 
 async def test_a_cancel_that_lands_as_the_event_is_set_is_not_lost() -> None:
@@ -27,3 +28,20 @@ async def test_it_says_whether_the_event_came_or_the_time_ran_out() -> None:
     assert await wait_event(event, 0.01) is False
     event.set()
     assert await wait_event(event, 10.0) is True
+
+
+async def test_loop_lag_sees_a_loop_that_was_held() -> None:
+    """A callback that holds the loop 50 ms makes the next tick that late."""
+    import time
+
+    lag = LoopLag(interval_s=0.002, window=50)
+    lag.start()
+    try:
+        await asyncio.sleep(0.02)  # some ticks on an idle loop
+        time.sleep(0.05)  # hold the loop, as a slow handler would
+        ticks = lag.samples
+        await await_until(lambda: lag.samples > ticks, timeout=5)
+    finally:
+        await lag.stop()
+    assert lag.quantile(1.0) >= 0.04
+    assert lag.quantile(0.0) < 0.04

@@ -83,6 +83,11 @@ class LoopLag:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
+    @property
+    def samples(self) -> int:
+        """Ticks measured and kept (at most ``window``)."""
+        return len(self._lags)
+
     def quantile(self, q: float = 0.99) -> float:
         """The ``q`` quantile of the recent lateness, s (0 before any tick)."""
         if not self._lags:
