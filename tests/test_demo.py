@@ -143,7 +143,7 @@ def test_ctrl_c_stops_the_demo_cleanly_and_marks_its_run(tmp_path: Path) -> None
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=60)
     out, err = stdout.text(), stderr.text()
-    assert proc.returncode != 0
+    assert proc.returncode != 0, f"the demo ignored Ctrl-C and ran to its end:\n{out}\n{err}"
     assert "interrupted during [1/6] profiling" in out + err, out + err
     assert "the servers are stopped" in out + err
     with sqlite3.connect(db) as con:

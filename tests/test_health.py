@@ -66,7 +66,7 @@ def obs(**kw: object) -> Observation:
         ),
         (
             obs(offered_rps=0.0, achieved_rps=0.0, answered=0, latency_ms={}),
-            HealthState.HEALTHY,
+            HealthState.WARN,  # no evidence is never Healthy
             "nothing measured in the window",
         ),
     ],

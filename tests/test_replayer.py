@@ -129,4 +129,4 @@ async def test_sends_that_fall_due_while_behind_are_issued_late_not_skipped() ->
     valid, reason = assess_validity(rec, ValidityConfig())
     assert not valid
     assert reason is not None and "outstanding-request limit" in reason
-    assert "p99 lateness" in reason
+    assert "generator fell behind: its lateness (p99 " in reason

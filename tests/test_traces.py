@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 
 import ridgeline
 from ridgeline.errors import ConfigError, TraceFormatError, UnknownKindError
+from ridgeline.probe.drivers import step_schedule
+from ridgeline.search.base import StepPlan
 from ridgeline.workload import Trace, bundled_trace_path, read_trace
 
 Row = tuple[float, int, int]
@@ -301,3 +303,28 @@ def test_trace_misuse_is_a_config_error() -> None:
     trace = trace_of([0.0, 1.0])
     with pytest.raises(ValueError, match="read-only"):
         trace.times[0] = 5.0
+
+
+@given(
+    times=timelines,
+    rate=st.floats(0.5, 500),
+    duration=st.floats(0.5, 60),
+)
+def test_a_trace_step_offers_its_labelled_rate_with_the_traces_gaps(
+    times: list[float], rate: float, duration: float
+) -> None:
+    """A probe step on a trace holds exactly its rate (round(rate·duration) arrivals in
+    [0, duration]), and its gaps are the trace's own, cycled and scaled by one factor."""
+    trace = trace_of(times)
+    step = step_schedule(StepPlan(rate, duration, "t"), 0, "poisson", trace)
+    n = max(1, round(rate * duration))
+    assert len(step.times) == n and step.duration_s == duration
+    assert step.times[0] == 0.0 and np.all(np.diff(step.times) >= 0)
+    assert step.times[-1] <= duration
+    if rate * duration >= 1:  # (a step always holds one request at least)
+        assert abs(step.rate - rate) <= 0.5 / duration + 1e-9
+    gaps = np.resize(np.diff(trace.times), n)
+    if n > 1 and gaps.sum() > 0:
+        kept = gaps[: n - 1] > 1e-9 * gaps.sum()
+        ratio = np.diff(step.times)[kept] / gaps[: n - 1][kept]
+        np.testing.assert_allclose(ratio, duration / gaps.sum(), rtol=1e-6)

@@ -11,6 +11,7 @@ from ridgeline.cli._common import DbOption, JsonOption, ProcessesOption, err, fa
 
 if TYPE_CHECKING:
     from ridgeline.loadgen.schedule import Schedule
+    from ridgeline.loadgen.validity import ValidityConfig
 
 
 def _target_options(model: str | None, header: list[str], token: str | None) -> dict[str, Any]:
@@ -28,6 +29,16 @@ def _target_options(model: str | None, header: list[str], token: str | None) -> 
     if model:
         opts["model"] = model
     return opts
+
+
+LatenessOption = Annotated[
+    float | None,
+    typer.Option(
+        help="a fixed bound on the p99 send lateness, ms; default: a step is invalid when "
+        "its lateness moved its p99 latency by more than 5% of the SLO's bound (of its own "
+        "p99 for `run`), and at least 1 ms"
+    ),
+]
 
 
 def run(
@@ -58,9 +69,7 @@ def run(
     processes: ProcessesOption = 1,
     timeout: Annotated[float, typer.Option(help="per-request timeout, s")] = 30.0,
     max_outstanding: Annotated[int, typer.Option(help="requests in flight at most")] = 10_000,
-    lateness_bound_ms: Annotated[
-        float, typer.Option(help="p99 send lateness above which the step is invalid")
-    ] = 1.0,
+    lateness_bound_ms: LatenessOption = None,
     window: Annotated[float, typer.Option(help="telemetry window, s")] = 1.0,
     metrics_url: Annotated[
         str | None, typer.Option(help="Prometheus endpoint of the server, scraped beside the load")
@@ -75,7 +84,6 @@ def run(
     """Run one open-loop step against TARGET and print its result."""
     from ridgeline.loadgen.replayer import Progress, ReplayConfig
     from ridgeline.loadgen.step import StepConfig, run_step
-    from ridgeline.loadgen.validity import ValidityConfig
     from ridgeline.report.terminal import live_progress, step_table
     from ridgeline.telemetry.store import RunStore
 
@@ -87,7 +95,7 @@ def run(
             metrics_url=metrics_url,
             store_requests=store_requests,
             replay=ReplayConfig(timeout_s=timeout, max_outstanding=max_outstanding),
-            validity=ValidityConfig(lateness_p99_bound_s=lateness_bound_ms / 1000.0),
+            validity=_validity(lateness_bound_ms),
         )
         progress = Progress()
         with RunStore(db) as store, live_progress(progress, err, err.is_terminal):
@@ -103,6 +111,14 @@ def run(
         print(result.summary.model_dump_json(indent=2))
     else:
         out.print(step_table(result.summary, f"{target} — {schedule.description}"))
+
+
+def _validity(lateness_bound_ms: float | None) -> ValidityConfig:
+    from ridgeline.loadgen.validity import ValidityConfig
+
+    if lateness_bound_ms is None:
+        return ValidityConfig()
+    return ValidityConfig(lateness_p99_bound_s=lateness_bound_ms / 1000.0)
 
 
 def _schedule(
@@ -150,6 +166,13 @@ def probe(
     step_duration: Annotated[float, typer.Option(help="seconds per step")] = 10.0,
     precision: Annotated[float, typer.Option(help="relative width of the answer")] = 0.02,
     warmup: Annotated[bool, typer.Option(help="warmup phase and steady-state exclusion")] = True,
+    warmup_rate: Annotated[
+        float | None, typer.Option(help="warmup rate, req/s (default: the first step's)")
+    ] = None,
+    warmup_requests: Annotated[
+        int | None,
+        typer.Option(help="warm until this many requests were sent, and steady (warmup by work)"),
+    ] = None,
     confirm: Annotated[bool, typer.Option(help="a stability run at the estimate")] = True,
     confirm_margin: Annotated[
         float,
@@ -175,6 +198,7 @@ def probe(
             "(a remote server)"
         ),
     ] = None,
+    lateness_bound_ms: LatenessOption = None,
     seed: Annotated[int, typer.Option(help="seed of the schedules")] = 0,
     db: DbOption = None,
     as_json: JsonOption = False,
@@ -205,12 +229,18 @@ def probe(
                 "strategy": strategy,
                 "strategy_options": options,
                 "warmup": warmup,
+                "warmup_config": {"rate": warmup_rate, "requests": warmup_requests},
                 "confirm": confirm,
                 "confirm_margin": confirm_margin,
                 "seed": seed,
             }
         )
-        step = StepConfig(processes=processes, window_s=window, metrics_url=metrics_url)
+        step = StepConfig(
+            processes=processes,
+            window_s=window,
+            metrics_url=metrics_url,
+            validity=_validity(lateness_bound_ms),
+        )
         driver = make_driver(target, step=step, arrival=arrival, trace=trace)
         with RunStore(db) as store:
             gpu = None if target.startswith("sim:") else detect_gpu_monitor(gpu_metrics_url)

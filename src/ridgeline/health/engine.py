@@ -29,7 +29,8 @@ State rules, first match wins:
 2. Overloaded — attainment short beyond its allowance, or trend > 1 (latency growing
    without bound).
 3. Unhealthy — any metric > 1 (a throttling GPU included).
-4. Warn — any metric > ``warn_fraction``.
+4. Warn — any metric > ``warn_fraction``; or nothing measured (no evidence is never
+   Healthy).
 5. Healthy.
 
 ``reason`` names the metrics that decided, with values and bounds: "p99 142.0 ms > 100 ms".
@@ -115,8 +116,8 @@ def _state(
     near = [r for r in readings if r.score > wf]
     if near:
         return HealthState.WARN, "; ".join(r.versus(f"{wf:.0%} of ") for r in near)
-    if not readings:
-        return HealthState.HEALTHY, "nothing measured in the window"
+    if not readings:  # no evidence either way: never Healthy, and no bound broken
+        return HealthState.WARN, "nothing measured in the window"
     worst = max(readings, key=lambda r: r.score)
     return HealthState.HEALTHY, f"within {wf:.0%} of every bound (closest: {worst.value})"
 

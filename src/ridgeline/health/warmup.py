@@ -81,7 +81,13 @@ class WarmupConfig(BaseModel):
         None, gt=0, description="explicit warmup rate, req/s; default rate_fraction × first rate"
     )
     rate_fraction: float = Field(
-        0.5, gt=0, le=1, description="warmup rate as a fraction of the search's first step"
+        1.0, gt=0, le=1, description="warmup rate as a fraction of the search's first step"
+    )
+    requests: int | None = Field(
+        None,
+        ge=1,
+        description="warm until at least this many requests were sent, and steady: a "
+        "server that warms by work done (JIT, caches, autotuning) needs its requests",
     )
 
 

@@ -9,6 +9,7 @@ Timeouts and errors are outcomes of their own and stay in every metric.
 from __future__ import annotations
 
 import asyncio
+import errno
 import math
 import time
 from collections import deque
@@ -61,6 +62,8 @@ class Progress:
     failed: int = 0
     outstanding_limited: int = 0
     """Sends that had to wait because ``max_outstanding`` requests were in flight."""
+    client_failures: int = 0
+    """Requests the generator itself could not make (``client_failure``)."""
     stopped: bool = False
 
 
@@ -131,7 +134,10 @@ async def replay(
                 done[j] = pc() - start
                 outcome[j] = int(Outcome.ERROR)
                 prog.failed += 1
-                note_error(f"{type(exc).__name__}: {exc}"[:200])
+                local = client_failure(exc)
+                if local is not None:
+                    prog.client_failures += 1
+                note_error((local or f"{type(exc).__name__}: {exc}")[:200])
                 finish(j)
             return
         if outcome[j] != _PENDING:
@@ -238,7 +244,35 @@ async def replay(
     rec.output_tokens[:] = tokens
     rec.errors.update(errors)
     rec.outstanding_limited = prog.outstanding_limited
+    rec.client_failures = prog.client_failures
     return rec
+
+
+_CLIENT_ERRNOS = {
+    errno.EMFILE: "too many open files in the load generator (raise `ulimit -n`)",
+    errno.ENFILE: "the host's file table is full",
+    errno.ENOBUFS: "no buffer space in the load generator",
+    errno.ENOMEM: "the load generator is out of memory",
+    errno.EADDRNOTAVAIL: "the load generator ran out of local ports",
+}
+
+
+def client_failure(exc: BaseException) -> str | None:
+    """Why ``exc`` is the generator's own failure (out of descriptors, memory or local
+    ports: the request never reached the server), or None when it is the server's or
+    the network's. Looks through wrapping exceptions (aiohttp's ``os_error``, causes)."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in _CLIENT_ERRNOS:
+            return f"client: {_CLIENT_ERRNOS[e.errno]} ({type(e).__name__}: {e})"
+        inner = getattr(e, "os_error", None)
+        todo += [e.__cause__, e.__context__, inner if isinstance(inner, BaseException) else None]
+    return None
 
 
 class _Continue:

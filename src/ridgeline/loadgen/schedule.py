@@ -65,6 +65,40 @@ def from_trace(
     )
 
 
+def trace_at_rate(trace: Trace, rate: float, duration_s: float) -> Schedule:
+    """``duration_s`` of the trace's arrivals holding ``rate``: its first
+    ``n = rate·duration_s`` requests (cycling from its start again when it holds fewer),
+    time-scaled so that they fill the span, their gaps and sizes kept. The step offers
+    exactly its labelled rate, with the trace's burstiness; every step and confirmation
+    replays the same opening stretch, so steps at different rates differ by their rate
+    and not by which part of the trace they saw. Scaling the whole trace to ``rate`` and
+    cutting out the first ``duration_s`` would not hold the rate: a recorded trace's
+    opening seconds are far from its mean (a "50 req/s" step offered 11.2 req/s)."""
+    if not (np.isfinite(rate) and rate > 0):
+        raise ConfigError(f"a step's rate must be finite and > 0 req/s, got {rate}")
+    if not (np.isfinite(duration_s) and duration_s > 0):
+        raise ConfigError(f"a step's duration must be finite and > 0 s, got {duration_s}")
+    n = max(1, round(rate * duration_s))
+    if len(trace) < 2:
+        raise ConfigError(f"trace {trace.source!r} holds one request: it has no gaps to replay")
+    gaps = np.diff(trace.times)
+    if not gaps.sum() > 0:
+        raise ConfigError(f"trace {trace.source!r} spans no time: it has no gaps to replay")
+    picked = np.resize(gaps, n)  # the first n gaps, cycling
+    if not picked.sum() > 0:  # those arrivals came all at once: spread them evenly
+        picked = np.ones(n)
+    ends = np.cumsum(picked) * (duration_s / picked.sum())
+    times = np.minimum(np.concatenate(([0.0], ends[:-1])), duration_s)  # the (n+1)-th at the end
+    rows = np.resize(np.arange(len(trace)), n)
+    sized = Trace(times, {k: c[rows] for k, c in trace.columns.items()}, trace.source)
+    return Schedule(
+        np.asarray(times, dtype=np.float64),
+        shapes_from_trace(sized),
+        duration_s,
+        f"trace {trace.source}, its first {n} arrivals at {rate:g}/s over {duration_s:g} s",
+    )
+
+
 def _last_gap(times: NDArray[np.float64]) -> float:
     """A span for an open-ended replay: to the last arrival plus one mean gap."""
     if len(times) < 2:

@@ -21,7 +21,7 @@ from ridgeline.errors import RunInterrupted
 from ridgeline.loadgen.replayer import Progress, ReplayConfig, replay
 from ridgeline.loadgen.schedule import Schedule
 from ridgeline.loadgen.shard import replay_sharded
-from ridgeline.loadgen.validity import ValidityConfig, assess_validity
+from ridgeline.loadgen.validity import ValidityConfig, assess_validity, validity_warning
 from ridgeline.targets.factory import make_target
 from ridgeline.telemetry.records import Records
 from ridgeline.telemetry.scrape import Scraper
@@ -111,6 +111,7 @@ async def measure_step(
         invalid_reason=reason,
         interrupted=interrupted,
         processes=cfg.processes,
+        warning=validity_warning(records, cfg.validity) if valid else None,
     )
     wins = windows(records, schedule.duration_s, cfg.window_s)
     if scraper is not None:

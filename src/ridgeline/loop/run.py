@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ridgeline.loadgen.schedule import Schedule, from_arrival, from_trace
+from ridgeline.loadgen.schedule import Schedule, from_arrival, trace_at_rate
 from ridgeline.loadgen.step import StepConfig, StepResult, measure_step
 from ridgeline.loop.profiling import ensure_zoo, measure_cpu
 from ridgeline.loop.verify import VerifyResult, verify
@@ -170,17 +170,11 @@ async def run_loop(
 
 
 def _phase(trace: str | None, rate: float, seconds: float, seed: int) -> Schedule:
-    """``seconds`` of arrivals at ``rate``: Poisson, or the recorded trace's first
-    ``rate·seconds`` gaps time-scaled to fill the phase, so that the phase holds its
-    rate (the burstiness kept). Scaling the whole trace to ``rate`` and cutting out the
-    first ``seconds`` would not: its first seconds are far from its mean (a "40 req/s"
-    phase of 5 s held 63 requests, all in its first 3 s)."""
+    """``seconds`` of arrivals at ``rate``: Poisson, or the recorded trace's opening
+    arrivals time-scaled to hold the rate (``trace_at_rate``: the burstiness kept)."""
     if trace is None:
         return from_arrival(parse_arrival("poisson", rate), seconds, seed=seed)
-    recorded = read_trace(bundled_trace_path(trace))
-    n = min(len(recorded) - 1, max(1, round(rate * seconds)))
-    span = float(recorded.times[n])  # the first n gaps, to the (n+1)-th arrival
-    return from_trace(recorded.window(0.0, span).at_speed(span / seconds), duration_s=seconds)
+    return trace_at_rate(read_trace(bundled_trace_path(trace)), rate, seconds)
 
 
 def _holding(table: ProfileTable, planned: PlanResult) -> ProfileTable:

@@ -45,10 +45,14 @@ def make_driver(
 
 
 def default_slo(target: str) -> str | None:
-    """A simulated preset carries its own SLO; None for real targets."""
-    if target.startswith("sim:") and not target.endswith((".yaml", ".yml")):
-        return load_sim_preset(target.removeprefix("sim:")).slo
-    return None
+    """A simulated server (a preset, or a file over one) carries its own SLO; None for
+    real targets."""
+    if not target.startswith("sim:"):
+        return None
+    name = target.removeprefix("sim:")
+    if name.endswith((".yaml", ".yml")):
+        return load_sim_config(Path(name)).slo
+    return load_sim_preset(name).slo
 
 
 def run_probe(

@@ -8,7 +8,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ridgeline.loadgen.schedule import Schedule, from_arrival, from_trace
+from ridgeline.loadgen.schedule import Schedule, from_arrival, trace_at_rate
 from ridgeline.loadgen.step import StepConfig, StepResult, measure_step
 from ridgeline.loadgen.validity import assess_validity
 from ridgeline.probe.batching import batching_delay_s, window_for
@@ -21,10 +21,10 @@ from ridgeline.workload.traces import Trace
 
 
 def step_schedule(plan: StepPlan, seed: int, arrival: str, trace: Trace | None) -> Schedule:
-    """A step's schedule: the arrival process at the step's rate, or the trace
-    time-scaled to it (its relative gaps and request sizes kept)."""
+    """A step's schedule: the arrival process at the step's rate, or the trace's opening
+    arrivals time-scaled to hold it (``trace_at_rate``: its gaps and sizes kept)."""
     if trace is not None:
-        return from_trace(trace, target_rate=plan.rate, duration_s=plan.duration_s)
+        return trace_at_rate(trace, plan.rate, plan.duration_s)
     return from_arrival(parse_arrival(arrival, plan.rate), plan.duration_s, seed)
 
 
@@ -37,6 +37,11 @@ class Driver(Protocol):
 
     def describe(self) -> str:
         """One line: what is being probed."""
+        ...
+
+    def judge_by(self, latency_bound_ms: float | None) -> None:
+        """The SLO's tightest latency bound, which a step's validity is judged against
+        (``loadgen.validity``); None when the SLO bounds no latency."""
         ...
 
 
@@ -73,6 +78,12 @@ class NetworkDriver:
 
     def describe(self) -> str:
         return self.url
+
+    def judge_by(self, latency_bound_ms: float | None) -> None:
+        validity = self.step.validity
+        if validity.latency_bound_ms is None and latency_bound_ms is not None:
+            validity = validity.model_copy(update={"latency_bound_ms": latency_bound_ms})
+            self.step = self.step.model_copy(update={"validity": validity})
 
 
 @dataclass
@@ -114,3 +125,6 @@ class SimDriver:
 
     def describe(self) -> str:
         return f"sim:{self.label} ({self.preset.description})"
+
+    def judge_by(self, latency_bound_ms: float | None) -> None:
+        """A simulated generator is never late: nothing to judge."""

@@ -6,6 +6,7 @@ happens. The same orchestrator drives a real endpoint (real time) or a simulated
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from typing import Any
@@ -21,7 +22,7 @@ from ridgeline.loadgen.step import StepResult
 from ridgeline.probe.assess import assess_step
 from ridgeline.probe.drivers import Driver
 from ridgeline.search import parse_strategy
-from ridgeline.search.base import CapacityEstimate, StepPlan, StepVerdict
+from ridgeline.search.base import CapacityEstimate, StepPlan, StepVerdict, Strategy
 from ridgeline.search.confirmation import (
     DEFAULT_MARGIN,
     ConfirmMargin,
@@ -68,6 +69,9 @@ class ProbeResult(BaseModel):
     strategy: str
     steps: int
     test_seconds: float
+    """Seconds of load sent, every step counted: warmup, search and confirmations."""
+    requests_sent: int = 0
+    """Requests sent over the whole probe, warmup included: what it cost the server."""
     warmup_excluded_s: float
     valid: bool
     confirmed: bool | None
@@ -120,6 +124,12 @@ def _server_died(result: StepResult) -> str | None:
     return None
 
 
+class _Stopped(Exception):
+    """The stop event ended a step (Ctrl-C through ``run_probe``): the probe ends,
+    interrupted, with what it measured. A caller's cancellation is not this: it is
+    passed on, so a probe inside a larger job (verify, the demo) never swallows it."""
+
+
 class _Run:
     """One probe's bookkeeping: the store, the timeline, the clock of test-seconds."""
 
@@ -133,6 +143,7 @@ class _Run:
         self.t_s = 0.0
         self.index = 0
         self.warmup_s = 0.0
+        self.sent = 0
         self.run_id: int | None = None
 
     def opened(self) -> None:
@@ -151,6 +162,7 @@ class _Run:
                 raise  # the connect check: nothing measured, nothing stored
             raise TargetError(f"the server stopped answering at step {self.index}: {exc}") from exc
         self.opened()
+        self.sent += result.summary.sent
         return result
 
     async def step(self, plan: StepPlan, stop: asyncio.Event, *, warmup: bool) -> StepVerdict:
@@ -175,7 +187,7 @@ class _Run:
         self.t_s += plan.duration_s
         self.index += 1
         if result.interrupted:
-            raise asyncio.CancelledError
+            raise _Stopped
         died = _server_died(result)
         if died is not None:
             raise TargetError(f"the server stopped answering at step {self.index}: {died}")
@@ -196,7 +208,8 @@ class _Run:
             ci_high=est.ci_high,
             strategy=est.strategy,
             steps=est.steps,
-            test_seconds=est.test_seconds,
+            test_seconds=est.test_seconds + self.warmup_s,
+            requests_sent=self.sent,
             warmup_excluded_s=self.warmup_s + sum(v.excluded_warmup_s for v in self.trajectory),
             valid=valid,
             confirmed=confirmed,
@@ -215,13 +228,17 @@ class _Run:
 
 
 async def _warmup(run: _Run, first_rate: float, stop: asyncio.Event) -> None:
-    """Low rate until the server is steady (or max_s): excluded from every verdict."""
+    """At the first step's rate (``rate_fraction`` of it, or ``rate``) until the server is
+    steady and has had ``requests`` requests, or ``max_s`` has passed with its requests
+    sent: excluded from every verdict."""
     wc = run.cfg.warmup_config
     rate = wc.rate if wc.rate is not None else max(first_rate * wc.rate_fraction, 1e-3)
     state = WarmupState()
     plan = StepPlan(rate, wc.window_s * wc.min_windows, "warmup")
-    while run.warmup_s < wc.max_s:
+    sent, wanted = 0, wc.requests or 0
+    while run.warmup_s < wc.max_s or sent < wanted:
         result = await run.measure(plan, run.cfg.seed + 10_000 + run.index, stop)
+        sent += result.summary.sent
         run.warmup_s += plan.duration_s
         run.t_s += plan.duration_s
         steady = False
@@ -240,7 +257,7 @@ async def _warmup(run: _Run, first_rate: float, stop: asyncio.Event) -> None:
         if run.store is not None and run.run_id is not None:
             run.store.add_step(run.run_id, run.index, result.summary, result.windows)
             run.index += 1
-        if steady or result.interrupted:
+        if (steady and sent >= wanted) or result.interrupted:
             break
 
 
@@ -262,45 +279,111 @@ async def probe(
         options.setdefault("confirm_margin", cfg.confirm_margin)
     strategy = parse_strategy(cfg.strategy, **options)
     run = _Run(driver, cfg, store, gpu)
+    driver.judge_by(min((b.bound_ms for b in run.policy.latency), default=None))
     status, reason, confirmed = "complete", "", None
     try:
         pending = strategy.propose()
         if cfg.warmup and pending is not None:
             await _warmup(run, pending.rate, stop)
-        while True:
-            plan = pending or strategy.propose()
-            pending = None
-            if plan is None:
+        est, confirmed, reason = await _search_and_confirm(run, strategy, stop, on_step)
+        for _ in range(MAX_RESUMES if cfg.strategy != "stability" else 0):
+            failed = _bounding_failure(run.trajectory, est) if confirmed else None
+            if failed is None:
                 break
-            verdict = await run.step(plan, stop, warmup=True)
-            run.trajectory.append(verdict)
-            strategy.observe(verdict)
+            # was the failure that bounded the search the server's past (cold, warming
+            # by work)? Its rate once more, now that the server has served the search
+            plan = StepPlan(failed.rate, failed.duration_s, "recheck")
+            recheck = await run.step(plan, stop, warmup=True)
+            run.trajectory.append(recheck)
             if on_step is not None:
-                on_step(run.index, plan, verdict)
-        est = strategy.result()
-        reason = est.reason
-        last = run.trajectory[-1] if run.trajectory else None
-        if (
-            cfg.confirm
-            and est.capacity_rps is not None
-            and not (last and last.purpose == "confirm" and last.sustainable)
-        ):
-            est, confirmed, reason = await _confirm(run, est, stop, on_step)
-        elif est.capacity_rps is not None:
-            confirmed = True
+                on_step(run.index, plan, recheck)
+            if not _changed(failed, recheck):
+                break  # it fails still, or holds by a hair: the estimate stands
+            above = failed.rate
+            upward = {k: v for k, v in options.items() if k != "start_rate"}
+            strategy = parse_strategy(cfg.strategy, **{**upward, "min_rate": above})
+            again = await _search_and_confirm(run, strategy, stop, on_step)
+            if not (again[1] and again[0].capacity_rps is not None):
+                break  # nothing held a confirmation above: the estimate stands
+            est, confirmed, reason = again
+            reason = (
+                f"{reason} (searched on above {above:g} req/s, which failed early and held "
+                "once the server was warm)"
+            )
         est = _with_confirmation(est, run.trajectory)
-    except asyncio.CancelledError:
+    except _Stopped:
         status, reason = "interrupted", "interrupted (Ctrl-C): partial search stored"
-        est = strategy.result()
+        est = _with_confirmation(strategy.result(), run.trajectory)
+    except asyncio.CancelledError:  # the caller's: store what was measured, stay cancelled
+        reason = "cancelled by its caller: partial search stored"
+        run.finish(
+            _with_confirmation(strategy.result(), run.trajectory), None, "interrupted", reason
+        )
+        raise
     except TargetUnreachableError:
         if run.run_id is None:
             raise  # failed its connect check before anything was measured
         status, reason = "failed", "critical: the server stopped answering"
-        est = strategy.result()
+        est = _with_confirmation(strategy.result(), run.trajectory)
     except RidgelineError as exc:
         status, reason = "failed", f"{HealthState.CRITICAL.value}: {exc}"
-        est = strategy.result()
+        est = _with_confirmation(strategy.result(), run.trajectory)
     return run.finish(est, confirmed, status, reason)
+
+
+MAX_RESUMES = 2
+CHANGED = math.log(1.25)
+"""A recheck "holds clearly better" when its score is at least 25 % below the failed
+step's, and by more than 2 standard errors of the two scores (from their quarters). A
+lower bar than a confirmation's (4): a recheck wrongly taken as changed costs one more
+search, which must itself be confirmed; it cannot report a wrong capacity."""
+
+
+def _bounding_failure(trajectory: list[StepVerdict], est: CapacityEstimate) -> StepVerdict | None:
+    """The failed step that set the estimate's upper bound (the last valid, unsustainable
+    one at ``ci_high``), or None."""
+    if est.ci_high is None:
+        return None
+    for v in reversed(trajectory):
+        if v.valid and not v.state.sustainable and v.rate == est.ci_high:
+            return v
+    return None
+
+
+def _changed(failed: StepVerdict, recheck: StepVerdict) -> bool:
+    """Whether the server holds now, clearly, a rate at which it failed earlier in the
+    probe: a server that warms by work fails its first steps cold and holds them warm,
+    and those cold failures would set the capacity. A recheck that fails again, or holds
+    by a hair (a noisy server at its boundary), leaves the estimate as it is, at the
+    cost of one step."""
+    if not (recheck.sustainable and 0 < recheck.score < failed.score < math.inf):
+        return False
+    noise = 2 * math.hypot(failed.score_se, recheck.score_se)
+    return math.log(failed.score / recheck.score) > max(CHANGED, noise)
+
+
+async def _search_and_confirm(
+    run: _Run, strategy: Strategy, stop: asyncio.Event, on_step: ProgressFn | None
+) -> tuple[CapacityEstimate, bool | None, str]:
+    """Run ``strategy`` to its end, then confirm its estimate (unless it confirmed
+    itself): the estimate, whether it held a confirmation (None: nothing to confirm),
+    and why the search ended."""
+    cfg = run.cfg
+    while (plan := strategy.propose()) is not None:
+        verdict = await run.step(plan, stop, warmup=True)
+        run.trajectory.append(verdict)
+        strategy.observe(verdict)
+        if on_step is not None:
+            on_step(run.index, plan, verdict)
+    est = strategy.result()
+    last = run.trajectory[-1] if run.trajectory else None
+    if est.capacity_rps is None:
+        return est, None, est.reason
+    if last is not None and last.purpose == "confirm" and last.sustainable:
+        return est, True, est.reason  # adaptive confirms itself by the same rule
+    if not cfg.confirm:
+        return est, True, est.reason
+    return await _confirm(run, est, stop, on_step)
 
 
 async def _confirm(
@@ -319,12 +402,16 @@ async def _confirm(
         duration = max(strategy_step_s(cfg) * cfg.confirm_factor, cfg.confirm_requests / rate)
         plan = StepPlan(rate, duration, "confirm")
         runs: list[StepVerdict] = []
+        invalid = 0
         decision = Decision.AGAIN
         while decision is Decision.AGAIN:
             verdict = await run.step(plan, stop, warmup=True)
             run.trajectory.append(verdict)
             if on_step is not None:
                 on_step(run.index, plan, verdict)
+            if not verdict.valid and invalid < INVALID_CONFIRM_RETRIES:
+                invalid += 1  # the generator's failure, not the server's: run it again
+                continue
             runs.append(verdict)
             decision = decide(runs, cfg.confirm_margin, contested=attempt > 0)
         verdict = deciding(runs, decision)
@@ -339,7 +426,16 @@ async def _confirm(
         ceiling = rate
         reason = f"the estimate did not hold a confirmation run: {verdict.reason}"
         rate = below_failed(verdict, [v for v in run.trajectory if v.valid], precision)
-    return est, False, reason
+    refuted = (
+        f"no rate held a confirmation: {est.capacity_rps:g} req/s (the search's estimate) "
+        f"and {cfg.confirm_retries} back-off(s) below it failed; the last: {reason}"
+    )
+    return replace(est, capacity_rps=None, ci_low=None, ci_high=ceiling), False, refuted
+
+
+INVALID_CONFIRM_RETRIES = 2
+"""An invalid confirmation run (the generator fell behind, or failed itself) is run again
+this many times before it counts as a failed run: it says nothing of the server."""
 
 
 def strategy_step_s(cfg: ProbeConfig) -> float:
@@ -347,11 +443,11 @@ def strategy_step_s(cfg: ProbeConfig) -> float:
 
 
 def _with_confirmation(est: CapacityEstimate, trajectory: list[StepVerdict]) -> CapacityEstimate:
-    """Count the confirmation steps in steps and test-seconds."""
-    extra = trajectory[est.steps :]
+    """Every step counted in steps and test-seconds: the searches' (one, or more when a
+    search resumed upward) and the confirmations'."""
     return replace(
         est,
-        steps=est.steps + len(extra),
-        test_seconds=est.test_seconds + sum(v.duration_s for v in extra),
+        steps=len(trajectory),
+        test_seconds=sum(v.duration_s for v in trajectory),
         trajectory=tuple(trajectory),
     )

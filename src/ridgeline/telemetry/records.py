@@ -43,6 +43,9 @@ class Records:
     """Error reasons (exception type or server message) and how often each came."""
     outstanding_limited: int = 0
     """Sends that waited because the outstanding-request limit was reached."""
+    client_failures: int = 0
+    """Requests that failed in the load generator itself (out of file descriptors, of
+    memory, of local ports): the generator's failure, not the server's."""
 
     def __len__(self) -> int:
         return int(self.scheduled.shape[0])
@@ -90,6 +93,7 @@ class Records:
             output_tokens=np.concatenate([p.output_tokens for p in parts]),
             errors={},
             outstanding_limited=sum(p.outstanding_limited for p in parts),
+            client_failures=sum(p.client_failures for p in parts),
         )
         for p in parts:
             for k, v in p.errors.items():
@@ -104,4 +108,5 @@ class Records:
             output_tokens=cat.output_tokens[order],
             errors=cat.errors,
             outstanding_limited=cat.outstanding_limited,
+            client_failures=cat.client_failures,
         )
