@@ -116,6 +116,28 @@ async def wait_event(event: asyncio.Event, timeout_s: float) -> bool:
     return event.is_set()
 
 
+async def cancelled_on_signal(coro: Coroutine[Any, Any, T], got: list[int]) -> T:
+    """Await ``coro``; SIGINT or SIGTERM cancels it, the signal appended to ``got``.
+    Handled on the loop, so it holds whatever the process inherited: a process started
+    from a shell's background job has SIGINT ignored, and Python's KeyboardInterrupt
+    never comes (`timeout`, systemd and Kubernetes stop a process with SIGTERM)."""
+    loop, task = asyncio.get_running_loop(), asyncio.current_task()
+    assert task is not None
+
+    def on(sig: int) -> None:
+        got.append(sig)
+        task.cancel()
+
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for sig in signals:
+        loop.add_signal_handler(sig, on, sig)
+    try:
+        return await coro
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+
+
 def stop_on_signal() -> asyncio.Event:
     """An event set when the process gets SIGINT or SIGTERM (handled on the running loop
     from now on)."""

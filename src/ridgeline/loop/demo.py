@@ -8,13 +8,15 @@ five-line summary."""
 
 from __future__ import annotations
 
+import asyncio
+import signal
 from collections.abc import Callable
 from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ridgeline.aio import run_coroutine
+from ridgeline.aio import cancelled_on_signal, run_coroutine
 from ridgeline.errors import RunInterrupted
 from ridgeline.loop.run import LoopConfig, LoopResult, run_loop
 from ridgeline.pipeline.spec import PipelineSpec, load_spec
@@ -70,14 +72,19 @@ def run_demo(
             events.append(asdict(e))
             store.finish_run(run_id, "running", "reconfiguring", {"reconfigurations": events})
 
+        got: list[int] = []
         try:
             result = run_coroutine(
-                run_loop(spec, zoo or zoo_dir(), out_dir, cfg or LoopConfig(), told, logged)
+                cancelled_on_signal(
+                    run_loop(spec, zoo or zoo_dir(), out_dir, cfg or LoopConfig(), told, logged),
+                    got,
+                )
             )
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, asyncio.CancelledError):
             kept = sorted(p.name for p in out_dir.glob("*")) if out_dir.exists() else []
+            how = "SIGTERM" if got and got[-1] == signal.SIGTERM else "Ctrl-C"
             store.finish_run(
-                run_id, "interrupted", f"Ctrl-C during {stage[0]}", {"reconfigurations": events}
+                run_id, "interrupted", f"{how} during {stage[0]}", {"reconfigurations": events}
             )
             raise RunInterrupted(
                 run_id,
