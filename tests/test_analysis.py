@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +20,9 @@ from ridgeline.analysis.agreement import (
     relative_errors,
 )
 from ridgeline.errors import ConfigError
+from ridgeline.probe.api import make_driver, run_probe
+from ridgeline.probe.orchestrator import ProbeConfig
+from ridgeline.telemetry.store import RunStore
 
 # Shrout & Fleiss (1979), Table 2: 6 targets rated by 4 judges; their Table 4 gives
 # ICC(1,1) = 0.17, ICC(2,1) = 0.29, ICC(3,1) = 0.71
@@ -86,3 +93,35 @@ def test_calibration_removes_a_constant_hardware_bias() -> None:
 def test_bad_input_says_what_is_wrong(call: object, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         call()  # type: ignore[operator]
+
+
+@pytest.mark.slow
+def test_analyze_summarises_repeated_probes_of_one_endpoint(tmp_path: Path) -> None:
+    """Three seeded probes of the vision class, stored; `ridgeline analyze` reads their
+    capacities back: their mean and spread, and the agreement with a truth given."""
+    db = tmp_path / "runs.sqlite"
+    found = []
+    with RunStore(db) as store:
+        for seed in range(3):
+            cfg = ProbeConfig(
+                slo="p99<50ms,errors<0.1%",
+                strategy="binary",
+                strategy_options={"min_rate": 400.0, "step_duration_s": 5.0},
+                seed=seed,
+            )
+            r = run_probe(make_driver("sim:vision"), cfg, store=store)
+            assert r.capacity_rps is not None
+            found.append(r.capacity_rps)
+        store.create_run("run", "http://127.0.0.1:1/x", {})  # not a probe: run 4
+    cmd = [sys.executable, "-m", "ridgeline", "analyze", "1", "2", "3", "--db", str(db)]
+    res = subprocess.run(
+        [*cmd, "--truth", "850", "--json"], capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["n"] == 3 and out["runs"] == [1, 2, 3]
+    assert out["mean"] == pytest.approx(sum(found) / 3)
+    assert out["low"] == min(found) and out["high"] == max(found)
+    assert out["agreement"]["bias"] == pytest.approx(sum(found) / 3 / 850 - 1)
+    bad = subprocess.run([*cmd, "4"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "run 4 (run, running) has no capacity" in bad.stderr

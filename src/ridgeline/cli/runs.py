@@ -66,3 +66,48 @@ def report_command(
         table = summary_table(run)
     out.print(table)
     out.print(f"report written to {path}", markup=False, highlight=False)
+
+
+def analyze_command(
+    run_ids: Annotated[
+        list[int], typer.Argument(help="probe runs of one endpoint, as `ridgeline runs list` shows")
+    ],
+    truth: Annotated[
+        float | None,
+        typer.Option(help="the endpoint's capacity measured apart (long runs), req/s"),
+    ] = None,
+    db: DbOption = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """How alike repeated probes of one endpoint are (mean, SD, CV), and with --truth how
+    far from it (bias and 95 % limits of agreement)."""
+    from dataclasses import asdict
+
+    from ridgeline.analysis.repeats import repeatability
+    from ridgeline.errors import ConfigError
+    from ridgeline.report.terminal import repeatability_table
+    from ridgeline.telemetry.store import RunStore
+
+    with failing():
+        with RunStore(db) as store:
+            runs_ = [store.get_run(i) for i in run_ids]
+        capacities = []
+        for r in runs_:
+            summary = r["summary"] or {}
+            if r["kind"] != "probe" or summary.get("capacity_rps") is None:
+                raise ConfigError(
+                    f"run {r['id']} ({r['kind']}, {r['status']}) has no capacity: give "
+                    "probe runs that found one"
+                )
+            capacities.append(float(summary["capacity_rps"]))
+        targets = sorted({r["target"] for r in runs_})
+        if len(targets) > 1:
+            raise ConfigError(
+                f"the runs probed {len(targets)} endpoints ({', '.join(targets)}); analyse "
+                "the repeated probes of one endpoint at a time"
+            )
+        result = repeatability(capacities, truth)
+    if as_json:
+        print(json.dumps({"target": targets[0], "runs": run_ids, **asdict(result)}, indent=2))
+    else:
+        out.print(repeatability_table(result, targets[0]))

@@ -18,6 +18,7 @@ from rich.text import Text
 from ridgeline.report._view import facts, view_of
 
 if TYPE_CHECKING:
+    from ridgeline.analysis.repeats import Repeatability
     from ridgeline.loadgen.replayer import Progress
     from ridgeline.loop.profiling import Modelled
     from ridgeline.loop.run import LoopResult
@@ -154,6 +155,26 @@ def probe_table(r: ProbeResult) -> Table:
     ]
     if r.reason:
         rows.append(("reason", r.reason))
+    for k, v in rows:
+        t.add_row(k, v)
+    return t
+
+
+def repeatability_table(r: Repeatability, target: str) -> Table:
+    t = Table(title=f"repeated probes of {target}", title_justify="left", show_header=False)
+    rows = [
+        ("runs", str(r.n)),
+        ("capacity mean", f"{r.mean:,.1f} req/s"),
+        ("SD", f"{r.sd:,.1f} req/s"),
+        ("CV", f"{r.cv:.2%}"),
+        ("range", f"{r.low:,.1f} .. {r.high:,.1f} req/s"),
+    ]
+    if r.agreement is not None:
+        a = r.agreement
+        rows += [
+            ("bias", f"{a.bias:+.2%}"),
+            ("95 % limits of agreement", f"[{a.low:+.2%}, {a.high:+.2%}]"),
+        ]
     for k, v in rows:
         t.add_row(k, v)
     return t
