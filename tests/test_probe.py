@@ -98,6 +98,11 @@ def test_a_periodic_stall_fails_the_step_where_the_plain_p99_misses() -> None:
     assert verdict["p99_ms"] > 50.0, verdict
     smooth = step(load_sim_preset("vision"))
     assert smooth["state"] == "healthy" and smooth["p99_ms"] < 50.0, smooth
+    # each verdict says on how many requests it rests, and how many passed the bound
+    for v in (verdict, smooth):
+        assert abs(v["samples"] - 500 * 30) < 5 * (500 * 30) ** 0.5  # Poisson, all judged
+        assert v["allowed"] == pytest.approx(0.01 * v["samples"])
+    assert verdict["beyond"] > verdict["allowed"] > smooth["beyond"]
 
 
 @pytest.mark.slow

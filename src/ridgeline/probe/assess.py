@@ -94,6 +94,7 @@ def assess_step(
     if not s.valid:
         reason = f"invalid step: {s.invalid_reason}"
     quarters = quarter_scores(result, start, grace, policy)
+    samples, beyond, allowed = tail_count(result, start, policy)
     verdict = StepVerdict(
         rate=plan.rate,
         duration_s=plan.duration_s,
@@ -107,6 +108,9 @@ def assess_step(
         purpose=plan.purpose,
         score_se=score_se(quarters),
         quarters=quarters,
+        samples=samples,
+        beyond=beyond,
+        allowed=allowed,
     )
     return StepAssessment(verdict, timeline)
 
@@ -147,6 +151,25 @@ def _observation(result: StepResult, lo: float, end: float, grace_s: float) -> O
         latency_ms=latency_summary_ms(rec.latency_from_schedule[answered]),
         answered=n_answered,
     )
+
+
+_QUANTILE = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99, "p999": 0.999, "max": 1.0}
+
+
+def tail_count(result: StepResult, start: int, policy: SLOPolicy) -> tuple[int, int, float]:
+    """(samples, beyond, allowed) of the step's steady span for the SLO's tightest
+    percentile bound (the highest percentile; a mean bound has no tail to count)."""
+    rec = result.records
+    lo = _steady_span(result, start)[0]
+    judged = (rec.scheduled >= lo) & (rec.outcome != int(Outcome.NOT_SENT))
+    samples = int(judged.sum())
+    bounds = [b for b in policy.latency if b.percentile in _QUANTILE]
+    if not bounds:
+        return samples, 0, 0.0
+    b = max(bounds, key=lambda b: _QUANTILE[b.percentile])
+    latency = rec.latency_from_schedule[judged]
+    beyond = int((~(latency <= b.bound_ms / 1000.0)).sum())  # NaN (no answer) counts beyond
+    return samples, beyond, samples * (1.0 - _QUANTILE[b.percentile])
 
 
 QUARTERS = 4

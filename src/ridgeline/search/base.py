@@ -51,6 +51,13 @@ class StepVerdict:
     quarters: tuple[float, ...] = ()
     """The scores of the step's consecutive quarters, each judged like the whole step
     (empty when a quarter has no finite score)."""
+    samples: int = 0
+    """Requests the verdict judged (sent, scheduled after steady state)."""
+    beyond: int = 0
+    """Of those, how many took longer than the SLO's tightest percentile bound."""
+    allowed: float = 0.0
+    """How many the percentile allows: samples × (1 − q); a p99 on 300 requests allows
+    3. ``beyond`` near ``allowed`` on few samples is a coin toss, not a verdict."""
 
     @property
     def sustainable(self) -> bool:
