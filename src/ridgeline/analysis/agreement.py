@@ -19,15 +19,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from ridgeline.errors import ConfigError
-
-Z95 = 1.959963984540054
-"""The two-sided 95 % point of the standard normal."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +61,8 @@ def bland_altman(estimates: ArrayLike, truths: ArrayLike) -> Agreement:
     err = relative_errors(estimates, truths)
     bias = float(err.mean())
     sd = float(err.std(ddof=1)) if err.size > 1 else 0.0
-    return Agreement(int(err.size), bias, sd, bias - Z95 * sd, bias + Z95 * sd)
+    z = NormalDist().inv_cdf(0.975)  # 1.96: 95 % of normal errors lie within ±z·sd
+    return Agreement(int(err.size), bias, sd, bias - z * sd, bias + z * sd)
 
 
 def cv(values: ArrayLike) -> float:
