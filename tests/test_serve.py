@@ -420,10 +420,8 @@ async def test_batching_at_load_and_drops_under_a_tight_slo(tmp_path: Path) -> N
     for t in tight["tasks"].values():
         t["latency_budget_ms"] = 30
     tight["tasks"]["detect"]["synthetic"] = {"base_ms": 10, "per_item_ms": 2}
-    async with PlanServer(
-        Plan.model_validate(tight), tmp_path, http_port=0, grpc_port=None
-    ) as server:
-        step = await load(server.model_url(), 250.0, 3.0, slo)
+    with serving_apart(Plan.model_validate(tight), tmp_path, tmp_path) as url:  # own process
+        step = await load(url, 250.0, 3.0, slo)
     rec = step.records
     ok = rec.outcome == int(Outcome.OK)
     p99 = np.percentile(rec.latency_from_schedule[ok], 99) * 1000
