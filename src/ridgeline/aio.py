@@ -71,6 +71,9 @@ class LoopLag:
     def __init__(self, interval_s: float = 0.005, window: int = 400) -> None:
         self.interval_s = interval_s
         self._lags: deque[float] = deque(maxlen=window)
+        self._ticks = 0
+        self._cached: tuple[int, float, float] = (-1, 0.0, 0.0)
+        """(ticks, q, quantile): the last answer, until the next tick."""
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -92,8 +95,13 @@ class LoopLag:
         """The ``q`` quantile of the recent lateness, s (0 before any tick)."""
         if not self._lags:
             return 0.0
+        ticks, at, value = self._cached
+        if ticks == self._ticks and at == q:  # every request asks; the lags move per tick
+            return value
         ordered = sorted(self._lags)
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+        value = ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+        self._cached = (self._ticks, q, value)
+        return value
 
     async def _tick(self) -> None:
         loop = asyncio.get_running_loop()
@@ -101,6 +109,7 @@ class LoopLag:
             asked = loop.time() + self.interval_s
             await asyncio.sleep(self.interval_s)
             self._lags.append(max(0.0, loop.time() - asked))
+            self._ticks += 1
 
 
 async def wait_event(event: asyncio.Event, timeout_s: float) -> bool:
