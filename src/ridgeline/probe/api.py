@@ -11,7 +11,7 @@ from pathlib import Path
 from ridgeline.aio import run_coroutine
 from ridgeline.loadgen.step import StepConfig
 from ridgeline.probe.drivers import Driver, NetworkDriver, SimDriver
-from ridgeline.probe.orchestrator import ProbeConfig, ProbeResult, ProgressFn, probe
+from ridgeline.probe.orchestrator import ProbeConfig, ProbeResult, ProgressFn, StartFn, probe
 from ridgeline.sim import load_sim_config, load_sim_preset
 from ridgeline.telemetry.gpu import GpuMonitor
 from ridgeline.telemetry.store import RunStore
@@ -62,6 +62,7 @@ def run_probe(
     store: RunStore | None = None,
     on_step: ProgressFn | None = None,
     gpu: GpuMonitor | None = None,
+    on_start: StartFn | None = None,
 ) -> ProbeResult:
     async def main() -> ProbeResult:
         stop = asyncio.Event()
@@ -69,7 +70,9 @@ def run_probe(
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGINT, stop.set)
         try:
-            return await probe(driver, cfg, store=store, stop=stop, on_step=on_step, gpu=gpu)
+            return await probe(
+                driver, cfg, store=store, stop=stop, on_step=on_step, gpu=gpu, on_start=on_start
+            )
         finally:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(signal.SIGINT)

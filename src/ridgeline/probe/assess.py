@@ -21,6 +21,13 @@ import numpy as np
 
 from ridgeline.health.engine import assess, observation_from_window, severity
 from ridgeline.health.hysteresis import HysteresisConfig, HysteresisState, smooth
+from ridgeline.health.sampling import (
+    QUANTILES,
+    binomial_sf,
+    decisive_samples,
+    exceeds,
+    quantile_interval,
+)
 from ridgeline.health.slo import SLOPolicy
 from ridgeline.health.state import HealthState, Observation
 from ridgeline.health.warmup import steady_start
@@ -50,7 +57,11 @@ def assess_step(
     t0_s: float,
     gpu_problems: tuple[str, ...] = (),
     gpu_utilisation: float | None = None,
+    confidence: float = 0.95,
 ) -> StepAssessment:
+    """The step's verdict and its timeline. ``confidence`` sets the interval reported
+    for the judged percentile and how sure a failure on few requests must be to decide
+    (``Tail``)."""
     wins = result.windows
     obs = [
         observation_from_window(w, gpu_problems=gpu_problems, gpu_utilisation=gpu_utilisation)
@@ -94,7 +105,14 @@ def assess_step(
     if not s.valid:
         reason = f"invalid step: {s.invalid_reason}"
     quarters = quarter_scores(result, start, grace, policy)
-    samples, beyond, allowed = tail_count(result, start, policy)
+    tail = tail_count(result, start, policy, confidence)
+    decided = tail.decides(state.sustainable, step_obs, policy, confidence) or not s.valid
+    if not decided:
+        reason = (
+            f"undecided: {reason}, but on {tail.samples} requests "
+            f"({tail.beyond} beyond the bound, {tail.allowed:.1f} allowed) — "
+            f"a {tail.percentile} needs {tail.needed} to decide"
+        )
     verdict = StepVerdict(
         rate=plan.rate,
         duration_s=plan.duration_s,
@@ -108,9 +126,11 @@ def assess_step(
         purpose=plan.purpose,
         score_se=score_se(quarters),
         quarters=quarters,
-        samples=samples,
-        beyond=beyond,
-        allowed=allowed,
+        samples=tail.samples,
+        beyond=tail.beyond,
+        allowed=tail.allowed,
+        interval_ms=tail.interval_ms,
+        decided=decided,
     )
     return StepAssessment(verdict, timeline)
 
@@ -153,23 +173,64 @@ def _observation(result: StepResult, lo: float, end: float, grace_s: float) -> O
     )
 
 
-_QUANTILE = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99, "p999": 0.999, "max": 1.0}
+@dataclass(frozen=True, slots=True)
+class Tail:
+    """The step's requests against the SLO's tightest percentile bound."""
+
+    samples: int
+    """Requests judged (sent, scheduled after steady state)."""
+    beyond: int
+    """Of those, how many took longer than the bound (or got no answer)."""
+    allowed: float
+    """How many the percentile allows: samples × (1 − q)."""
+    percentile: str = ""
+    """The bound's percentile (``p99``); empty when the SLO bounds none."""
+    needed: int = 0
+    """The fewest requests that can decide it (``sampling.decisive_samples``)."""
+    interval_ms: tuple[float, float] | None = None
+    """The percentile's distribution-free confidence interval, ms."""
+
+    def decides(
+        self, sustainable: bool, obs: Observation, policy: SLOPolicy, confidence: float
+    ) -> bool:
+        """Whether the step can decide: it had the requests a percentile needs, or it
+        failed so plainly that fewer settle it (``sampling.exceeds``: too many beyond
+        the bound, or too many errors, to be chance). A pass on fewer requests is
+        provisional, never the last word: a confirmation of its own length follows
+        every estimate. A narrow failure on few requests is a coin toss, and the probe
+        runs it again, long enough."""
+        if not self.percentile or sustainable or self.samples >= self.needed:
+            return True
+        q = QUANTILES[self.percentile]
+        if exceeds(self.samples, self.beyond, q, confidence):
+            return True
+        errors = round(obs.error_rate * obs.answered)
+        return binomial_sf(errors, obs.answered, policy.max_error_rate) <= 1.0 - confidence
 
 
-def tail_count(result: StepResult, start: int, policy: SLOPolicy) -> tuple[int, int, float]:
-    """(samples, beyond, allowed) of the step's steady span for the SLO's tightest
-    percentile bound (the highest percentile; a mean bound has no tail to count)."""
+def tail_count(result: StepResult, start: int, policy: SLOPolicy, confidence: float) -> Tail:
+    """The steady span's requests against the SLO's tightest percentile bound (the
+    highest percentile; a mean or max bound has no proportion to count)."""
     rec = result.records
     lo = _steady_span(result, start)[0]
     judged = (rec.scheduled >= lo) & (rec.outcome != int(Outcome.NOT_SENT))
     samples = int(judged.sum())
-    bounds = [b for b in policy.latency if b.percentile in _QUANTILE]
+    bounds = [b for b in policy.latency if b.percentile in QUANTILES]
     if not bounds:
-        return samples, 0, 0.0
-    b = max(bounds, key=lambda b: _QUANTILE[b.percentile])
+        return Tail(samples, 0, 0.0)
+    b = max(bounds, key=lambda b: QUANTILES[b.percentile])
+    q = QUANTILES[b.percentile]
     latency = rec.latency_from_schedule[judged]
     beyond = int((~(latency <= b.bound_ms / 1000.0)).sum())  # NaN (no answer) counts beyond
-    return samples, beyond, samples * (1.0 - _QUANTILE[b.percentile])
+    low, high = quantile_interval(latency, q, confidence)
+    return Tail(
+        samples,
+        beyond,
+        samples * (1.0 - q),
+        b.percentile,
+        decisive_samples(q, confidence),
+        (low * 1000.0, high * 1000.0),
+    )
 
 
 QUARTERS = 4

@@ -13,8 +13,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ridgeline._fields import Seconds
 from ridgeline.errors import RidgelineError, TargetError, TargetUnreachableError
 from ridgeline.health.hysteresis import HysteresisConfig
+from ridgeline.health.sampling import decisive_samples, judged_quantile, tail_requests
 from ridgeline.health.slo import SLOPolicy, format_slo, parse_slo
 from ridgeline.health.state import HealthState
 from ridgeline.health.warmup import WarmupConfig, WarmupState, warmup_step
@@ -34,6 +36,13 @@ from ridgeline.search.confirmation import (
 from ridgeline.telemetry.gpu import GpuMonitor, gpu_problems, mean_utilisation
 from ridgeline.telemetry.store import RunStore
 
+CONFIRM_TAIL = 100
+"""A confirmation expects this many requests beyond the SLO's percentile (10,000 for a
+p99): one long run's percentile rests on its tail, and 100 beyond leave it within about
+±20 % of the proportion (a binomial's SD is √100)."""
+BOUNDARY_TAIL = 30
+"""An adaptive step near the boundary expects this many beyond (3,000 for a p99)."""
+
 
 class ProbeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -49,17 +58,61 @@ class ProbeConfig(BaseModel):
     confirm: bool = Field(True, description="a stability run at the estimate after the search")
     confirm_factor: float = Field(3.0, gt=0, description="confirmation length in step lengths")
     confirm_retries: int = Field(5, ge=0, le=10, description="back-offs when a confirmation fails")
-    confirm_requests: int = Field(
-        10_000,
+    confirm_requests: int | None = Field(
+        None,
         ge=0,
-        description="a confirmation lasts long enough for this many requests "
-        "(the p99 tail needs samples: 10,000 leave 100 beyond it)",
+        description="a confirmation lasts long enough for this many requests; None: "
+        f"{CONFIRM_TAIL} expected beyond the SLO's percentile (10,000 for a p99, "
+        "100,000 for a p99.9), within the step caps",
     )
     confirm_margin: ConfirmMargin = DEFAULT_MARGIN
+    confidence: float = Field(
+        0.95,
+        ge=0.5,
+        lt=1,
+        description="how sure a step's verdict must be: a failure on fewer requests than "
+        "the percentile needs must be this sure, or the step runs again, longer; also the "
+        "level of each step's percentile interval",
+    )
+    max_step_s: Seconds = Field(
+        600.0, description="no step lasts longer (unless its rate needs more to decide)"
+    )
+    max_step_requests: int = Field(
+        1_000_000, ge=1, description="no step sends more requests (unless needed to decide)"
+    )
     seed: int = 0
 
     def policy(self) -> SLOPolicy:
         return parse_slo(self.slo)
+
+    def quantile(self) -> float | None:
+        """The quantile of the SLO's highest percentile bound (None: it has none)."""
+        return judged_quantile(self.policy())
+
+    def needed_s(self, rate: float) -> float:
+        """The seconds a step at ``rate`` needs for its percentile to decide
+        (``sampling.decisive_samples``): 299 requests for a p99 at 95 %."""
+        q = self.quantile()
+        return 0.0 if q is None else decisive_samples(q, self.confidence) / rate
+
+    def capped_s(self, rate: float, seconds: float) -> float:
+        """``seconds`` within ``max_step_s`` and ``max_step_requests``; a cap never cuts a
+        step below what its percentile needs to decide."""
+        cap = min(self.max_step_s, self.max_step_requests / rate)
+        return min(seconds, max(cap, self.needed_s(rate)))
+
+    def confirm_count(self) -> int:
+        """The requests a confirmation lasts for: ``confirm_requests``, or
+        ``CONFIRM_TAIL`` expected beyond the SLO's percentile."""
+        if self.confirm_requests is not None:
+            return self.confirm_requests
+        return self.tail_requests(CONFIRM_TAIL, 10_000)
+
+    def tail_requests(self, tail: float, fallback: int) -> int:
+        """Requests for ``tail`` expected beyond the SLO's percentile (``fallback`` when
+        it bounds none)."""
+        q = self.quantile()
+        return fallback if q is None else tail_requests(q, tail)
 
 
 class ProbeResult(BaseModel):
@@ -87,6 +140,8 @@ class ProbeResult(BaseModel):
 
 
 ProgressFn = Callable[[int, StepPlan, StepVerdict], None]
+StartFn = Callable[[int, StepPlan], None]
+"""Called as a step starts (its index and plan): a long step can say so."""
 
 
 def _verdict_dict(v: StepVerdict) -> dict[str, Any]:
@@ -134,9 +189,16 @@ class _Run:
     """One probe's bookkeeping: the store, the timeline, the clock of test-seconds."""
 
     def __init__(
-        self, driver: Driver, cfg: ProbeConfig, store: RunStore | None, gpu: GpuMonitor | None
+        self,
+        driver: Driver,
+        cfg: ProbeConfig,
+        store: RunStore | None,
+        gpu: GpuMonitor | None,
+        on_step: ProgressFn | None = None,
+        on_start: StartFn | None = None,
     ) -> None:
         self.driver, self.cfg, self.store, self.gpu = driver, cfg, store, gpu
+        self.on_step, self.on_start = on_step, on_start
         self.policy = cfg.policy()
         self.timeline: list[dict[str, Any]] = []
         self.trajectory: list[StepVerdict] = []
@@ -145,6 +207,7 @@ class _Run:
         self.warmup_s = 0.0
         self.sent = 0
         self.run_id: int | None = None
+        self._interrupted = False
 
     def opened(self) -> None:
         """The run is stored from its first measured step: an endpoint that fails its
@@ -165,7 +228,32 @@ class _Run:
         self.sent += result.summary.sent
         return result
 
-    async def step(self, plan: StepPlan, stop: asyncio.Event, *, warmup: bool) -> StepVerdict:
+    async def step(self, plan: StepPlan, stop: asyncio.Event) -> StepVerdict:
+        """Run ``plan`` (its length within the caps, ``ProbeConfig.capped_s``), record
+        its verdict in the trajectory and tell ``on_step``. A failure on too few requests
+        to decide (``StepVerdict.decided``) is run again, long enough: the verdict
+        returned is the one that decides."""
+        plan = replace(plan, duration_s=self.cfg.capped_s(plan.rate, plan.duration_s))
+        verdict = await self._assessed(plan, stop)
+        if not verdict.decided:
+            # long enough alone, though the steady-state detector may exclude its start
+            longer = max(plan.duration_s * 2, self.cfg.needed_s(plan.rate) * 1.25)
+            plan = replace(plan, duration_s=self.cfg.capped_s(plan.rate, longer))
+            verdict = await self._assessed(plan, stop)
+        return verdict
+
+    async def _assessed(self, plan: StepPlan, stop: asyncio.Event) -> StepVerdict:
+        if self.on_start is not None:
+            self.on_start(self.index + 1, plan)
+        verdict = await self._measured(plan, stop)
+        if self._interrupted:
+            raise _Stopped  # stored, but a partial step is no verdict
+        self.trajectory.append(verdict)
+        if self.on_step is not None:
+            self.on_step(self.index, plan, verdict)
+        return verdict
+
+    async def _measured(self, plan: StepPlan, stop: asyncio.Event) -> StepVerdict:
         if self.gpu is not None:
             self.gpu.sample()  # the baseline: XID and ECC errors count from here
         result = await self.measure(plan, self.cfg.seed + self.index, stop)
@@ -175,19 +263,19 @@ class _Run:
             plan,
             self.policy,
             self.cfg.hysteresis,
-            warmup=warmup and self.cfg.warmup,
+            warmup=self.cfg.warmup,
             step_index=self.index,
             t0_s=self.t_s,
             gpu_problems=gpu_problems(samples),
             gpu_utilisation=mean_utilisation(samples),
+            confidence=self.cfg.confidence,
         )
         if self.store is not None and self.run_id is not None:
             self.store.add_step(self.run_id, self.index, result.summary, result.windows)
         self.timeline += a.timeline
         self.t_s += plan.duration_s
         self.index += 1
-        if result.interrupted:
-            raise _Stopped
+        self._interrupted = result.interrupted
         died = _server_died(result)
         if died is not None:
             raise TargetError(f"the server stopped answering at step {self.index}: {died}")
@@ -244,7 +332,8 @@ async def _warmup(run: _Run, first_rate: float, stop: asyncio.Event) -> None:
         steady = False
         for w in result.windows:
             w.excluded = True
-            steady, state = warmup_step(state, w.latency_ms.p50 or 0.0, wc)
+            if w.offered:  # a window nothing was sent in says nothing, either way
+                steady, state = warmup_step(state, w.latency_ms.p50 or 0.0, wc)
             run.timeline.append(
                 {
                     "t_s": run.t_s - plan.duration_s + w.start_s,
@@ -269,23 +358,28 @@ async def probe(
     stop: asyncio.Event | None = None,
     on_step: ProgressFn | None = None,
     gpu: GpuMonitor | None = None,
+    on_start: StartFn | None = None,
 ) -> ProbeResult:
-    """Find the maximum sustainable throughput of ``driver``'s endpoint under the SLO."""
+    """Find the maximum sustainable throughput of ``driver``'s endpoint under the SLO.
+    ``on_step`` hears of each step as it ends; ``on_start`` as it starts."""
     stop = stop or asyncio.Event()
     options = dict(cfg.strategy_options)
+    if (q := cfg.quantile()) is not None:
+        options.setdefault("decisive_requests", decisive_samples(q, cfg.confidence))
     if cfg.strategy == "adaptive":  # adaptive confirms itself: the same rule as ours
-        options.setdefault("confirm_requests", cfg.confirm_requests)
+        options.setdefault("confirm_requests", cfg.confirm_count())
+        options.setdefault("boundary_requests", cfg.tail_requests(BOUNDARY_TAIL, 3_000))
         options.setdefault("confirm_factor", cfg.confirm_factor)
         options.setdefault("confirm_margin", cfg.confirm_margin)
     strategy = parse_strategy(cfg.strategy, **options)
-    run = _Run(driver, cfg, store, gpu)
+    run = _Run(driver, cfg, store, gpu, on_step, on_start)
     driver.judge_by(min((b.bound_ms for b in run.policy.latency), default=None))
     status, reason, confirmed = "complete", "", None
     try:
         pending = strategy.propose()
         if cfg.warmup and pending is not None:
             await _warmup(run, pending.rate, stop)
-        est, confirmed, reason = await _search_and_confirm(run, strategy, stop, on_step)
+        est, confirmed, reason = await _search_and_confirm(run, strategy, stop)
         for _ in range(MAX_RESUMES if cfg.strategy != "stability" else 0):
             failed = _bounding_failure(run.trajectory, est) if confirmed else None
             if failed is None:
@@ -293,16 +387,13 @@ async def probe(
             # was the failure that bounded the search the server's past (cold, warming
             # by work)? Its rate once more, now that the server has served the search
             plan = StepPlan(failed.rate, failed.duration_s, "recheck")
-            recheck = await run.step(plan, stop, warmup=True)
-            run.trajectory.append(recheck)
-            if on_step is not None:
-                on_step(run.index, plan, recheck)
+            recheck = await run.step(plan, stop)
             if not _changed(failed, recheck):
                 break  # it fails still, or holds by a hair: the estimate stands
             above = failed.rate
             upward = {k: v for k, v in options.items() if k != "start_rate"}
             strategy = parse_strategy(cfg.strategy, **{**upward, "min_rate": above})
-            again = await _search_and_confirm(run, strategy, stop, on_step)
+            again = await _search_and_confirm(run, strategy, stop)
             if not (again[1] and again[0].capacity_rps is not None):
                 break  # nothing held a confirmation above: the estimate stands
             est, confirmed, reason = again
@@ -363,18 +454,14 @@ def _changed(failed: StepVerdict, recheck: StepVerdict) -> bool:
 
 
 async def _search_and_confirm(
-    run: _Run, strategy: Strategy, stop: asyncio.Event, on_step: ProgressFn | None
+    run: _Run, strategy: Strategy, stop: asyncio.Event
 ) -> tuple[CapacityEstimate, bool | None, str]:
     """Run ``strategy`` to its end, then confirm its estimate (unless it confirmed
     itself): the estimate, whether it held a confirmation (None: nothing to confirm),
     and why the search ended."""
     cfg = run.cfg
     while (plan := strategy.propose()) is not None:
-        verdict = await run.step(plan, stop, warmup=True)
-        run.trajectory.append(verdict)
-        strategy.observe(verdict)
-        if on_step is not None:
-            on_step(run.index, plan, verdict)
+        strategy.observe(await run.step(plan, stop))
     est = strategy.result()
     last = run.trajectory[-1] if run.trajectory else None
     if est.capacity_rps is None:
@@ -383,11 +470,11 @@ async def _search_and_confirm(
         return est, True, est.reason  # adaptive confirms itself by the same rule
     if not cfg.confirm:
         return est, True, est.reason
-    return await _confirm(run, est, stop, on_step)
+    return await _confirm(run, est, stop)
 
 
 async def _confirm(
-    run: _Run, est: CapacityEstimate, stop: asyncio.Event, on_step: ProgressFn | None
+    run: _Run, est: CapacityEstimate, stop: asyncio.Event
 ) -> tuple[CapacityEstimate, bool, str]:
     """A stability run at the estimate, judged by ``confirmation.decide`` (a marginal run
     is repeated and the majority decides); if it fails, back off and try again
@@ -399,16 +486,13 @@ async def _confirm(
     precision = float(cfg.strategy_options.get("precision", 0.02))
     reason = est.reason
     for attempt in range(cfg.confirm_retries + 1):
-        duration = max(strategy_step_s(cfg) * cfg.confirm_factor, cfg.confirm_requests / rate)
+        duration = max(strategy_step_s(cfg) * cfg.confirm_factor, cfg.confirm_count() / rate)
         plan = StepPlan(rate, duration, "confirm")
         runs: list[StepVerdict] = []
         invalid = 0
         decision = Decision.AGAIN
         while decision is Decision.AGAIN:
-            verdict = await run.step(plan, stop, warmup=True)
-            run.trajectory.append(verdict)
-            if on_step is not None:
-                on_step(run.index, plan, verdict)
+            verdict = await run.step(plan, stop)
             if not verdict.valid and invalid < INVALID_CONFIRM_RETRIES:
                 invalid += 1  # the generator's failure, not the server's: run it again
                 continue

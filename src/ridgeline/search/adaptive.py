@@ -90,7 +90,7 @@ def plan(cfg: AdaptiveConfig, state: AdaptiveState) -> StepPlan | Finished:
         if c is not None:
             return _confirm(cfg, c)
     rate, purpose = next_rate(cfg, state, lo, hi, est, settled)
-    duration = cfg.step_duration_s
+    duration = cfg.placing_s(rate)
     if state.points[-1].score_se >= NOISY_SE:  # near the boundary, sample the tail enough
         duration = max(duration, cfg.boundary_requests / rate)
     score = predicted_score(state.points, lo, hi, rate)

@@ -58,6 +58,12 @@ class StepVerdict:
     allowed: float = 0.0
     """How many the percentile allows: samples × (1 − q); a p99 on 300 requests allows
     3. ``beyond`` near ``allowed`` on few samples is a coin toss, not a verdict."""
+    interval_ms: tuple[float, float] | None = None
+    """The judged percentile's confidence interval (distribution-free, from order
+    statistics), ms; ±inf at an end too few requests reach."""
+    decided: bool = True
+    """False when a failure rests on too few requests to tell from chance: the probe
+    runs the step again, long enough to decide (``health.sampling``)."""
 
     @property
     def sustainable(self) -> bool:

@@ -4,8 +4,10 @@ From ``start_rate`` the rate doubles until a step fails (or ``max_rate`` holds, 
 ends the search at the ceiling); a start that fails halves instead, down to
 ``min_rate``. Then the bracket [highest sustainable, lowest unsustainable] is bisected
 until ``(hi − lo)/lo ≤ precision``. The capacity is ``lo``; the boundary lies in
-``[lo, hi]``. Every step lasts ``step_duration_s`` and uses nothing but its verdict's
-sustainability: robust to any score, blind to how far a step was from the boundary.
+``[lo, hi]``. A bracketing step lasts ``step_duration_s``, a bisecting one long enough
+for ``decisive_requests`` too (it places the boundary: a p99 judged on 40 requests is a
+guess). It uses nothing but its verdicts' sustainability: robust to any score, blind to
+how far a step was from the boundary.
 """
 
 from __future__ import annotations
@@ -65,7 +67,8 @@ class BinaryPolicy(BracketPolicy):
         cfg = self.cfg
         exact = exact or rate == cfg.start_rate
         rate = clamp(rate if exact else round_rate(rate, cfg.precision), cfg.min_rate, cfg.max_rate)
-        return StepPlan(rate, cfg.step_duration_s, purpose)
+        duration = cfg.placing_s(rate) if purpose == "bisect" else cfg.step_duration_s
+        return StepPlan(rate, duration, purpose)
 
 
 @register("binary")

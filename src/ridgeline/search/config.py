@@ -56,6 +56,17 @@ class SearchConfig(BaseModel):
     max_test_seconds: Seconds | None = Field(
         None, description="seconds of load at most, over all steps; None: no limit"
     )
+    decisive_requests: int = Field(
+        0,
+        ge=0,
+        description="a step that places the boundary (inside a bracket, or predicted near "
+        "it) lasts long enough for this many requests: fewer cannot show a percentile held "
+        "(the probe sets it from the SLO: 299 for a p99 at 95 %); 0: step_duration_s alone",
+    )
+
+    def placing_s(self, rate: float) -> float:
+        """The length of a step at ``rate`` that places the boundary."""
+        return max(self.step_duration_s, self.decisive_requests / rate)
 
     def budget(self) -> Budget:
         """What ends the search unconverged: ``max_steps``, ``max_test_seconds``."""
