@@ -204,10 +204,12 @@ def probe(
     as_json: JsonOption = False,
 ) -> None:
     """Find the maximum sustainable throughput of TARGET under an SLO."""
+    from ridgeline.loadgen.replayer import Progress
     from ridgeline.loadgen.step import StepConfig
     from ridgeline.probe.api import default_slo, make_driver, run_probe
+    from ridgeline.probe.drivers import NetworkDriver
     from ridgeline.probe.orchestrator import ProbeConfig
-    from ridgeline.report.terminal import probe_line, probe_table
+    from ridgeline.report.terminal import live_progress, probe_line, probe_start, probe_table
     from ridgeline.telemetry.gpu import detect_gpu_monitor
     from ridgeline.telemetry.store import RunStore
 
@@ -242,12 +244,23 @@ def probe(
             validity=_validity(lateness_bound_ms),
         )
         driver = make_driver(target, step=step, arrival=arrival, trace=trace)
-        with RunStore(db) as store:
+        progress = Progress()
+        live = err.is_terminal and not as_json
+        if live and isinstance(driver, NetworkDriver):
+            driver.progress = progress  # a status line counts the step in flight
+        else:
+            live = False  # a simulated step ends in milliseconds
+        with RunStore(db) as store, live_progress(progress, err, live):
             gpu = None if target.startswith("sim:") else detect_gpu_monitor(gpu_metrics_url)
             if gpu is not None and not as_json:
                 err.print(f"GPU: {gpu.describe()}", highlight=False)
             result = run_probe(
-                driver, cfg, store=store, gpu=gpu, on_step=None if as_json else probe_line(err)
+                driver,
+                cfg,
+                store=store,
+                gpu=gpu,
+                on_step=None if as_json else probe_line(err),
+                on_start=None if as_json else probe_start(err),
             )
     if as_json:
         print(result.model_dump_json(indent=2))

@@ -47,6 +47,15 @@ def judged_quantile(policy: SLOPolicy) -> float | None:
     return max(qs, default=None)
 
 
+def needed_samples(policy: SLOPolicy, confidence: float) -> int:
+    """The fewest requests that can show every bound of ``policy`` held: the most any of
+    its percentile bounds needs, or its error bound (``errors<0.1%`` is a proportion
+    too: 2,995 requests at 95 %)."""
+    qs = [QUANTILES[b.percentile] for b in policy.latency if b.percentile in QUANTILES]
+    qs.append(1.0 - policy.max_error_rate)
+    return max(decisive_samples(q, confidence) for q in qs if 0.0 < q < 1.0)
+
+
 def decisive_samples(q: float, confidence: float) -> int:
     """The fewest requests in which none beyond the ``q``-quantile's bound shows, at
     ``confidence``, that at most ``1 − q`` lie beyond: ``⌈ln(1 − c) / ln(q)⌉``."""

@@ -24,8 +24,8 @@ from ridgeline.health.hysteresis import HysteresisConfig, HysteresisState, smoot
 from ridgeline.health.sampling import (
     QUANTILES,
     binomial_sf,
-    decisive_samples,
     exceeds,
+    needed_samples,
     quantile_interval,
 )
 from ridgeline.health.slo import SLOPolicy
@@ -111,7 +111,7 @@ def assess_step(
         reason = (
             f"undecided: {reason}, but on {tail.samples} requests "
             f"({tail.beyond} beyond the bound, {tail.allowed:.1f} allowed) — "
-            f"a {tail.percentile} needs {tail.needed} to decide"
+            f"this SLO needs {tail.needed} to decide"
         )
     verdict = StepVerdict(
         rate=plan.rate,
@@ -186,7 +186,8 @@ class Tail:
     percentile: str = ""
     """The bound's percentile (``p99``); empty when the SLO bounds none."""
     needed: int = 0
-    """The fewest requests that can decide it (``sampling.decisive_samples``)."""
+    """The fewest requests that can decide the step (``sampling.needed_samples``: its
+    percentile bound's, or its error bound's, whichever needs more)."""
     interval_ms: tuple[float, float] | None = None
     """The percentile's distribution-free confidence interval, ms."""
 
@@ -199,10 +200,11 @@ class Tail:
         provisional, never the last word: a confirmation of its own length follows
         every estimate. A narrow failure on few requests is a coin toss, and the probe
         runs it again, long enough."""
-        if not self.percentile or sustainable or self.samples >= self.needed:
+        if sustainable or self.samples >= self.needed:
             return True
-        q = QUANTILES[self.percentile]
-        if exceeds(self.samples, self.beyond, q, confidence):
+        if self.percentile and exceeds(
+            self.samples, self.beyond, QUANTILES[self.percentile], confidence
+        ):
             return True
         errors = round(obs.error_rate * obs.answered)
         return binomial_sf(errors, obs.answered, policy.max_error_rate) <= 1.0 - confidence
@@ -217,7 +219,7 @@ def tail_count(result: StepResult, start: int, policy: SLOPolicy, confidence: fl
     samples = int(judged.sum())
     bounds = [b for b in policy.latency if b.percentile in QUANTILES]
     if not bounds:
-        return Tail(samples, 0, 0.0)
+        return Tail(samples, 0, 0.0, needed=needed_samples(policy, confidence))
     b = max(bounds, key=lambda b: QUANTILES[b.percentile])
     q = QUANTILES[b.percentile]
     latency = rec.latency_from_schedule[judged]
@@ -228,7 +230,7 @@ def tail_count(result: StepResult, start: int, policy: SLOPolicy, confidence: fl
         beyond,
         samples * (1.0 - q),
         b.percentile,
-        decisive_samples(q, confidence),
+        needed_samples(policy, confidence),
         (low * 1000.0, high * 1000.0),
     )
 

@@ -8,6 +8,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ridgeline.loadgen.replayer import Progress
 from ridgeline.loadgen.schedule import Schedule, from_arrival, trace_at_rate
 from ridgeline.loadgen.step import StepConfig, StepResult, measure_step
 from ridgeline.loadgen.validity import assess_validity
@@ -58,6 +59,8 @@ class NetworkDriver:
     batching_delay_s: float | None = None
     """The server's dynamic-batching delay, read from its model config at the first step
     (0 when it has none); windows are widened to many batching cycles."""
+    progress: Progress | None = None
+    """Counters of the step in flight (sent, answered, failed), for a live display."""
     name: str = "network"
 
     def schedule(self, plan: StepPlan, seed: int) -> Schedule:
@@ -74,7 +77,18 @@ class NetworkDriver:
             self.step,
             target_options=self.target_options,
             stop=stop,
+            progress=self._fresh_progress(),
         )
+
+    def _fresh_progress(self) -> Progress | None:
+        """The display's counters, zeroed for the next step (the replay sets its total)."""
+        if self.progress is None:
+            return None
+        p = self.progress
+        p.total = p.sent = p.answered = p.failed = 0
+        p.outstanding_limited = p.client_failures = 0
+        p.stopped = False
+        return p
 
     def describe(self) -> str:
         return self.url

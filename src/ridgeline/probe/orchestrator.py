@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ridgeline._fields import Seconds
 from ridgeline.errors import RidgelineError, TargetError, TargetUnreachableError
 from ridgeline.health.hysteresis import HysteresisConfig
-from ridgeline.health.sampling import decisive_samples, judged_quantile, tail_requests
+from ridgeline.health.sampling import judged_quantile, needed_samples, tail_requests
 from ridgeline.health.slo import SLOPolicy, format_slo, parse_slo
 from ridgeline.health.state import HealthState
 from ridgeline.health.warmup import WarmupConfig, WarmupState, warmup_step
@@ -89,11 +89,14 @@ class ProbeConfig(BaseModel):
         """The quantile of the SLO's highest percentile bound (None: it has none)."""
         return judged_quantile(self.policy())
 
+    def needed(self) -> int:
+        """The requests a step needs to decide (``sampling.needed_samples``): 299 for a
+        p99 or errors<1 % at 95 %, 2,995 for a p99.9 or errors<0.1 %."""
+        return needed_samples(self.policy(), self.confidence)
+
     def needed_s(self, rate: float) -> float:
-        """The seconds a step at ``rate`` needs for its percentile to decide
-        (``sampling.decisive_samples``): 299 requests for a p99 at 95 %."""
-        q = self.quantile()
-        return 0.0 if q is None else decisive_samples(q, self.confidence) / rate
+        """The seconds a step at ``rate`` needs to decide."""
+        return self.needed() / rate
 
     def capped_s(self, rate: float, seconds: float) -> float:
         """``seconds`` within ``max_step_s`` and ``max_step_requests``; a cap never cuts a
@@ -235,7 +238,9 @@ class _Run:
         returned is the one that decides."""
         plan = replace(plan, duration_s=self.cfg.capped_s(plan.rate, plan.duration_s))
         verdict = await self._assessed(plan, stop)
-        if not verdict.decided:
+        for _ in range(UNDECIDED_RERUNS):
+            if verdict.decided:
+                break
             # long enough alone, though the steady-state detector may exclude its start
             longer = max(plan.duration_s * 2, self.cfg.needed_s(plan.rate) * 1.25)
             plan = replace(plan, duration_s=self.cfg.capped_s(plan.rate, longer))
@@ -364,8 +369,7 @@ async def probe(
     ``on_step`` hears of each step as it ends; ``on_start`` as it starts."""
     stop = stop or asyncio.Event()
     options = dict(cfg.strategy_options)
-    if (q := cfg.quantile()) is not None:
-        options.setdefault("decisive_requests", decisive_samples(q, cfg.confidence))
+    options.setdefault("decisive_requests", cfg.needed())
     if cfg.strategy == "adaptive":  # adaptive confirms itself: the same rule as ours
         options.setdefault("confirm_requests", cfg.confirm_count())
         options.setdefault("boundary_requests", cfg.tail_requests(BOUNDARY_TAIL, 3_000))
@@ -516,6 +520,10 @@ async def _confirm(
     )
     return replace(est, capacity_rps=None, ci_low=None, ci_high=ceiling), False, refuted
 
+
+UNDECIDED_RERUNS = 3
+"""An undecided failure is run again, each time twice as long, at most this many times;
+then its verdict stands as measured (the step cap, not the sample, ran out)."""
 
 INVALID_CONFIRM_RETRIES = 2
 """An invalid confirmation run (the generator fell behind, or failed itself) is run again

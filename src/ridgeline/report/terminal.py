@@ -4,6 +4,7 @@ model zoo, a live progress line, and the demo's five-line summary."""
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -120,18 +121,50 @@ def live_progress(progress: Progress, console: Console, enabled: bool) -> Iterat
         th.join(timeout=1)
 
 
+def _bound(ms: float) -> str:
+    return f"{ms:.1f}" if math.isfinite(ms) else "∞"
+
+
 def probe_line(console: Console) -> Callable[[int, StepPlan, StepVerdict], None]:
     """A progress line per finished step: step, purpose, rate, state, p99."""
 
     def show(index: int, plan: StepPlan, v: StepVerdict) -> None:
         colour = {"healthy": "green", "warn": "yellow"}.get(v.state.value, "red")
         p99 = "-" if v.p99_ms is None else f"{v.p99_ms:.1f} ms"
+        interval = ""
+        if v.interval_ms is not None:
+            lo, hi = v.interval_ms
+            interval = f" [{_bound(lo)}, {_bound(hi)}]"
         console.print(
             f"step {index:>3}  {plan.purpose or 'step':<9} {plan.rate:>10.1f}/s  "
-            f"[{colour}]{v.state.value:<10}[/] score {v.score:5.2f}  p99 {p99}"
-            + ("" if v.valid else "  [red]invalid[/]"),
+            f"[{colour}]{v.state.value:<10}[/] score {v.score:5.2f}  p99 {p99}{interval}  "
+            f"n={v.samples:,} beyond={v.beyond}"
+            + ("" if v.valid else "  [red]invalid[/]")
+            + ("" if v.decided else "  [yellow]undecided: again, longer[/]"),
             highlight=False,
+            soft_wrap=True,
         )
+
+    return show
+
+
+LONG_STEP_S = 30.0
+"""A step at least this long is announced as it starts: the line it ends with may be
+minutes away."""
+
+
+def probe_start(console: Console) -> Callable[[int, StepPlan], None]:
+    """A line as a long step starts: what it is, how long, how many requests."""
+
+    def show(index: int, plan: StepPlan) -> None:
+        if plan.duration_s >= LONG_STEP_S:
+            console.print(
+                f"step {index:>3}  {plan.purpose or 'step':<9} {plan.rate:>10.1f}/s  "
+                f"running {plan.duration_s:,.0f} s (~{plan.rate * plan.duration_s:,.0f} "
+                "requests) …",
+                highlight=False,
+                soft_wrap=True,
+            )
 
     return show
 
