@@ -54,10 +54,11 @@ def test_the_fewest_decisive_requests_are_where_a_clean_run_first_proves_the_bou
         assert q**n <= 0.05 < q ** (n - 1)
     assert decisive_samples(0.99, 0.95) == 299  # the "rule of three": ≈ 3/(1 − q)
     assert tail_requests(0.99, 100) == 10_000 and tail_requests(0.999, 100) == 100_000
-    # an error bound is a proportion too: the SLO needs what its strictest bound needs
-    assert needed_samples(parse_slo("p99<50ms,errors<1%"), 0.95) == 299
-    assert needed_samples(parse_slo("p99<50ms,errors<0.1%"), 0.95) == 2_995
+    # an error bound is a proportion too: what a failure by errors needs to decide
+    assert needed_samples(parse_slo("p99<50ms,errors<0.1%"), 0.95) == 299
+    assert needed_samples(parse_slo("p99<50ms,errors<0.1%"), 0.95, errors=True) == 2_995
     assert needed_samples(parse_slo("p99.9<50ms,errors<1%"), 0.95) == 2_995
+    assert needed_samples(parse_slo("errors<0.1%"), 0.95) == 2_995
 
 
 def test_a_plain_failure_on_few_requests_decides_and_a_narrow_one_does_not() -> None:

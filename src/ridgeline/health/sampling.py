@@ -47,12 +47,13 @@ def judged_quantile(policy: SLOPolicy) -> float | None:
     return max(qs, default=None)
 
 
-def needed_samples(policy: SLOPolicy, confidence: float) -> int:
-    """The fewest requests that can show every bound of ``policy`` held: the most any of
-    its percentile bounds needs, or its error bound (``errors<0.1%`` is a proportion
-    too: 2,995 requests at 95 %)."""
+def needed_samples(policy: SLOPolicy, confidence: float, *, errors: bool = False) -> int:
+    """The fewest requests that can show ``policy``'s tightest percentile bound held
+    (its error bound when it has none, or with ``errors``: ``errors<0.1%`` is a
+    proportion too, 2,995 requests at 95 %, and decides a failure by errors)."""
     qs = [QUANTILES[b.percentile] for b in policy.latency if b.percentile in QUANTILES]
-    qs.append(1.0 - policy.max_error_rate)
+    if errors or not qs:
+        qs.append(1.0 - policy.max_error_rate)
     return max(decisive_samples(q, confidence) for q in qs if 0.0 < q < 1.0)
 
 

@@ -194,20 +194,25 @@ class Tail:
     def decides(
         self, sustainable: bool, obs: Observation, policy: SLOPolicy, confidence: float
     ) -> bool:
-        """Whether the step can decide: it had the requests a percentile needs, or it
-        failed so plainly that fewer settle it (``sampling.exceeds``: too many beyond
+        """Whether the step can decide: it had the requests its percentile needs (its
+        error bound's, when only the errors failed it), or it failed so plainly that
+        fewer settle it (``sampling.exceeds``: too many beyond
         the bound, or too many errors, to be chance). A pass on fewer requests is
         provisional, never the last word: a confirmation of its own length follows
         every estimate. A narrow failure on few requests is a coin toss, and the probe
         runs it again, long enough."""
-        if sustainable or self.samples >= self.needed:
+        if sustainable:
             return True
-        if self.percentile and exceeds(
-            self.samples, self.beyond, QUANTILES[self.percentile], confidence
-        ):
+        q = QUANTILES.get(self.percentile)
+        if q is not None and exceeds(self.samples, self.beyond, q, confidence):
             return True
         errors = round(obs.error_rate * obs.answered)
-        return binomial_sf(errors, obs.answered, policy.max_error_rate) <= 1.0 - confidence
+        if binomial_sf(errors, obs.answered, policy.max_error_rate) <= 1.0 - confidence:
+            return True
+        if obs.error_rate > policy.max_error_rate and self.beyond <= self.allowed:
+            # the latency held: the errors decide, and they need a count of their own
+            return self.samples >= needed_samples(policy, confidence, errors=True)
+        return self.samples >= self.needed
 
 
 def tail_count(result: StepResult, start: int, policy: SLOPolicy, confidence: float) -> Tail:
