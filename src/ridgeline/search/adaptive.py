@@ -90,7 +90,10 @@ def plan(cfg: AdaptiveConfig, state: AdaptiveState) -> StepPlan | Finished:
         if c is not None:
             return _confirm(cfg, c)
     rate, purpose = next_rate(cfg, state, lo, hi, est, settled)
-    duration = cfg.placing_s(rate)
+    # once a failure bounds the search, a step places the boundary: it needs the requests
+    # that can show the percentile held; before, a pass is provisional (the search goes on
+    # up, and a confirmation of full length follows), as in the binary search
+    duration = cfg.placing_s(rate) if hi is not None else cfg.step_duration_s
     if state.points[-1].score_se >= NOISY_SE:  # near the boundary, sample the tail enough
         duration = max(duration, cfg.boundary_requests / rate)
     score = predicted_score(state.points, lo, hi, rate)
