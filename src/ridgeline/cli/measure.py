@@ -181,6 +181,17 @@ def probe(
             "its own noise sets); the majority of 3 decides"
         ),
     ] = 0.0,
+    confidence: Annotated[
+        float,
+        typer.Option(
+            help="how sure a verdict must be: sets the requests a step needs to decide "
+            "(299 for a p99 at 0.95) and each step's percentile interval"
+        ),
+    ] = 0.95,
+    max_step_s: Annotated[
+        float,
+        typer.Option(help="no step lasts longer, s (unless its percentile needs more)"),
+    ] = 600.0,
     arrival: Annotated[str, typer.Option(help="arrival process of every step")] = "poisson",
     trace: Annotated[
         Path | None,
@@ -234,6 +245,8 @@ def probe(
                 "warmup_config": {"rate": warmup_rate, "requests": warmup_requests},
                 "confirm": confirm,
                 "confirm_margin": confirm_margin,
+                "confidence": confidence,
+                "max_step_s": max_step_s,
                 "seed": seed,
             }
         )
