@@ -31,6 +31,7 @@ bench: $(STAMP)
 	command -v wrk >/dev/null || apt-get install -y -qq wrk >/dev/null 2>&1 || echo "wrk not installed: its rows will say n/a"
 	$(BIN)/python benchmarks/loadgen.py
 	$(BIN)/python benchmarks/search.py
+	$(BIN)/python benchmarks/realtime.py
 	$(BIN)/python benchmarks/serve.py
 	$(BIN)/python benchmarks/planner.py
 	$(BIN)/python benchmarks/startup.py
