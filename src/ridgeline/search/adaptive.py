@@ -17,9 +17,12 @@ Every verdict says how far from the SLO boundary its step was (``score``: < 1 in
   Inside a bracket a step goes to the estimate, never slower than bisection.
 * **How long to step.** A step whose predicted score is far from 1 (≤ ``explore_score``
   or ≥ its inverse) lasts ``explore_duration_s`` (half a step): far verdicts are clear.
-  Near 1, on a noisy server (the last step's quarters disagreed: ``NOISY_SE``), a step
-  lasts long enough for ``boundary_requests`` requests: a p99 from a few hundred
-  heavy-tailed samples runs optimistic.
+  Once a failure bounds the search, a step lasts for ``decisive_requests`` at least
+  (the requests that can show the percentile held), and on a noisy server (the last
+  step's quarters disagreed: ``NOISY_SE``) for ``boundary_requests``: a p99 from a few
+  hundred heavy-tailed samples runs optimistic. Before any failure every pass is
+  provisional (a confirmation of full length follows), and a noisy quarter at 4 req/s
+  (5 requests) says nothing: such a step once ran 375 s at 8 req/s.
 
 Convergence: once the last ``estimate_window`` estimates agree (CV < ``cv_threshold``)
 and a confirmation at ``c`` would close a bracket [c, hi] within ``precision``, the
@@ -94,7 +97,7 @@ def plan(cfg: AdaptiveConfig, state: AdaptiveState) -> StepPlan | Finished:
     # that can show the percentile held; before, a pass is provisional (the search goes on
     # up, and a confirmation of full length follows), as in the binary search
     duration = cfg.placing_s(rate) if hi is not None else cfg.step_duration_s
-    if state.points[-1].score_se >= NOISY_SE:  # near the boundary, sample the tail enough
+    if hi is not None and state.points[-1].score_se >= NOISY_SE:  # sample the tail enough
         duration = max(duration, cfg.boundary_requests / rate)
     score = predicted_score(state.points, lo, hi, rate)
     if score <= cfg.explore_score or score >= 1 / cfg.explore_score:
