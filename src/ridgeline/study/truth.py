@@ -59,6 +59,7 @@ class TruthConfig(BaseModel):
     max_requests: int = Field(2_000_000, ge=1_000, description="requests per rate at most")
     tolerance: float = Field(0.005, gt=0, lt=0.2, description="relative width of the answer")
     coarse: float = Field(0.1, gt=0, le=1, description="share of the requests in the first pass")
+    first_seed: int = Field(0, ge=0, description="the runs use seeds first_seed, +1, …")
     timeout_s: float = Field(30.0, gt=0, description="per-request timeout, as the sim driver's")
 
 
@@ -189,7 +190,7 @@ class _Judge:
         self.runs += 1
         per_seed = _per_seed(self.preset, rate, self.cfg, share)
         latencies, oks = [], []
-        for seed in range(self.cfg.seeds):
+        for seed in range(self.cfg.first_seed, self.cfg.first_seed + self.cfg.seeds):
             unit, shapes = self._input(per_seed, seed)
             rec, _ = simulate(
                 self.preset.model,
