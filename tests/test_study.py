@@ -272,7 +272,7 @@ def test_the_study_on_a_tiny_bank_writes_every_table_with_its_rows(tmp_path: Pat
     assert once.startswith("# Title\n\nbefore\n\n<!-- vanguard:results:start -->\nGenerated")
     assert "old" not in once and "\nafter\n" in once
     assert once.rstrip().endswith("<!-- vanguard:bank:end -->")
-    assert once.count("| `tiny-a` | vision | dev | a (1) | a tiny test server |") == 1
+    assert once.count("| `tiny-a` | vision | dev | a (1.0) | a tiny test server |") == 1
 
 
 def rows_cost(result: StudyResult) -> str:

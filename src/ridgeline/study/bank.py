@@ -21,7 +21,6 @@ description, so that the bank's coverage is checked against what the servers do.
 
 from __future__ import annotations
 
-import math
 from importlib import resources
 from pathlib import Path
 from typing import Literal
@@ -208,16 +207,3 @@ def interference_load(case: Case) -> float:
     """Extra service time averaged over the neighbour's cycle (amount × duty)."""
     i = case.preset.interference
     return 0.0 if i is None else i.amount * i.duty
-
-
-def longest_period_s(case: Case) -> float:
-    """The longest period of the server's stalls or neighbour (0 when it has none)."""
-    m, i = case.preset.model, case.preset.interference
-    periods = [m.periodic_stall.every_s] if m.periodic_stall is not None else []
-    if i is not None and i.duty < 1.0:
-        periods.append(i.period_s)
-    return max(periods, default=0.0)
-
-
-def log_nominal(case: Case) -> float:
-    return math.log10(case.nominal_rps)

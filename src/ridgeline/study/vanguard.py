@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import os
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -51,7 +52,7 @@ from ridgeline.loadgen.step import StepConfig
 from ridgeline.probe.api import default_slo, make_driver, run_probe
 from ridgeline.probe.batching import window_for
 from ridgeline.probe.orchestrator import ProbeConfig, ProbeResult
-from ridgeline.study.bank import Case, load_bank, select
+from ridgeline.study.bank import Case, interference_load, load_bank, select, stall_fraction
 from ridgeline.study.truth import Recorded, Traffic, Truth, TruthConfig, true_capacity
 from ridgeline.telemetry.store import RunStore
 from ridgeline.workload.traces import bundled_trace_path, read_trace
@@ -179,6 +180,8 @@ class StudyResult(BaseModel):
     seeds: int
     ablation_seeds: int
     jobs: int
+    cpus: int | None = None
+    """The machine's processors (``os.cpu_count()``)."""
     started_at: datetime
     wall_s: float
     cases: list[CaseRow]
@@ -309,8 +312,6 @@ def _run(task: _ProbeTask | _TruthTask) -> list[ProbeRow | TruthRow]:
 
 def case_row(case: Case) -> CaseRow:
     m = case.preset.model
-    stall = m.periodic_stall
-    inter = case.preset.interference
     return CaseRow(
         name=case.name,
         klass=case.klass,
@@ -323,10 +324,10 @@ def case_row(case: Case) -> CaseRow:
         speed=case.preset.speed,
         nominal_rps=case.nominal_rps,
         noise_cv=m.noise_cv,
-        stall_fraction=0.0 if stall is None else stall.duration_ms / 1000.0 / stall.every_s,
+        stall_fraction=stall_fraction(case),
         batching_delay_s=m.batching.max_queue_delay_s if m.batching.max_batch_size > 1 else 0.0,
         warmup_factor=1.0 if m.warmup is None else m.warmup.factor,
-        interference_load=0.0 if inter is None else inter.amount * inter.duty,
+        interference_load=interference_load(case),
     )
 
 
@@ -414,6 +415,7 @@ def run_study(cfg: StudyConfig, *, on_case: CaseFn | None = None) -> StudyResult
         seeds=cfg.seeds,
         ablation_seeds=cfg.ablation_seeds,
         jobs=cfg.jobs,
+        cpus=os.cpu_count(),
         started_at=started_at,
         wall_s=time.perf_counter() - started,
         cases=list(rows.values()),
