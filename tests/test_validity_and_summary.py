@@ -175,3 +175,15 @@ def test_the_summary_reads_the_percentiles_hdrh_walks_its_buckets_for(values: li
     finite = arr[np.isfinite(arr)]
     mean = float(finite.mean()) * 1000.0 if finite.size else None
     assert latency_summary_ms(arr) == summary_ms(histogram_of(arr), mean)
+
+
+def test_a_window_sent_on_time_has_no_lateness_and_a_late_one_its_p99() -> None:
+    sched = np.array([0.1, 0.2, 0.3, 1.1, 1.2, 1.3, 2.5])
+    sent = sched + np.array([0.0, 0.0, 0.0, 0.0, 0.004, 0.001, 0.0])
+    w = windows(records(sched, sent, sent + 0.01, [0] * 7), 4.0, 1.0)
+    assert [x.lateness_p99_ms for x in w] == [
+        0.0,
+        float(np.percentile((sent - sched)[3:6], 99)) * 1e3,
+        0.0,
+        None,
+    ]

@@ -85,11 +85,16 @@ class Presets(Generic[M]):
             text = p.read_text(encoding="utf-8")
         except OSError as e:
             raise ConfigError(f"cannot read {self.what} {p}: {e.strerror}; check the path") from e
-        mapping = parse_mapping(text, str(p), self.fields)
+        return self.load_mapping(parse_mapping(text, str(p), self.fields), str(p))
+
+    def load_mapping(self, mapping: dict[str, Any], where: str) -> M:
+        """A config from a mapping already read (a part of a larger file, ``where``),
+        optionally layered over ``preset: NAME``."""
+        mapping = dict(mapping)
         base = mapping.pop("preset", None)
         if base is not None:
             mapping = deep_merge(self._mapping(str(base)), mapping)
-        return validate(self.model, mapping, str(p), self.what)
+        return validate(self.model, mapping, where, self.what)
 
     def _mapping(self, name: str) -> dict[str, Any]:
         names = self.names()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import typer
 
-from ridgeline.cli import fake, loop, measure, models, planning, runs, serving, sizing
+from ridgeline.cli import fake, loop, measure, models, planning, runs, serving, sizing, study
 
 app = typer.Typer(
     help="ridgeline: what is the least GPU that serves demand D within my SLO, and does it "
@@ -28,6 +28,7 @@ app.command("fake-server")(fake.fake_server)
 app.command("serve")(serving.serve)
 app.command("verify")(loop.verify)
 app.command("demo")(loop.demo)
+app.add_typer(study.app, name="study")
 
 
 def main() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
@@ -26,7 +27,15 @@ def allocate_command(
     capacity_rps: Annotated[float, typer.Option("--capacity-rps", help=_help("capacity_rps"))],
     demand_rps: Annotated[float, typer.Option("--demand-rps", help=_help("demand_rps"))],
     headroom: Annotated[float, typer.Option(help=_help("headroom"))] = 0.2,
-    calibration: Annotated[float, typer.Option(help=_help("calibration"))] = 1.0,
+    calibration: Annotated[
+        float | None, typer.Option(help=_help("calibration") + " (default 1)")
+    ] = None,
+    calibration_from: Annotated[
+        Path | None,
+        typer.Option(
+            help="the calibration measured by `ridgeline study vanguard --calibration FILE`"
+        ),
+    ] = None,
     gpus_per_replica: Annotated[float, typer.Option(help=_help("gpus_per_replica"))] = 1.0,
     fractional_gpus: Annotated[bool, typer.Option(help=_help("fractional_gpus"))] = False,
     naive_utilisation: Annotated[
@@ -47,12 +56,13 @@ def allocate_command(
     from ridgeline.sizing.allocator import allocate, naive_rule
 
     with failing():
+        factor = _calibration(calibration, calibration_from)
         rule = naive_rule(naive_utilisation, naive_max_rps, naive_slo_fraction)
         a = allocate(
             capacity_rps,
             demand_rps,
             headroom=headroom,
-            calibration=calibration,
+            calibration=factor,
             gpus_per_replica=gpus_per_replica,
             fractional_gpus=fractional_gpus,
             naive=rule,
@@ -61,6 +71,20 @@ def allocate_command(
         print(a.model_dump_json(indent=2))
     else:
         out.print(allocation_table(a))
+
+
+def _calibration(given: float | None, measured: Path | None) -> float:
+    """``--calibration``, or the factor in ``--calibration-from``'s file (not both)."""
+    from ridgeline.errors import ConfigError
+    from ridgeline.sizing.calibration import read_calibration
+
+    if measured is None:
+        return 1.0 if given is None else given
+    if given is not None:
+        raise ConfigError(
+            "--calibration and --calibration-from both give the calibration; keep one"
+        )
+    return read_calibration(measured).factor
 
 
 registry_app = typer.Typer(

@@ -97,3 +97,6 @@ load_sim_preset = _PRESETS.load
 """The shipped preset ``name``; UnknownKindError (listing the presets) if none."""
 load_sim_config = _PRESETS.load_file
 """A simulated server from a YAML file, optionally layered over ``preset: NAME``."""
+load_sim_mapping = _PRESETS.load_mapping
+"""A simulated server from a mapping (a part of a larger file, named by ``where``),
+optionally layered over ``preset: NAME``."""

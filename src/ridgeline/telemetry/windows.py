@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numpy.typing import NDArray
 from pydantic import BaseModel
 
 from ridgeline.telemetry.histogram import latency_summary_ms
@@ -79,7 +80,18 @@ def windows(rec: Records, duration_s: float, width_s: float = 1.0) -> list[Windo
                 achieved_rps=float(completed_ok[w]) / width,
                 error_rate=n_failed / n_answered if n_answered else 0.0,
                 latency_ms=Percentiles(**latency_summary_ms(latency[a:b][mine_answered])),
-                lateness_p99_ms=float(np.percentile(late, 99)) * 1e3 if late.size else None,
+                lateness_p99_ms=_p99_ms(late),
             )
         )
     return out
+
+
+def _p99_ms(lateness_s: NDArray[np.float64]) -> float | None:
+    """The p99 of a window's send lateness in ms (None: nothing sent). A window sent all
+    on time (every simulated step) has 0 without ``np.percentile``'s ~75 µs a call, which
+    over the ~40,000 windows of a low-rate probe is a fifth of its time."""
+    if not lateness_s.size:
+        return None
+    if not lateness_s.any():
+        return 0.0
+    return float(np.percentile(lateness_s, 99)) * 1e3

@@ -1,0 +1,101 @@
+"""``ridgeline study``: validation studies of the probe against simulated servers whose
+capacity is known."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ridgeline.cli._common import err, failing
+
+app = typer.Typer(
+    help="Validation studies: how far a probe's estimate can be trusted.", no_args_is_help=True
+)
+
+
+def _commit() -> str | None:
+    """The checkout's commit, when run from one."""
+    try:
+        run = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+        )
+    except OSError:
+        return None
+    return run.stdout.strip() or None if run.returncode == 0 else None
+
+
+@app.command("vanguard")
+def vanguard(
+    seeds: Annotated[
+        int | None, typer.Option(help="probes per case and strategy (default 5; --quick 2)")
+    ] = None,
+    jobs: Annotated[int, typer.Option(help="processes")] = 2,
+    out: Annotated[
+        Path, typer.Option(help="the document the tables are written into, between markers")
+    ] = Path("docs/reproduction-vanguard.md"),
+    json_file: Annotated[
+        Path | None, typer.Option("--json", help="write every probe and truth as JSON here")
+    ] = None,
+    calibration: Annotated[
+        Path | None,
+        typer.Option(help="write the dev pairs' a → b calibration here, for `allocate`"),
+    ] = None,
+    quick: Annotated[
+        bool, typer.Option(help="10 cases, 2 seeds, 1 per ablation: a few minutes' look")
+    ] = False,
+    case: Annotated[list[str], typer.Option(help="only this bank case (repeatable)")] = [],  # noqa: B006
+    ablation_seeds: Annotated[
+        int | None, typer.Option(help="probes per case and ablation (default 2; --quick 1)")
+    ] = None,
+) -> None:
+    """Probe every case of the validation bank as `ridgeline probe` does by default, and
+    set the estimates beside each server's true capacity."""
+    from ridgeline.report.vanguard import (
+        BANK,
+        RESULTS,
+        bank_markdown,
+        case_line,
+        results_markdown,
+        update_document,
+    )
+    from ridgeline.sizing.calibration import write_calibration
+    from ridgeline.study.stats import measured_calibration
+    from ridgeline.study.vanguard import StudyConfig, run_study
+
+    with failing(values=True):
+        given: dict[str, object] = {"jobs": jobs}
+        if seeds is not None:
+            given["seeds"] = seeds
+        if case:
+            given["cases"] = tuple(case)
+        if ablation_seeds is not None:
+            given["ablation_seeds"] = ablation_seeds
+        cfg = StudyConfig.quick(**given) if quick else StudyConfig.model_validate(given)
+        commit = _commit()
+        result = run_study(
+            cfg, on_case=lambda done: err.print(case_line(done), markup=False, highlight=False)
+        )
+        command = " ".join(
+            ["ridgeline study vanguard", f"--seeds {result.seeds}", f"--jobs {jobs}"]
+            + (["--quick"] if quick else [])
+            + [f"--case {c}" for c in case]
+            + ([f"--ablation-seeds {ablation_seeds}"] if ablation_seeds is not None else [])
+        )
+        blocks = {
+            BANK: bank_markdown(result),
+            RESULTS: results_markdown(result, command=command, commit=commit),
+        }
+        update_document(out, blocks)
+        err.print(f"tables written to {out} ({result.wall_s:,.0f} s)", highlight=False)
+        if json_file is not None:
+            json_file.write_text(result.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        if calibration is not None:
+            measured = measured_calibration(result, f"ridgeline study vanguard ({commit})")
+            if measured is None:
+                err.print("no dev pair gave a capacity on hardware a: no calibration written")
+            else:
+                write_calibration(measured, calibration)
+                err.print(f"calibration {measured.factor:.3f} written to {calibration}")

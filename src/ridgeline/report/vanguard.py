@@ -1,0 +1,324 @@
+"""The validation study as Markdown: the bank's table and the results' tables, written
+between markers into a document (``docs/reproduction-vanguard.md``), and the progress
+line printed as each case finishes."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from ridgeline.analysis.agreement import Agreement
+from ridgeline.study.stats import (
+    PREDICTORS,
+    Summary,
+    ablations,
+    cost,
+    cross_hardware,
+    regression,
+    summarise,
+)
+from ridgeline.study.vanguard import (
+    STRATEGIES,
+    CaseDone,
+    ProbeRow,
+    StudyResult,
+    relative_error,
+)
+
+BANK = "bank"
+RESULTS = "results"
+SPLIT_NAMES = {"dev": "dev", "heldout": "held-out", "all": "all"}
+_PREDICTOR_HEADS = {
+    "noise_cv": "noise CV",
+    "stall_fraction": "stall fraction",
+    "batching_delay_s": "batching delay (s)",
+    "warmup_factor": "warmup factor",
+    "interference_load": "interference",
+    "log10_truth": "log10 truth",
+}
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.1f} %".replace("-", "−")
+
+
+def _loa(a: Agreement) -> str:
+    return f"{_pct(a.low)} to {_pct(a.high)}"
+
+
+def _num(x: float | None, digits: int = 2) -> str:
+    return "n/a" if x is None else f"{x:.{digits}f}".replace("-", "−")
+
+
+def _rate(x: float | None) -> str:
+    if x is None:
+        return "none"
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def bank_markdown(result: StudyResult) -> str:
+    """The bank: one row per case, with its truth."""
+    rows = []
+    for c in result.cases:
+        rows.append(
+            [
+                f"`{c.name}`",
+                c.klass,
+                SPLIT_NAMES[c.split],
+                f"{c.hardware} ({c.speed:.1f})",
+                c.behaviour,
+                f"`{c.slo}`",
+                _rate(c.nominal_rps),
+                _rate(result.truth(c.name)),
+            ]
+        )
+    head = ["case", "class", "split", "hardware", "behaviour", "SLO", "nominal req/s", "truth"]
+    return _table(head, rows)
+
+
+def _summary_row(s: Summary) -> list[str]:
+    r2 = "n/a" if s.r_squared is None else f"{s.r_squared:.3f} ({_num(s.slope)})"
+    return [
+        SPLIT_NAMES[s.split],
+        s.strategy,
+        str(s.cases),
+        str(s.probes),
+        str(s.failures),
+        _pct(s.agreement.bias),
+        _loa(s.agreement),
+        _num(s.icc, 3),
+        _num(s.mean_cv, 3),
+        r2,
+    ]
+
+
+def _agreement(result: StudyResult) -> str:
+    rows = [
+        _summary_row(s)
+        for split in ("dev", "heldout", None)
+        for strategy in STRATEGIES
+        if (s := summarise(result, split, strategy)) is not None
+    ]
+    head = [
+        "split",
+        "strategy",
+        "cases",
+        "probes",
+        "no capacity",
+        "bias",
+        "95 % limits of agreement",
+        "ICC(2,1)",
+        "mean CV",
+        "R² (slope)",
+    ]
+    return _table(head, rows)
+
+
+def _cost(result: StudyResult) -> str:
+    rows = []
+    for split in ("dev", "heldout", None):
+        c = cost(result, split)
+        if c is None:
+            continue
+        spent = [summarise(result, split, s) for s in STRATEGIES]
+        rows.append(
+            [
+                SPLIT_NAMES[c.split],
+                *[f"{s.test_seconds:,.0f}" if s else "n/a" for s in spent],
+                *[f"{s.requests:,}" if s else "n/a" for s in spent],
+                f"{c.ratio_of_sums:.2f}",
+                f"{c.median_ratio:.2f}",
+            ]
+        )
+    head = [
+        "split",
+        "adaptive test-s",
+        "binary test-s",
+        "adaptive requests",
+        "binary requests",
+        "ratio of sums",
+        "median per-case ratio",
+    ]
+    return _table(head, rows)
+
+
+def _regressions(result: StudyResult) -> str:
+    rows = []
+    for split in ("dev", "heldout"):
+        for strategy in STRATEGIES:
+            r = regression(result, split, strategy)
+            if r is None:
+                continue
+            coefs = [_num(r.coefficients[p], 3) for p in ("intercept", *PREDICTORS)]
+            rows.append([SPLIT_NAMES[split], strategy, str(r.probes), *coefs, f"{r.r_squared:.2f}"])
+    if not rows:
+        return "Too few probes to regress the error on six parameters."
+    head = ["split", "strategy", "probes", "intercept"]
+    head += [_PREDICTOR_HEADS[p] for p in PREDICTORS] + ["R²"]
+    return _table(head, rows)
+
+
+def _hardware(result: StudyResult) -> str:
+    rows = []
+    nominal = None
+    for strategy in STRATEGIES:
+        x = cross_hardware(result, strategy)
+        if x is None:
+            continue
+        nominal = x.nominal
+        naive = [
+            f"{_pct(x.naive[s].bias)} ({_loa(x.naive[s])})" if s in x.naive else "n/a"
+            for s in ("dev", "heldout")
+        ]
+        factor = "n/a" if x.factor is None else f"{x.factor:.3f} (n = {x.fitted_on})"
+        if x.left_out:
+            factor += f", {x.left_out} without a capacity left out"
+        held = "n/a" if x.heldout is None else f"{_pct(x.heldout.bias)} ({_loa(x.heldout)})"
+        rows.append([strategy, *naive, factor, held])
+    if nominal is None:
+        return "No pair of cases (one server on hardware a and b) in this run."
+    head = [
+        "strategy",
+        f"dev pairs: a × {nominal:g} vs b's truth",
+        f"held-out pairs: a × {nominal:g}",
+        "factor fitted on dev",
+        "held-out pairs: a × factor",
+    ]
+    return _table(head, rows)
+
+
+def _ablations(result: StudyResult) -> str:
+    rows = []
+    for a in ablations(result):
+        s = a.summary
+        rows.append(
+            [
+                a.variant,
+                str(s.cases),
+                str(s.probes),
+                str(s.failures),
+                _pct(s.agreement.bias),
+                _loa(s.agreement),
+                _pct(a.baseline.bias),
+                _loa(a.baseline),
+            ]
+        )
+    if not rows:
+        return "No ablation ran."
+    head = [
+        "variant",
+        "cases",
+        "probes",
+        "no capacity",
+        "bias",
+        "95 % limits of agreement",
+        "baseline bias",
+        "baseline limits",
+    ]
+    return _table(head, rows)
+
+
+def _of(probes: list[ProbeRow], case: str, strategy: str) -> list[ProbeRow]:
+    return [p for p in probes if p.case == case and p.strategy == strategy and p.variant == "cli"]
+
+
+def _case_cells(rows: list[ProbeRow], truth: float | None) -> list[str]:
+    if not rows:
+        return ["n/a"] * 4
+    found = [p.capacity_rps or 0.0 for p in rows]
+    spread = f"{_rate(statistics.fmean(found))} ({_rate(min(found))}–{_rate(max(found))})"
+    errors = [relative_error(p.capacity_rps, truth) for p in rows] if truth else []
+    err = _pct(statistics.fmean(errors)) if errors else "n/a"
+    failed = sum(p.capacity_rps is None for p in rows)
+    spent = statistics.fmean(p.test_seconds for p in rows)
+    return [spread, err, str(failed), f"{spent:,.0f}"]
+
+
+def _per_case(result: StudyResult) -> str:
+    rows = []
+    for c in result.cases:
+        truth = result.truth(c.name)
+        cells = [f"`{c.name}`", SPLIT_NAMES[c.split], _rate(truth)]
+        for strategy in STRATEGIES:
+            cells += _case_cells(_of(result.probes, c.name, strategy), truth)
+        rows.append(cells)
+    head = ["case", "split", "truth"]
+    for s in STRATEGIES:
+        head += [f"{s}: mean (min–max)", "error", "no capacity", "test-s"]
+    return _table(head, rows)
+
+
+def results_markdown(result: StudyResult, *, command: str, commit: str | None) -> str:
+    """Every results table, under a line saying how and when they were made."""
+    ablated = sum(p.variant != "cli" for p in result.probes)
+    baseline = len(result.probes) - ablated
+    machine = f" on a {result.cpus}-core machine" if result.cpus else ""
+    made = (
+        f"Generated by `{command}` on {result.started_at:%Y-%m-%d}"
+        f"{f' at commit `{commit}`' if commit else ''}: {len(result.cases)} cases, "
+        f"{baseline} probes at the CLI defaults ({result.seeds} seeds × "
+        f"{len(STRATEGIES)} strategies) and {ablated} ablation probes "
+        f"({result.ablation_seeds} seeds), {result.wall_s:,.0f} s wall-clock in "
+        f"{result.jobs} process{'es' if result.jobs > 1 else ''}{machine}."
+    )
+    parts = [
+        made,
+        "#### Agreement with the truth (relative error, estimate / truth − 1)",
+        _agreement(result),
+        "#### Cost: test-seconds and requests sent",
+        _cost(result),
+        "#### The error regressed on the server's parameters (one row per probe)",
+        _regressions(result),
+        "#### Across hardware: predicting b's capacity from a probe on a",
+        _hardware(result),
+        "#### Ablations (adaptive; baseline: the same cases and seeds at the CLI defaults)",
+        _ablations(result),
+        "#### Per case",
+        _per_case(result),
+    ]
+    return "\n\n".join(parts)
+
+
+def _markers(name: str) -> tuple[str, str]:
+    return f"<!-- vanguard:{name}:start -->", f"<!-- vanguard:{name}:end -->"
+
+
+def update_document(path: str | Path, blocks: dict[str, str]) -> Path:
+    """Write each block between its markers in ``path`` (``<!-- vanguard:NAME:start -->``
+    … ``end``), leaving the rest of the document as it is; a block without markers there
+    yet is appended, and a missing file is created."""
+    p = Path(path)
+    text = p.read_text(encoding="utf-8") if p.exists() else "# The Vanguard reproduction\n"
+    for name, block in blocks.items():
+        start, end = _markers(name)
+        body = f"{start}\n{block.strip()}\n{end}"
+        if start in text and end in text.split(start, 1)[1]:
+            before, rest = text.split(start, 1)
+            text = before + body + rest.split(end, 1)[1]
+        else:
+            text = text.rstrip("\n") + "\n\n" + body + "\n"
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+def case_line(done: CaseDone) -> str:
+    """``[ 3/23] vision-stall-a  truth 911  adaptive 880 (−3.4 %)  binary …  41 s``"""
+    truth = next((t.capacity_rps for t in done.truths if t.variant == "poisson"), None)
+    parts = [f"[{done.index:>2}/{done.total}] {done.case.name:<20} truth {_rate(truth):>6}"]
+    for strategy in STRATEGIES:
+        rows = _of(done.probes, done.case.name, strategy)
+        if not rows:
+            continue
+        mean = statistics.fmean(p.capacity_rps or 0.0 for p in rows)
+        err = f" ({_pct(mean / truth - 1)})" if truth else ""
+        failed = sum(p.capacity_rps is None for p in rows)
+        none = f", {failed} none" if failed else ""
+        parts.append(f"{strategy} {_rate(mean):>6}{err}{none}")
+    parts.append(f"{done.elapsed_s:,.0f} s")
+    return "  ".join(parts)

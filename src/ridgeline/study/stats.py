@@ -1,0 +1,316 @@
+"""The study's statistics: how far the probe's estimates are from the truth, per split and
+strategy, across hardware, and under each ablation; all through ``analysis.agreement``.
+
+A probe that gave no capacity is an error of −100 % (an estimate of 0): it is counted in
+every agreement figure, never dropped, and counted apart as a failure. Only the
+calibration factor, a geometric mean, cannot take a zero: the failures it leaves out are
+counted beside it.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ridgeline.analysis.agreement import Agreement, bland_altman, calibration, cv, icc, linear_fit
+from ridgeline.sizing.calibration import MeasuredCalibration
+from ridgeline.study.vanguard import (
+    ABLATIONS,
+    STRATEGIES,
+    CaseRow,
+    ProbeRow,
+    StudyResult,
+    TruthVariant,
+    Variant,
+    relative_error,
+)
+
+PREDICTORS = (
+    "noise_cv",
+    "stall_fraction",
+    "batching_delay_s",
+    "warmup_factor",
+    "interference_load",
+    "log10_truth",
+)
+"""What the relative error is regressed on, one value per case."""
+
+_TRUTH_OF: dict[Variant, TruthVariant] = {
+    "cli": "poisson",
+    "trace": "trace",
+    "no-warmup": "poisson",
+    "batching-windows": "poisson",
+    "p99-only": "p99-only",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """One split × strategy (× variant): the estimates against the truth."""
+
+    split: str
+    strategy: str
+    variant: str
+    cases: int
+    probes: int
+    failures: int
+    """Probes that gave no capacity (each an error of −100 % in the figures)."""
+    agreement: Agreement
+    icc: float | None
+    """ICC(2,1) of the cases × seeds table of capacities (None: fewer than 2 × 2)."""
+    mean_cv: float | None
+    """Mean over cases of the seeds' coefficient of variation (cases with any capacity)."""
+    r_squared: float | None
+    slope: float | None
+    """Of the estimate regressed on the truth (None: too few probes)."""
+    test_seconds: float
+    requests: int
+
+
+@dataclass(frozen=True, slots=True)
+class Regression:
+    split: str
+    strategy: str
+    probes: int
+    coefficients: dict[str, float]
+    """The intercept (``intercept``) and one slope per ``PREDICTORS`` name."""
+    r_squared: float
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    split: str
+    ratio_of_sums: float
+    """Adaptive's test-seconds over binary's, all probes of the split summed."""
+    median_ratio: float
+    """The median over cases of each case's ratio (its probes summed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CrossHardware:
+    """Hardware a's estimates predicting hardware b's truth, for each pair."""
+
+    strategy: str
+    nominal: float
+    """The speed ratio b / a."""
+    naive: dict[str, Agreement]
+    """Per split: a's estimate × the speed ratio against b's truth."""
+    factor: float | None
+    """Fitted on the dev pairs: b's truth ≈ a's estimate × factor (None: nothing to fit)."""
+    fitted_on: int
+    left_out: int
+    """Dev probes on a that gave no capacity: a factor cannot be fitted to them."""
+    heldout: Agreement | None
+    """The held-out pairs: a's estimate × factor against b's truth."""
+    heldout_pairs: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ablation:
+    variant: str
+    summary: Summary
+    baseline: Agreement
+    """Adaptive at the CLI defaults on the same cases and seeds, against its truth."""
+
+
+def _split_cases(result: StudyResult, split: str | None) -> list[CaseRow]:
+    return [c for c in result.cases if split is None or c.split == split]
+
+
+def _probes(
+    result: StudyResult,
+    cases: Sequence[CaseRow],
+    strategy: str,
+    variant: Variant,
+    seeds: int | None = None,
+) -> list[ProbeRow]:
+    names = {c.name for c in cases}
+    return [
+        p
+        for p in result.probes
+        if p.case in names
+        and p.strategy == strategy
+        and p.variant == variant
+        and (seeds is None or p.seed < seeds)
+    ]
+
+
+def _truths(result: StudyResult, rows: Sequence[ProbeRow], variant: Variant) -> list[float]:
+    out = []
+    for p in rows:
+        t = result.truth(p.case, _TRUTH_OF[variant])
+        if t is None:
+            raise ValueError(f"case {p.case!r} has no {variant} truth: no rate met its SLO")
+        out.append(t)
+    return out
+
+
+def summarise(
+    result: StudyResult,
+    split: str | None,
+    strategy: str,
+    variant: Variant = "cli",
+    *,
+    seeds: int | None = None,
+) -> Summary | None:
+    """The figures for one split (None: both) and strategy; None when nothing ran."""
+    cases = _split_cases(result, split)
+    rows = _probes(result, cases, strategy, variant, seeds)
+    if not rows:
+        return None
+    truths = _truths(result, rows, variant)
+    estimates = [p.capacity_rps or 0.0 for p in rows]
+    agreement = bland_altman(estimates, truths)  # no capacity: 0, an error of −100 %
+    by_case: dict[str, dict[int, float]] = {}
+    for p, e in zip(rows, estimates, strict=True):
+        by_case.setdefault(p.case, {})[p.seed] = e
+    table = [[v for _, v in sorted(seeds_of.items())] for seeds_of in by_case.values()]
+    width = min(len(r) for r in table)
+    reliability = None
+    if len(table) >= 2 and width >= 2:
+        reliability = icc([r[:width] for r in table], "2,1")
+    cvs = [cv(r) for r in table if sum(r) > 0]
+    fit = linear_fit(estimates, [truths]) if len(rows) > 2 else None
+    return Summary(
+        split=split or "all",
+        strategy=strategy,
+        variant=variant,
+        cases=len(by_case),
+        probes=len(rows),
+        failures=sum(p.capacity_rps is None for p in rows),
+        agreement=agreement,
+        icc=reliability,
+        mean_cv=statistics.fmean(cvs) if cvs else None,
+        r_squared=None if fit is None else fit.r_squared,
+        slope=None if fit is None else fit.coefficients[1],
+        test_seconds=sum(p.test_seconds for p in rows),
+        requests=sum(p.requests_sent for p in rows),
+    )
+
+
+def _predictors(case: CaseRow, truth: float) -> list[float]:
+    return [
+        case.noise_cv,
+        case.stall_fraction,
+        case.batching_delay_s,
+        case.warmup_factor,
+        case.interference_load,
+        math.log10(truth),
+    ]
+
+
+def regression(result: StudyResult, split: str, strategy: str) -> Regression | None:
+    """The relative error of each probe regressed on its server's parameters; None with
+    too few probes to fit them."""
+    cases = {c.name: c for c in _split_cases(result, split)}
+    rows = _probes(result, list(cases.values()), strategy, "cli")
+    if len(rows) <= len(PREDICTORS) + 1:
+        return None
+    truths = _truths(result, rows, "cli")
+    errors = [relative_error(p.capacity_rps, t) for p, t in zip(rows, truths, strict=True)]
+    x = np.asarray([_predictors(cases[p.case], t) for p, t in zip(rows, truths, strict=True)])
+    fit = linear_fit(errors, [x[:, j] for j in range(x.shape[1])])
+    names = ("intercept", *PREDICTORS)
+    return Regression(
+        split, strategy, len(rows), dict(zip(names, fit.coefficients, strict=True)), fit.r_squared
+    )
+
+
+def cost(result: StudyResult, split: str | None) -> Cost | None:
+    """Adaptive's test-seconds against binary's; None unless both ran on some case."""
+    cases = _split_cases(result, split)
+    per_case: dict[str, list[float]] = {}
+    for c in cases:
+        spent = [sum(p.test_seconds for p in _probes(result, [c], s, "cli")) for s in STRATEGIES]
+        if all(spent):
+            per_case[c.name] = spent
+    if not per_case:
+        return None
+    adaptive = sum(a for a, _ in per_case.values())
+    binary = sum(b for _, b in per_case.values())
+    ratios = [a / b for a, b in per_case.values()]
+    return Cost(split or "all", adaptive / binary, statistics.median(ratios))
+
+
+def cross_hardware(result: StudyResult, strategy: str) -> CrossHardware | None:
+    """For every pair (one server on hardware a and b): b's truth predicted from a's
+    estimates, by the speed ratio and by a factor fitted on the dev pairs."""
+    by_name = {c.name: c for c in result.cases}
+    pairs: dict[str, dict[str, CaseRow]] = {}
+    for c in result.cases:
+        if c.pair is not None:
+            pairs.setdefault(c.pair, {})[c.hardware] = c
+    complete = [(p["a"], p["b"]) for p in pairs.values() if {"a", "b"} <= set(p)]
+    if not complete:
+        return None
+    nominal = complete[0][1].speed / complete[0][0].speed
+    points: dict[str, list[tuple[float | None, float]]] = {}
+    for a, b in complete:
+        truth_b = result.truth(b.name)
+        if truth_b is None:
+            continue
+        for p in _probes(result, [by_name[a.name]], strategy, "cli"):
+            points.setdefault(a.split, []).append((p.capacity_rps, truth_b))
+    naive = {
+        split: bland_altman([(e or 0.0) * nominal for e, _ in pts], [t for _, t in pts])
+        for split, pts in points.items()
+    }
+    dev = [(e, t) for e, t in points.get("dev", []) if e is not None]
+    factor = calibration([e for e, _ in dev], [t for _, t in dev]).factor if dev else None
+    held = points.get("heldout", [])
+    heldout = None
+    if factor is not None and held:
+        heldout = bland_altman([(e or 0.0) * factor for e, _ in held], [t for _, t in held])
+    return CrossHardware(
+        strategy=strategy,
+        nominal=nominal,
+        naive=naive,
+        factor=factor,
+        fitted_on=len(dev),
+        left_out=len(points.get("dev", [])) - len(dev),
+        heldout=heldout,
+        heldout_pairs=sum(1 for a, _ in complete if a.split == "heldout"),
+    )
+
+
+def ablations(result: StudyResult) -> list[Ablation]:
+    """Each ablation against adaptive at the CLI defaults on the same cases and seeds."""
+    out = []
+    for variant in ABLATIONS:
+        rows = [p for p in result.probes if p.variant == variant]
+        if not rows:
+            continue
+        names = {p.case for p in rows}
+        cases = [c for c in result.cases if c.name in names]
+        s = summarise(_only(result, cases), None, "adaptive", variant)
+        seeds = max(p.seed for p in rows) + 1
+        base = summarise(_only(result, cases), None, "adaptive", "cli", seeds=seeds)
+        if s is not None and base is not None:
+            out.append(Ablation(variant, s, base.agreement))
+    return out
+
+
+def _only(result: StudyResult, cases: list[CaseRow]) -> StudyResult:
+    return result.model_copy(update={"cases": cases})
+
+
+def measured_calibration(
+    result: StudyResult, source: str, strategy: str = "adaptive"
+) -> MeasuredCalibration | None:
+    """The dev pairs' factor as the allocator reads it (``--calibration-from``); None
+    when no dev pair gave a capacity on hardware a."""
+    x = cross_hardware(result, strategy)
+    if x is None or x.factor is None:
+        return None
+    return MeasuredCalibration(
+        factor=x.factor,
+        from_hardware="a",
+        to_hardware="b",
+        fitted_on=x.fitted_on,
+        heldout_bias=None if x.heldout is None else x.heldout.bias,
+        source=f"{source}: {strategy} probes on hardware a, dev pairs' truths on b",
+    )

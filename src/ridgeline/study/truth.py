@@ -1,0 +1,267 @@
+"""The true capacity of a simulated server: the highest constant rate whose long runs meet
+the SLO, judged plainly, apart from the health engine and the probe.
+
+*Plainly* means over every request of the run at once, with no windows, no warm-up
+exclusion and no hysteresis:
+
+* a latency bound ``pXX < B`` holds when at least XX % of all requests were answered OK
+  within B (latency from the scheduled send); an error or a timeout counts as beyond
+  every bound. ``max < B`` needs every request within B, ``mean < B`` an OK answer to
+  every request and their mean below B;
+* the error rate (errors and timeouts over all requests) must stay below the SLO's;
+* the SLO's attainment bound is not judged: a server short of throughput fails its
+  latency percentile long before a long run's achieved rate falls 5 % short.
+
+Arrivals are Poisson (or a recorded trace's gaps, cycled) at the rate; several seeds'
+runs are pooled, and each run is long: ``requests`` in all and at least ``periods``
+periods of the server's stalls or neighbour, bounded by ``max_requests``. The rate is
+bisected (in log space, with the same unit-rate arrivals at every rate, so the verdict
+moves with the rate and not with the draw) to ``tolerance``: a short-run pass brackets
+it, full-length runs narrow the bracket.
+
+A server that warms up is judged warm: the same model without its warm-up. Capacity is
+a steady-state property; a probe that judges a server before it is warm is wrong about
+it, and that error is what the study measures.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+from pydantic import BaseModel, ConfigDict, Field
+
+from ridgeline.health.slo import SLOPolicy, parse_slo
+from ridgeline.sim import SimPreset, shapes_for, simulate
+from ridgeline.synthetic.model import capacity_rps
+from ridgeline.telemetry.records import Outcome
+from ridgeline.workload.payloads import RequestShape
+from ridgeline.workload.traces import Trace
+
+_QUANTILE = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99, "p999": 0.999}
+_SEED = 0x7275_7468  # the truth's own arrival streams, apart from any probe's
+
+
+class TruthConfig(BaseModel):
+    """How long and how many runs decide one rate, and how fine the answer is."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    requests: int = Field(200_000, ge=1_000, description="requests per rate, all seeds")
+    seeds: int = Field(4, ge=1, le=64, description="runs pooled per rate")
+    periods: int = Field(10, ge=1, description="stall or neighbour periods a run covers")
+    run_s: float = Field(120.0, gt=0, description="seconds each run lasts at least")
+    max_requests: int = Field(2_000_000, ge=1_000, description="requests per rate at most")
+    tolerance: float = Field(0.005, gt=0, lt=0.2, description="relative width of the answer")
+    coarse: float = Field(0.1, gt=0, le=1, description="share of the requests in the first pass")
+    first_seed: int = Field(0, ge=0, description="the runs use seeds first_seed, +1, …")
+    timeout_s: float = Field(30.0, gt=0, description="per-request timeout, as the sim driver's")
+
+
+class Traffic(Protocol):
+    """Arrival times at rate 1 and the requests' shapes, per seed."""
+
+    @property
+    def name(self) -> str: ...
+
+    def unit_times(self, n: int, seed: int) -> NDArray[np.float64]: ...
+
+    def shapes(self, preset: SimPreset, n: int, seed: int) -> list[RequestShape] | None: ...
+
+
+@dataclass(frozen=True)
+class Poisson:
+    """Poisson arrivals; sizes drawn from the server's size spec."""
+
+    name: str = "poisson"
+
+    def unit_times(self, n: int, seed: int) -> NDArray[np.float64]:
+        gaps = np.random.default_rng([_SEED, seed]).exponential(1.0, n)
+        return np.asarray(np.cumsum(gaps) - gaps[0], dtype=np.float64)
+
+    def shapes(self, preset: SimPreset, n: int, seed: int) -> list[RequestShape] | None:
+        return shapes_for(preset, n, seed)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A recorded trace's gaps, cycled from an offset per seed and scaled to mean 1; one
+    row per request, as the sim driver replays a trace without an ``items`` column."""
+
+    trace: Trace
+    name: str = "trace"
+
+    def unit_times(self, n: int, seed: int) -> NDArray[np.float64]:
+        gaps = np.diff(self.trace.times)
+        start = (seed * len(gaps)) // 7 % len(gaps)
+        picked = np.resize(np.roll(gaps, -start), n)
+        picked = picked / picked.mean()
+        return np.concatenate(([0.0], np.cumsum(picked[:-1])))
+
+    def shapes(self, preset: SimPreset, n: int, seed: int) -> list[RequestShape] | None:
+        items = self.trace.columns.get("items")
+        if items is None:
+            return None
+        start = (seed * len(items)) // 7 % len(items)
+        rows = np.resize(np.roll(items, -start), n)
+        return [RequestShape(items=int(r)) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class Truth:
+    capacity_rps: float | None
+    """The highest rate found to meet the SLO (None: not even the lowest tried)."""
+    failing_rps: float
+    """The lowest rate found to fail it: the truth lies in [capacity, failing)."""
+    requests_per_rate: int
+    evaluations: int
+    seconds: float
+    """Wall-clock seconds spent."""
+    broken_by: str
+    """What the long runs at ``failing_rps`` broke: ``"errors"``, a latency statistic,
+    or ``"saturation"`` when that rate is the saturated throughput (never run)."""
+
+
+def broken(latency_s: NDArray[np.float64], ok: NDArray[np.bool_], policy: SLOPolicy) -> str | None:
+    """The bound a pooled run breaks, judged plainly (see the module docstring):
+    ``"errors"``, a latency statistic (``"p99"``), or None when it meets ``policy``.
+    ``latency_s`` per request, ``ok`` whether it was answered OK."""
+    n = int(latency_s.shape[0])
+    if n == 0:
+        return None
+    failed = n - int(np.count_nonzero(ok))
+    if not failed / n < policy.max_error_rate:
+        return "errors"
+    for bound in policy.latency:
+        b = bound.bound_ms / 1000.0
+        if bound.percentile == "mean":
+            if failed or not float(latency_s[ok].mean()) < b:
+                return "mean"
+            continue
+        within = int(np.count_nonzero(ok & (latency_s < b)))
+        q = 1.0 if bound.percentile == "max" else _QUANTILE[bound.percentile]
+        if within < math.ceil(q * n - 1e-9):
+            return bound.percentile
+    return None
+
+
+def _warm(preset: SimPreset) -> SimPreset:
+    return preset.model_copy(update={"model": preset.model.model_copy(update={"warmup": None})})
+
+
+def _per_seed(preset: SimPreset, rate: float, cfg: TruthConfig, share: float) -> int:
+    """Requests in each seed's run at ``rate``: ``requests`` over all seeds, each run at
+    least ``run_s`` long (an overload shows as a queue that grows with time, not with
+    the number of runs), and ``periods`` stall or neighbour periods over all runs."""
+    m, i = preset.model, preset.interference
+    periods = [m.periodic_stall.every_s] if m.periodic_stall is not None else []
+    if i is not None and i.duty < 1.0:
+        periods.append(i.period_s)
+    span = cfg.periods * max(periods, default=0.0) / cfg.seeds
+    n = max(cfg.requests / cfg.seeds, rate * cfg.run_s, rate * span)
+    return max(100, math.ceil(min(n, cfg.max_requests / cfg.seeds) * share))
+
+
+class _Judge:
+    """Runs at a rate, pooled over seeds; the unit arrivals and shapes are made once."""
+
+    def __init__(self, preset: SimPreset, policy: SLOPolicy, traffic: Traffic, cfg: TruthConfig):
+        self.preset, self.policy, self.traffic, self.cfg = _warm(preset), policy, traffic, cfg
+        self.runs = 0
+        self.broken: dict[float, str] = {}
+        """What the full-length runs broke, by rate."""
+        self._inputs: dict[tuple[int, int], tuple[NDArray[np.float64], object]] = {}
+
+    def _input(self, n: int, seed: int) -> tuple[NDArray[np.float64], object]:
+        key = (n, seed)
+        if key not in self._inputs:
+            self._inputs[key] = (
+                self.traffic.unit_times(n, seed),
+                self.traffic.shapes(self.preset, n, seed),
+            )
+        return self._inputs[key]
+
+    def __call__(self, rate: float, share: float) -> bool:
+        self.runs += 1
+        per_seed = _per_seed(self.preset, rate, self.cfg, share)
+        latencies, oks = [], []
+        for seed in range(self.cfg.first_seed, self.cfg.first_seed + self.cfg.seeds):
+            unit, shapes = self._input(per_seed, seed)
+            rec, _ = simulate(
+                self.preset.model,
+                unit / rate,
+                shapes,  # type: ignore[arg-type]
+                seed=seed,
+                timeout_s=self.cfg.timeout_s,
+                speed=self.preset.speed,
+                interference=self.preset.interference,
+            )
+            latencies.append(rec.done - rec.scheduled)
+            oks.append(rec.outcome == int(Outcome.OK))
+        why = broken(np.concatenate(latencies), np.concatenate(oks), self.policy)
+        if why is not None and share == 1.0:
+            self.broken[rate] = why
+        return why is None
+
+
+def _bisect(
+    holds: Callable[[float], bool], lo: float, hi: float, tol: float
+) -> tuple[float, float]:
+    """Narrow [lo, hi) — lo holds, hi fails — to hi / lo ≤ 1 + tol."""
+    while hi / lo > 1.0 + tol:
+        mid = math.sqrt(lo * hi)
+        if holds(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo, hi
+
+
+def true_capacity(
+    preset: SimPreset,
+    slo: str | None = None,
+    *,
+    traffic: Traffic | None = None,
+    cfg: TruthConfig | None = None,
+) -> Truth:
+    """The highest constant rate at which ``preset`` (warm) meets ``slo`` (by default
+    its own) plainly, to ``cfg.tolerance``."""
+    cfg = cfg or TruthConfig()
+    started = time.perf_counter()
+    judge = _Judge(preset, parse_slo(slo or preset.slo), traffic or Poisson(), cfg)
+    ceiling = capacity_rps(preset.model) * preset.speed  # one-row requests, saturated
+
+    def coarse(r: float) -> bool:
+        return judge(r, cfg.coarse)
+
+    def full(r: float) -> bool:
+        return judge(r, 1.0)
+
+    # No rate at or above the saturated throughput is sustainable, however a finite run
+    # went: the bracket's top fails by definition and is never run.
+    hi, lo = ceiling, ceiling / 2.0
+    while not coarse(lo):
+        hi, lo = lo, lo / 2.0
+        if lo < ceiling * 1e-4:
+            n = cfg.seeds * _per_seed(preset, lo, cfg, 1.0)
+            return Truth(None, hi, n, judge.runs, _since(started), "all rates tried")
+    lo, hi = _bisect(coarse, lo, hi, 0.02)
+    step = 1.02
+    while not full(lo):  # the short runs were lucky: step down until a long one holds
+        hi, lo = lo, lo / step
+        step *= step
+    while hi < ceiling and full(hi):  # or unlucky: step up until a long one fails
+        lo, hi = hi, min(hi * step, ceiling)
+        step *= step
+    lo, hi = _bisect(full, lo, hi, cfg.tolerance)
+    n = cfg.seeds * _per_seed(preset, lo, cfg, 1.0)
+    return Truth(lo, hi, n, judge.runs, _since(started), judge.broken.get(hi, "saturation"))
+
+
+def _since(started: float) -> float:
+    return time.perf_counter() - started

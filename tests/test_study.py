@@ -1,0 +1,570 @@
+"""The validation study: the bank's coverage, the truth on cases with a known answer, the
+study on a tiny bank (its tables' exact structure), the same probe as the CLI's, the
+statistics counting failures, and the calibration from the study to the allocator."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ridgeline.errors import ConfigError, UnknownKindError
+from ridgeline.health.slo import parse_slo
+from ridgeline.report.vanguard import (
+    BANK,
+    RESULTS,
+    bank_markdown,
+    results_markdown,
+    update_document,
+)
+from ridgeline.sim import SimPreset, load_sim_config
+from ridgeline.sizing.calibration import read_calibration, write_calibration
+from ridgeline.study.bank import CLASSES, SPLITS, load_bank, pairs, select
+from ridgeline.study.stats import cross_hardware, measured_calibration, summarise
+from ridgeline.study.truth import TruthConfig, broken, true_capacity
+from ridgeline.study.vanguard import (
+    CaseRow,
+    ProbeRow,
+    StudyConfig,
+    StudyResult,
+    TruthRow,
+    batching_window_s,
+    p99_only,
+    probe_as_cli,
+    run_study,
+)
+from ridgeline.workload.traces import bundled_trace_path
+
+BEHAVIOURS = {
+    "batching-small-delay",
+    "batching-large-delay",
+    "heavy-tail",
+    "periodic-stall",
+    "warmup-by-time",
+    "warmup-by-work",
+    "interference",
+    "low-rate",
+    "errors",
+}
+"""What every half of the bank must hold (variable row counts only in dev)."""
+
+
+def ridgeline(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ridgeline", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+# ---------------------------------------------------------------------------- the bank
+
+
+@pytest.mark.timeout(60)
+def test_the_bank_covers_every_class_and_behaviour_in_both_halves_on_both_hardware() -> None:
+    bank = load_bank()
+    assert len(bank) >= 16
+    for split in SPLITS:
+        half = [c for c in bank if c.split == split]
+        assert {c.klass for c in half} == set(CLASSES), split
+        covered = set().union(*(c.traits for c in half))
+        assert covered >= BEHAVIOURS, (split, BEHAVIOURS - covered)
+        assert {c.hardware for c in half} == {"a", "b"}, split
+        assert any(c.pair for c in half), f"no cross-hardware pair in {split}"
+    assert sum("low-rate" in c.traits for c in bank) >= 2
+    assert {c.preset.speed for c in bank} == {1.0, 1.6}
+    large = [c for c in bank if c.preset.model.batching.max_queue_delay_s >= 0.1]
+    assert any(c.preset.model.batching.max_batch_size >= 64 for c in large)
+    work = [c.preset.model.warmup for c in bank if "warmup-by-work" in c.traits]
+    assert any(w is not None and w.requests == 30_000 and w.factor == 3.0 for w in work)
+
+
+@pytest.mark.timeout(60)
+def test_a_pair_is_one_server_on_two_speeds_and_a_bad_pair_is_refused(tmp_path: Path) -> None:
+    found = pairs(load_bank())
+    assert len(found) >= 4
+    for a, b in found.values():
+        assert (a.hardware, b.hardware, a.split) == ("a", "b", b.split)
+        assert a.preset.model == b.preset.model and b.preset.speed / a.preset.speed == 1.6
+    head = "class: vision\nsplit: dev\npair: p\nbehaviour: x\nserver: {preset: vision}\n"
+    (tmp_path / "one.yaml").write_text(f"name: one\nhardware: a\n{head}")
+    (tmp_path / "two.yaml").write_text(
+        f"name: two\nhardware: b\n{head.replace('{preset: vision}', '{preset: ranking}')}"
+    )
+    with pytest.raises(ConfigError, match="differ beyond speed"):
+        load_bank(tmp_path)
+    (tmp_path / "two.yaml").write_text(
+        "name: two\nhardware: b\nclass: vision\nsplit: dev\npair: p\nbehaviour: x\n"
+        "server: {preset: vision, speed: 1.0}\n"
+    )
+    with pytest.raises(ConfigError, match="contradicts hardware 'b'"):
+        load_bank(tmp_path)
+    with pytest.raises(UnknownKindError, match="valid bank cases are"):
+        select(load_bank(), ["no-such-case"])
+
+
+@pytest.mark.timeout(60)
+def test_each_case_is_a_plain_sim_file_the_probe_command_reads(tmp_path: Path) -> None:
+    for case in load_bank():
+        assert load_sim_config(case.write_sim_file(tmp_path)) == case.preset, case.name
+
+
+# ---------------------------------------------------------------------------- the truth
+
+
+def _server(slo: str = "p99<10s,errors<0.1%", **model: object) -> SimPreset:
+    return SimPreset.model_validate(
+        {
+            "description": "test server",
+            "model": {"base_ms": 10.0, "per_item_ms": 0.0, "instances": 1, **model},
+            "slo": slo,
+        }
+    )
+
+
+def test_the_plain_judge_counts_failures_beyond_every_bound() -> None:
+    policy = parse_slo("p99<100ms,errors<1%")
+    fast, slow = np.full(990, 0.05), np.full(10, 0.5)
+    ok = np.ones(1000, dtype=bool)
+    assert broken(np.concatenate([fast, slow]), ok, policy) is None  # 99.0 % within
+    assert broken(np.concatenate([fast[:-1], slow, [0.5]]), ok, policy) == "p99"  # 98.9 %
+    failed = ok.copy()
+    failed[:1] = False  # one failure, fast as it was: beyond the bound all the same
+    assert broken(np.concatenate([fast, slow]), failed, policy) == "p99"
+    errors = np.zeros(1000, dtype=bool)
+    errors[:10] = True  # 1 % errors, not below 1 %
+    assert broken(np.full(1000, 0.01), ~errors, policy) == "errors"
+
+
+@pytest.mark.timeout(120)
+def test_one_constant_server_under_a_loose_bound_is_saturated_near_one_over_its_service() -> None:
+    # 10 ms, one instance, no batching, no noise: 100 req/s is the saturated throughput;
+    # a p99 bound of 10 s holds an M/D/1 queue up to nearly all of it
+    t = true_capacity(_server(), cfg=TruthConfig(requests=100_000))
+    assert t.capacity_rps is not None and 97.0 < t.capacity_rps < t.failing_rps <= 100.0
+    assert t.failing_rps / t.capacity_rps <= 1.005
+
+
+@pytest.mark.timeout(120)
+def test_stalls_past_the_bound_count_in_the_plain_p99_and_lower_the_truth() -> None:
+    # 5 ms service, p99 < 50 ms: an 80 ms stall every 5 s puts 0.6 % of requests past the
+    # bound at low load, and its backlog puts more past it as the rate rises
+    cfg = TruthConfig(requests=100_000)
+    smooth = _server("p99<50ms,errors<0.1%", base_ms=5.0)
+    stall = {"every_s": 5.0, "duration_ms": 80.0}
+    stalled = _server("p99<50ms,errors<0.1%", base_ms=5.0, periodic_stall=stall)
+    without = true_capacity(smooth, cfg=cfg).capacity_rps
+    with_stalls = true_capacity(stalled, cfg=cfg)
+    assert without is not None and with_stalls.capacity_rps is not None
+    assert with_stalls.capacity_rps < 0.9 * without
+    assert with_stalls.broken_by == "p99"
+
+
+@pytest.mark.timeout(120)
+def test_a_warming_server_is_judged_warm() -> None:
+    cfg = TruthConfig(requests=50_000)
+    cold = _server(warmup={"factor": 3.0, "requests": 30_000})
+    warm = true_capacity(_server(), cfg=cfg)
+    assert true_capacity(cold, cfg=cfg).capacity_rps == warm.capacity_rps is not None
+
+
+# ---------------------------------------------------------------------------- the study
+
+TINY_CASE = """\
+name: {name}
+class: {klass}
+split: {split}
+hardware: {hardware}
+{pair}behaviour: a tiny test server
+server:
+  description: tiny
+  model: {{base_ms: {base}, per_item_ms: 1.0, instances: 1, noise_cv: 0.1,
+          batching: {{max_batch_size: 4, max_queue_delay_s: 0.002}}}}
+  slo: "p99<150ms,errors<0.1%"
+"""
+
+
+def _tiny_bank(root: Path) -> Path:
+    for name, klass, split, hardware, pair, base in [
+        ("tiny-a", "vision", "dev", "a", "pair: tiny\n", 20.0),
+        ("tiny-b", "vision", "dev", "b", "pair: tiny\n", 20.0),
+    ]:
+        text = TINY_CASE.format(
+            name=name, klass=klass, split=split, hardware=hardware, pair=pair, base=base
+        )
+        (root / f"{name}.yaml").write_text(text)
+    return root
+
+
+def _headings_and_rows(markdown: str) -> list[tuple[str, list[list[str]]]]:
+    """Each ``####`` heading with the first two cells of its table's body rows."""
+    out: list[tuple[str, list[list[str]]]] = []
+    for line in markdown.splitlines():
+        if line.startswith("#### "):
+            out.append((line[5:], []))
+        elif line.startswith("| ") and out and not line.startswith("| split |"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if cells[0] not in {"case", "strategy", "variant"}:
+                out[-1][1].append(cells[:2])
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_study_on_a_tiny_bank_writes_every_table_with_its_rows(tmp_path: Path) -> None:
+    (tmp_path / "bank").mkdir()
+    cfg = StudyConfig(
+        seeds=2,
+        ablation_seeds=1,
+        jobs=1,
+        bank=_tiny_bank(tmp_path / "bank"),
+        truth=TruthConfig(requests=20_000, run_s=60.0),
+    )
+    seen: list[str] = []
+    result = run_study(cfg, on_case=lambda done: seen.append(done.case.name))
+    assert sorted(seen) == ["tiny-a", "tiny-b"]
+    assert [(p.case, p.strategy, p.seed) for p in result.probes] == [
+        (c, s, k) for c in ("tiny-a", "tiny-b") for s in ("adaptive", "binary") for k in (0, 1)
+    ]
+    assert {t.case: t.variant for t in result.truths} == {"tiny-a": "poisson", "tiny-b": "poisson"}
+    md = results_markdown(result, command="ridgeline study vanguard --seeds 2", commit="abc1234")
+    assert md.startswith("Generated by `ridgeline study vanguard --seeds 2` on ")
+    assert "at commit `abc1234`: 2 cases, 8 probes at the CLI defaults" in md
+    structure = _headings_and_rows(md)
+    assert [h for h, _ in structure] == [
+        "Agreement with the truth (relative error, estimate / truth − 1)",
+        "Cost: test-seconds and requests sent",
+        "The error regressed on the server's parameters (one row per probe)",
+        "Across hardware: predicting b's capacity from a probe on a",
+        "Ablations (adaptive; baseline: the same cases and seeds at the CLI defaults)",
+        "Per case",
+    ]
+    rows = dict(structure)
+    assert rows["Agreement with the truth (relative error, estimate / truth − 1)"] == [
+        ["dev", "adaptive"],
+        ["dev", "binary"],
+        ["all", "adaptive"],
+        ["all", "binary"],
+    ]
+    spent = rows_cost(result)
+    assert rows["Cost: test-seconds and requests sent"] == [["dev", spent], ["all", spent]]
+    assert rows["Across hardware: predicting b's capacity from a probe on a"] == [
+        ["adaptive", _naive_cell(result, "adaptive")],
+        ["binary", _naive_cell(result, "binary")],
+    ]
+    assert rows["Per case"] == [["`tiny-a`", "dev"], ["`tiny-b`", "dev"]]
+    assert "Too few probes to regress" in md and "No ablation ran." in md
+
+    doc = tmp_path / "doc.md"
+    doc.write_text(
+        "# Title\n\nbefore\n\n<!-- vanguard:results:start -->\nold\n"
+        "<!-- vanguard:results:end -->\n\nafter\n"
+    )
+    blocks = {BANK: bank_markdown(result), RESULTS: md}
+    update_document(doc, blocks)
+    once = doc.read_text()
+    update_document(doc, blocks)
+    assert doc.read_text() == once  # the blocks replace themselves
+    assert once.startswith("# Title\n\nbefore\n\n<!-- vanguard:results:start -->\nGenerated")
+    assert "old" not in once and "\nafter\n" in once
+    assert once.rstrip().endswith("<!-- vanguard:bank:end -->")
+    assert once.count("| `tiny-a` | vision | dev | a (1.0) | a tiny test server |") == 1
+
+
+def rows_cost(result: StudyResult) -> str:
+    adaptive = summarise(result, "dev", "adaptive")
+    assert adaptive is not None
+    return f"{adaptive.test_seconds:,.0f}"
+
+
+def _naive_cell(result: StudyResult, strategy: str) -> str:
+    x = cross_hardware(result, strategy)
+    assert x is not None
+    a = x.naive["dev"]
+    sign = lambda v: f"{v * 100:+.1f} %".replace("-", "−")  # noqa: E731
+    return f"{sign(a.bias)} ({sign(a.low)} to {sign(a.high)})"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_parallel_processes_give_the_same_study_as_one(tmp_path: Path) -> None:
+    bank = _tiny_bank(tmp_path)
+    truth = TruthConfig(requests=20_000, run_s=60.0)
+    one = run_study(StudyConfig(seeds=1, ablation_seeds=0, jobs=1, bank=bank, truth=truth))
+    two = run_study(StudyConfig(seeds=1, ablation_seeds=0, jobs=2, bank=bank, truth=truth))
+    strip = {"wall_s"}
+    assert [p.model_dump(exclude=strip) for p in one.probes] == [
+        p.model_dump(exclude=strip) for p in two.probes
+    ]
+    assert [t.model_dump(exclude=strip) for t in one.truths] == [
+        t.model_dump(exclude=strip) for t in two.truths
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    ("case", "strategy", "variant"),
+    [
+        ("nlp-tail-a", "binary", "cli"),
+        ("nlp-tail-a", "adaptive", "no-warmup"),
+        ("nlp-tail-a", "adaptive", "trace"),
+        ("nlp-tail-a", "adaptive", "p99-only"),
+        ("rec-bigbatch-a", "adaptive", "batching-windows"),
+    ],
+)
+def test_the_study_probes_as_the_probe_command_does(
+    tmp_path: Path, case: str, strategy: str, variant: str
+) -> None:
+    c = select(load_bank(), [case])[0]
+    path = c.write_sim_file(tmp_path)
+    window = batching_window_s(c) if variant == "batching-windows" else 1.0
+    options = {
+        "cli": [],
+        "no-warmup": ["--no-warmup"],
+        "trace": ["--trace", str(bundled_trace_path())],
+        "p99-only": ["--slo", p99_only(c.preset.slo)],
+        "batching-windows": ["--window", str(window)],
+    }[variant]
+    run = ridgeline(
+        "probe",
+        f"sim:{path}",
+        "--strategy",
+        strategy,
+        "--seed",
+        "3",
+        "--json",
+        "--db",
+        str(tmp_path / "runs.sqlite"),
+        *options,
+    )
+    assert run.returncode == 0, run.stderr
+    cli = json.loads(run.stdout)
+    ours = probe_as_cli(path, strategy, 3, variant, window_s=window)  # type: ignore[arg-type]
+    keys = ("capacity_rps", "ci_low", "ci_high", "confirmed", "steps", "requests_sent", "slo")
+    assert {k: cli[k] for k in keys} == {k: getattr(ours, k) for k in keys}
+    assert cli["test_seconds"] == pytest.approx(ours.test_seconds, rel=1e-12)
+    assert window > 1.0 if variant == "batching-windows" else window == 1.0
+
+
+def test_the_single_metric_slo_keeps_the_p99_bound_alone() -> None:
+    assert p99_only("p99<50ms,errors<0.1%") == "p99<50ms"
+    assert p99_only("p50<10ms,p99<2s,errors<0.1%") == "p99<2000ms"
+    assert parse_slo(p99_only("p99<50ms,errors<0.1%")).max_error_rate == 0.01
+    assert p99_only("p95<80ms") == "p95<80ms"
+
+
+# ---------------------------------------------------------------------------- statistics
+
+
+def _case(name: str, split: str, hardware: str, pair: str | None = None) -> CaseRow:
+    speed = {"a": 1.0, "b": 1.6}[hardware]
+    return CaseRow(
+        name=name,
+        klass="vision",
+        split=split,
+        hardware=hardware,
+        pair=pair,
+        behaviour="made up",
+        traits=[],
+        slo="p99<50ms",
+        speed=speed,
+        nominal_rps=1000.0,
+        noise_cv=0.1,
+        stall_fraction=0.0,
+        batching_delay_s=0.0,
+        warmup_factor=1.0,
+        interference_load=0.0,
+    )
+
+
+def _probe_row(
+    case: str, seed: int, capacity: float | None, strategy: str = "adaptive"
+) -> ProbeRow:
+    return ProbeRow(
+        case=case,
+        strategy=strategy,
+        variant="cli",
+        seed=seed,
+        capacity_rps=capacity,  # type: ignore[arg-type]
+        confirmed=capacity is not None,
+        test_seconds=100.0,
+        requests_sent=1000,
+        status="complete",
+        reason="",
+        wall_s=0.0,
+    )
+
+
+def _truth_row(case: str, capacity: float) -> TruthRow:
+    return TruthRow(
+        case=case,
+        variant="poisson",
+        slo="p99<50ms",
+        capacity_rps=capacity,
+        failing_rps=capacity * 1.005,
+        broken_by="p99",
+        requests_per_rate=1,
+        evaluations=1,
+        wall_s=0.0,
+    )
+
+
+def _result(cases: list[CaseRow], probes: list[ProbeRow], truths: list[TruthRow]) -> StudyResult:
+    return StudyResult(
+        seeds=3,
+        ablation_seeds=0,
+        jobs=1,
+        started_at=datetime(2026, 1, 1, tzinfo=UTC),
+        wall_s=0.0,
+        cases=cases,
+        truths=truths,
+        probes=probes,
+    )
+
+
+def test_a_probe_without_a_capacity_is_an_error_of_minus_100_percent() -> None:
+    result = _result(
+        [_case("x", "dev", "a"), _case("y", "dev", "a")],
+        [
+            _probe_row("x", 0, 100.0),
+            _probe_row("x", 1, 100.0),
+            _probe_row("y", 0, None),
+            _probe_row("y", 1, 200.0),
+        ],
+        [_truth_row("x", 100.0), _truth_row("y", 200.0)],
+    )
+    s = summarise(result, "dev", "adaptive")
+    assert s is not None
+    assert (s.probes, s.failures, s.cases) == (4, 1, 2)
+    assert s.agreement.bias == pytest.approx(-0.25)  # errors 0, 0, −1, 0
+    assert s.mean_cv == pytest.approx((0.0 + math.sqrt(2) * 100 / 100) / 2)
+
+
+def test_the_calibration_fitted_on_dev_pairs_is_their_known_factor(tmp_path: Path) -> None:
+    # dev: a's estimates 80, 100, 125 (geometric mean 100) against b's truth 150: factor
+    # 1.5; a failed probe is left out of the fit and counted. Held out: a's 200 and 200
+    # against b's 300, exactly 1.5 again: no bias left.
+    cases = [
+        _case("d-a", "dev", "a", "d"),
+        _case("d-b", "dev", "b", "d"),
+        _case("h-a", "heldout", "a", "h"),
+        _case("h-b", "heldout", "b", "h"),
+    ]
+    probes = [
+        _probe_row("d-a", 0, 80.0),
+        _probe_row("d-a", 1, 100.0),
+        _probe_row("d-a", 2, 125.0),
+        _probe_row("d-a", 3, None),
+        _probe_row("h-a", 0, 200.0),
+        _probe_row("h-a", 1, 200.0),
+    ]
+    truths = [
+        _truth_row("d-a", 90.0),
+        _truth_row("d-b", 150.0),
+        _truth_row("h-a", 190.0),
+        _truth_row("h-b", 300.0),
+    ]
+    result = _result(cases, probes, truths)
+    x = cross_hardware(result, "adaptive")
+    assert x is not None
+    assert x.factor == pytest.approx(1.5)
+    assert (x.fitted_on, x.left_out, x.heldout_pairs, x.nominal) == (3, 1, 1, 1.6)
+    assert x.heldout is not None and x.heldout.bias == pytest.approx(0.0, abs=1e-12)
+    assert x.naive["heldout"].bias == pytest.approx(200 * 1.6 / 300 - 1)
+    measured = measured_calibration(result, "test")
+    assert measured is not None
+    path = write_calibration(measured, tmp_path / "cal.json")
+    assert read_calibration(path).factor == pytest.approx(1.5)
+
+
+@pytest.mark.timeout(120)
+def test_allocate_plans_with_a_measured_calibration(tmp_path: Path) -> None:
+    path = tmp_path / "cal.json"
+    path.write_text(
+        json.dumps(
+            {
+                "factor": 1.5,
+                "from_hardware": "a",
+                "to_hardware": "b",
+                "fitted_on": 10,
+                "heldout_bias": -0.01,
+                "source": "ridgeline study vanguard (test)",
+            }
+        )
+    )
+    run = ridgeline(
+        "allocate",
+        "--capacity-rps",
+        "100",
+        "--demand-rps",
+        "1000",
+        "--calibration-from",
+        str(path),
+        "--json",
+    )
+    assert run.returncode == 0, run.stderr
+    a = json.loads(run.stdout)
+    # 1000 × 1.2 = 1200 req/s at 100 × 1.5 = 150 a replica: 8 replicas
+    assert (a["per_replica_rps"], a["replicas"], a["inputs"]["calibration"]) == (150.0, 8, 1.5)
+    both = ridgeline(
+        "allocate",
+        "--capacity-rps",
+        "100",
+        "--demand-rps",
+        "1000",
+        "--calibration",
+        "0.9",
+        "--calibration-from",
+        str(path),
+    )
+    assert both.returncode == 2 and "keep one" in " ".join(both.stderr.split())
+    path.write_text('{"factor": -1}')
+    bad = ridgeline(
+        "allocate",
+        "--capacity-rps",
+        "100",
+        "--demand-rps",
+        "1000",
+        "--calibration-from",
+        str(path),
+    )
+    assert bad.returncode == 2 and "is not a measured calibration" in " ".join(bad.stderr.split())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_command_runs_one_case_and_writes_its_document(tmp_path: Path) -> None:
+    out, js = tmp_path / "doc.md", tmp_path / "study.json"
+    run = ridgeline(
+        "study",
+        "vanguard",
+        "--case",
+        "nlp-tail-b",
+        "--seeds",
+        "1",
+        "--ablation-seeds",
+        "0",
+        "--jobs",
+        "1",
+        "--out",
+        str(out),
+        "--json",
+        str(js),
+        timeout=280,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "[ 1/1] nlp-tail-b" in run.stderr
+    doc = out.read_text()
+    assert (
+        "`ridgeline study vanguard --seeds 1 --jobs 1 --case nlp-tail-b --ablation-seeds 0`" in doc
+    )
+    data = json.loads(js.read_text())
+    assert [(p["case"], p["strategy"]) for p in data["probes"]] == [
+        ("nlp-tail-b", "adaptive"),
+        ("nlp-tail-b", "binary"),
+    ]
