@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ridgeline.health.engine import assess, observation_from_window, severity
+from ridgeline.health.engine import assess, observation_from_window
 from ridgeline.health.hysteresis import HysteresisConfig, HysteresisState, smooth
 from ridgeline.health.sampling import (
     QUANTILES,
@@ -91,8 +91,12 @@ def assess_step(
     grace = max((b.bound_ms for b in policy.latency), default=0.0) / 1000.0
     step_obs = _step_observation(result, start, grace)
     step_obs = replace(step_obs, gpu_problems=gpu_problems, gpu_utilisation=gpu_utilisation)
+    # the verdict is the step's own: every request at once, the windows as its history
+    # (the latency trend). The windows' smoothed states are the timeline only: a 1 s
+    # window holding one stall, or one error under errors<0.1%, fails its own bounds on
+    # a handful of requests, and no count of such windows is the SLO
     a = assess(step_obs, policy, obs[start:])
-    state = max(a.state, smoothed, key=severity)
+    state = a.state
     score = a.score
     if not state.sustainable and score <= 1.0:
         score = 1.0 + _EPS
@@ -100,8 +104,6 @@ def assess_step(
         score = 1.0
     s = result.summary
     reason = a.reason
-    if state != a.state:
-        reason = f"windows settled {smoothed.value}: {hs_reason(timeline)}"
     if not s.valid:
         reason = f"invalid step: {s.invalid_reason}"
     quarters = quarter_scores(result, start, grace, policy)

@@ -350,7 +350,7 @@ async def _warmup(run: _Run, first_rate: float, stop: asyncio.Event) -> None:
             )
         if run.store is not None and run.run_id is not None:
             run.store.add_step(run.run_id, run.index, result.summary, result.windows)
-            run.index += 1
+        run.index += 1  # with a store or without: every later step's seed follows from it
         if (steady and sent >= wanted) or result.interrupted:
             break
 
