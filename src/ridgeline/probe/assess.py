@@ -24,7 +24,6 @@ from ridgeline.health.hysteresis import HysteresisConfig, HysteresisState, smoot
 from ridgeline.health.sampling import (
     QUANTILES,
     binomial_sf,
-    exceeds,
     needed_samples,
     quantile_interval,
 )
@@ -58,6 +57,7 @@ def assess_step(
     gpu_problems: tuple[str, ...] = (),
     gpu_utilisation: float | None = None,
     confidence: float = 0.95,
+    family: int = 1,
 ) -> StepAssessment:
     """The step's verdict and its timeline. ``confidence`` sets the interval reported
     for the judged percentile and how sure a failure on few requests must be to decide
@@ -108,7 +108,7 @@ def assess_step(
         reason = f"invalid step: {s.invalid_reason}"
     quarters = quarter_scores(result, start, grace, policy)
     tail = tail_count(result, start, policy, confidence)
-    decided = tail.decides(state.sustainable, step_obs, policy, confidence) or not s.valid
+    decided = tail.decides(state.sustainable, step_obs, policy, confidence, family) or not s.valid
     if not decided:
         reason = (
             f"undecided: {reason}, but on {tail.samples} requests "
@@ -194,7 +194,12 @@ class Tail:
     """The percentile's distribution-free confidence interval, ms."""
 
     def decides(
-        self, sustainable: bool, obs: Observation, policy: SLOPolicy, confidence: float
+        self,
+        sustainable: bool,
+        obs: Observation,
+        policy: SLOPolicy,
+        confidence: float,
+        family: int = 1,
     ) -> bool:
         """Whether the step can decide: it had the requests its percentile needs (its
         error bound's, when only the errors failed it), or it failed so plainly that
@@ -202,14 +207,18 @@ class Tail:
         the bound, or too many errors, to be chance). A pass on fewer requests is
         provisional, never the last word: a confirmation of its own length follows
         every estimate. A narrow failure on few requests is a coin toss, and the probe
-        runs it again, long enough."""
+        runs it again, long enough. The shortcut must hold across the ``family`` of steps
+        a probe may run (Bonferroni: ``(1 − confidence)/family``): one error in the first
+        5 requests under ``errors<0.1%`` is a 1-in-200 draw, which a probe of 60 steps
+        meets often enough to end a search on it."""
         if sustainable:
             return True
+        alpha = (1.0 - confidence) / max(family, 1)
         q = QUANTILES.get(self.percentile)
-        if q is not None and exceeds(self.samples, self.beyond, q, confidence):
+        if q is not None and binomial_sf(self.beyond, self.samples, 1.0 - q) <= alpha:
             return True
         errors = round(obs.error_rate * obs.answered)
-        if binomial_sf(errors, obs.answered, policy.max_error_rate) <= 1.0 - confidence:
+        if binomial_sf(errors, obs.answered, policy.max_error_rate) <= alpha:
             return True
         if obs.error_rate > policy.max_error_rate and self.beyond <= self.allowed:
             # the latency held: the errors decide, and they need a count of their own

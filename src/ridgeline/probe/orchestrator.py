@@ -211,6 +211,9 @@ class _Run:
         self.sent = 0
         self.run_id: int | None = None
         self._interrupted = False
+        self.family = int(cfg.strategy_options.get("max_steps", 60))
+        """The steps a probe may run: a failure on few requests must be too plain for
+        chance in any of them (``StepVerdict.decided``)."""
 
     def opened(self) -> None:
         """The run is stored from its first measured step: an endpoint that fails its
@@ -274,6 +277,7 @@ class _Run:
             gpu_problems=gpu_problems(samples),
             gpu_utilisation=mean_utilisation(samples),
             confidence=self.cfg.confidence,
+            family=self.family,
         )
         if self.store is not None and self.run_id is not None:
             self.store.add_step(self.run_id, self.index, result.summary, result.windows)
