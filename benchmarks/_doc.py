@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import platform
 from pathlib import Path
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
@@ -29,3 +32,14 @@ def ensure_section(heading: str, intro: list[str], doc: Path = DOC) -> None:
         lines.pop()
     lines += ["", heading, "", *intro]
     doc.write_text("\n".join(lines) + "\n")
+
+
+def machine() -> str:
+    """The machine a row was measured on: cores, CPU model, Python, OS."""
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return f"{os.cpu_count()} cores, {cpu}, Python {platform.python_version()}, {platform.system()}"

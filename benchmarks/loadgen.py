@@ -22,7 +22,6 @@ import contextlib
 import csv
 import json
 import os
-import platform
 import shutil
 import socket
 import subprocess
@@ -34,7 +33,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from _doc import DOC, add_rows
+from _doc import DOC, add_rows, machine
 
 from ridgeline.aio import run_coroutine
 from ridgeline.fakeserver import load_preset, running_in_process
@@ -180,16 +179,6 @@ def wrk(model_url: str, duration: float) -> float | None:
         if line.startswith("Requests/sec:"):
             return float(line.split()[1])
     return None
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return f"{os.cpu_count()} cores, {cpu}, Python {platform.python_version()}, {platform.system()}"
 
 
 def free_port() -> int:

@@ -23,8 +23,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from _doc import add_rows, ensure_section
-from loadgen import machine
+from _doc import add_rows, ensure_section, machine
 
 from ridgeline.errors import InfeasiblePlan
 from ridgeline.pipeline.planned import max_demand

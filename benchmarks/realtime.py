@@ -53,11 +53,9 @@ RIDGELINE_BENCH_NO_WRITE=1.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import platform
 import re
 import shutil
 import signal
@@ -74,6 +72,7 @@ from typing import Any
 
 import yaml
 from _doc import DOC, add_rows, ensure_section
+from _doc import machine as doc_machine
 from _serve_peers.procs import log_tail, stop_group
 
 from ridgeline.health.slo import SLOPolicy, parse_slo
@@ -192,18 +191,9 @@ SERVERS = {
 
 
 def machine() -> str:
-    """As loadgen.py writes it (not imported: it loads the fake server), and the GPU."""
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+    """The machine (``_doc.machine``), and whether it has a GPU."""
     gpu = "GPU present, unused" if shutil.which("nvidia-smi") else "no GPU"
-    return (
-        f"{os.cpu_count()} cores, {cpu}, Python {platform.python_version()},"
-        f" {platform.system()}, {gpu}"
-    )
+    return f"{doc_machine()}, {gpu}"
 
 
 def _env_float(name: str, default: float) -> float:

@@ -35,18 +35,18 @@ import tempfile
 import time
 from collections.abc import Callable, Coroutine
 from contextlib import AbstractContextManager
+from dataclasses import asdict
 from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any, TypeVar
 
-from _doc import DOC, add_rows, ensure_section
+from _doc import DOC, add_rows, ensure_section, machine
 from _serve_peers import servers
 from _serve_peers.perf_analyzer import PaResult, PerfAnalyzer, find_perf_analyzer, run_rate
 from _serve_peers.procs import PeerFailed, log_tail
 from _serve_peers.settle import SettlingDriver
 from _serve_peers.venv import BenchEnv, ensure_bench_venv
-from loadgen import machine
 
 from ridgeline.aio import run_coroutine
 from ridgeline.errors import RidgelineError
@@ -305,8 +305,8 @@ def main() -> None:
             model=MODEL,
             onnx=work / "zoo" / variant.path,
             zoo=work / "zoo",
-            inputs=[t.model_dump(mode="json") for t in variant.inputs],
-            outputs=[t.model_dump(mode="json") for t in variant.outputs],
+            inputs=[asdict(t) for t in variant.inputs],
+            outputs=[asdict(t) for t in variant.outputs],
             batch=BATCH,
             delay_ms=DELAY_MS,
             threads=THREADS,

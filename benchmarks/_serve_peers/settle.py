@@ -43,6 +43,9 @@ class SettlingDriver:
     def describe(self) -> str:
         return self.inner.describe()
 
+    def judge_by(self, latency_bound_ms: float | None) -> None:
+        self.inner.judge_by(latency_bound_ms)
+
     async def _settle(self, stop: asyncio.Event) -> None:
         assert self.idle_s is not None
         began = time.perf_counter()
