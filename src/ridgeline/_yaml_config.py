@@ -45,10 +45,14 @@ def validate(model: type[M], mapping: dict[str, Any], where: str, what: str) -> 
     try:
         return model.model_validate(mapping)
     except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(x) for x in err['loc']) or '(top)'}: {err['msg']}" for err in e.errors()
-        )
-        raise ConfigError(f"{where}: invalid {what}: {problems}") from e
+        raise ConfigError(f"{where}: invalid {what}: {problems(e)}") from e
+
+
+def problems(error: ValidationError) -> str:
+    """Every problem of a pydantic validation, each named by its field path."""
+    return "; ".join(
+        f"{'.'.join(str(x) for x in err['loc']) or '(top)'}: {err['msg']}" for err in error.errors()
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,6 @@ Pure functions of counts; the probe's assessment and orchestrator use them.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from statistics import NormalDist
 
 import numpy as np
@@ -149,12 +148,6 @@ def _rank_at_most(n: int, q: float, alpha: float) -> int:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if binomial_cdf(mid - 1, n, q) <= alpha else (lo, mid)
     return lo
-
-
-def counts(latencies_s: Sequence[float] | np.ndarray, bound_s: float) -> tuple[int, int]:
-    """(requests, of those beyond ``bound_s``); NaN (no answer) counts beyond."""
-    a = np.asarray(latencies_s, dtype=np.float64)
-    return int(a.size), int((~(a <= bound_s)).sum())
 
 
 def _check(q: float, confidence: float) -> None:

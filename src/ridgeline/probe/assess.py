@@ -137,10 +137,6 @@ def assess_step(
     return StepAssessment(verdict, timeline)
 
 
-def hs_reason(timeline: list[dict[str, object]]) -> str:
-    return str(timeline[-1]["reason"]) if timeline else ""
-
-
 def _step_observation(result: StepResult, start: int, grace_s: float) -> Observation:
     """The step as one observation: every request scheduled after steady state;
     throughput from successful answers that came by the step's end plus ``grace_s`` (the

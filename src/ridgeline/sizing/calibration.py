@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ridgeline._fields import Positive
+from ridgeline._yaml_config import problems
 from ridgeline.errors import ConfigError
 
 
@@ -51,7 +52,4 @@ def read_calibration(path: str | Path) -> MeasuredCalibration:
     try:
         return MeasuredCalibration.model_validate_json(text)
     except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(x) for x in err['loc']) or '(top)'}: {err['msg']}" for err in e.errors()
-        )
-        raise ConfigError(f"{p} is not a measured calibration: {problems}") from e
+        raise ConfigError(f"{p} is not a measured calibration: {problems(e)}") from e

@@ -36,6 +36,7 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field
 
+from ridgeline.health.sampling import QUANTILES
 from ridgeline.health.slo import SLOPolicy, parse_slo
 from ridgeline.sim import SimPreset, shapes_for, simulate
 from ridgeline.synthetic.model import capacity_rps
@@ -43,7 +44,6 @@ from ridgeline.telemetry.records import Outcome
 from ridgeline.workload.payloads import RequestShape
 from ridgeline.workload.traces import Trace
 
-_QUANTILE = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99, "p999": 0.999}
 _SEED = 0x7275_7468  # the truth's own arrival streams, apart from any probe's
 
 
@@ -144,7 +144,7 @@ def broken(latency_s: NDArray[np.float64], ok: NDArray[np.bool_], policy: SLOPol
                 return "mean"
             continue
         within = int(np.count_nonzero(ok & (latency_s < b)))
-        q = 1.0 if bound.percentile == "max" else _QUANTILE[bound.percentile]
+        q = 1.0 if bound.percentile == "max" else QUANTILES[bound.percentile]
         if within < math.ceil(q * n - 1e-9):
             return bound.percentile
     return None

@@ -54,7 +54,6 @@ from ridgeline.probe.batching import window_for
 from ridgeline.probe.orchestrator import ProbeConfig, ProbeResult
 from ridgeline.study.bank import Case, interference_load, load_bank, select, stall_fraction
 from ridgeline.study.truth import Recorded, Traffic, Truth, TruthConfig, true_capacity
-from ridgeline.telemetry.store import RunStore
 from ridgeline.workload.traces import bundled_trace_path, read_trace
 
 Strategy = Literal["adaptive", "binary"]
@@ -227,9 +226,7 @@ def probe_as_cli(
     """``ridgeline probe sim:SIM_FILE --strategy S --seed K`` and the variant's option
     (``--trace`` the bundled trace, ``--no-warmup``, ``--slo`` its p99 bound alone, or
     ``--window`` for ``batching-windows``), as a library call: the CLI's driver and
-    config, and a run store (in memory) as the command has one: the probe numbers its
-    steps, and seeds their schedules, by what it stores (warmup steps count only when
-    stored), so a probe without a store sends other schedules than the command."""
+    config (a test holds it to the command's output)."""
     target = f"sim:{sim_file}"
     slo = default_slo(target) or ""
     if variant == "p99-only":
@@ -239,8 +236,7 @@ def probe_as_cli(
     cfg = cli_probe_config(slo, strategy, seed, warmup=variant != "no-warmup")
     trace = bundled_trace_path() if variant == "trace" else None
     driver = make_driver(target, step=StepConfig(window_s=window_s), trace=trace)
-    with RunStore(":memory:") as store:
-        return run_probe(driver, cfg, store=store)
+    return run_probe(driver, cfg)
 
 
 def _probe(task: _ProbeTask) -> ProbeRow:
