@@ -22,8 +22,10 @@ import numpy as np
 from ridgeline.health.engine import assess, observation_from_window
 from ridgeline.health.hysteresis import HysteresisConfig, HysteresisState, smooth
 from ridgeline.health.sampling import (
+    BATCHES,
     QUANTILES,
     binomial_sf,
+    dispersion,
     needed_samples,
     quantile_interval,
 )
@@ -58,10 +60,13 @@ def assess_step(
     gpu_utilisation: float | None = None,
     confidence: float = 0.95,
     family: int = 1,
+    confirm_requests: int = 0,
 ) -> StepAssessment:
     """The step's verdict and its timeline. ``confidence`` sets the interval reported
     for the judged percentile and how sure a failure on few requests must be to decide
-    (``Tail``)."""
+    (``Tail``). A confirmation that held decides only on the ``confirm_requests`` it was
+    sized for, counted as effective requests (``Tail.effective``): one whose requests
+    beyond the bound came in clusters ran too short and is undecided."""
     wins = result.windows
     obs = [
         observation_from_window(w, gpu_problems=gpu_problems, gpu_utilisation=gpu_utilisation)
@@ -108,12 +113,29 @@ def assess_step(
         reason = f"invalid step: {s.invalid_reason}"
     quarters = quarter_scores(result, start, grace, policy)
     tail = tail_count(result, start, policy, confidence)
+    shortfall = 1.0
     decided = tail.decides(state.sustainable, step_obs, policy, confidence, family) or not s.valid
-    if not decided:
+    if decided and s.valid and plan.purpose == "confirm" and not tail.plain(confidence, family):
+        wanted = min(confirm_requests, tail.samples)
+        decided = tail.effective >= wanted
+        shortfall = wanted / max(tail.effective, 1e-9)
+        if not decided:
+            reason = (
+                f"undecided: {reason}, but requests beyond the bound came in clusters "
+                f"(dispersion {tail.dispersion:.1f}): its {tail.samples} requests are "
+                f"worth {tail.effective:.0f} independent ones, and a confirmation needs "
+                f"{confirm_requests}"
+            )
+    elif not decided:
         reason = (
             f"undecided: {reason}, but on {tail.samples} requests "
             f"({tail.beyond} beyond the bound, {tail.allowed:.1f} allowed) — "
             f"this SLO needs {tail.needed} to decide"
+            + (
+                f" (clustered: dispersion {tail.dispersion:.1f}, worth {tail.effective:.0f})"
+                if tail.dispersion > 1.0
+                else ""
+            )
         )
     verdict = StepVerdict(
         rate=plan.rate,
@@ -133,6 +155,8 @@ def assess_step(
         allowed=tail.allowed,
         interval_ms=tail.interval_ms,
         decided=decided,
+        dispersion=tail.dispersion,
+        shortfall=shortfall if not decided else 1.0,
     )
     return StepAssessment(verdict, timeline)
 
@@ -188,6 +212,25 @@ class Tail:
     percentile bound's, or its error bound's, whichever needs more)."""
     interval_ms: tuple[float, float] | None = None
     """The percentile's distribution-free confidence interval, ms."""
+    dispersion: float = 1.0
+    """How many requests one independent one is worth (``sampling.dispersion`` over the
+    step's time slices): 1 unless those beyond the bound came in clusters."""
+
+    @property
+    def effective(self) -> float:
+        """The requests judged, as independent ones: ``samples / dispersion``."""
+        return self.samples / self.dispersion
+
+    def plain(self, confidence: float, family: int = 1) -> bool:
+        """Whether the step failed too plainly for chance, counted in effective
+        requests: more beyond the bound than ``1 − q`` of them at ``(1 − confidence) /
+        family`` (``decides``' shortcut)."""
+        q = QUANTILES.get(self.percentile)
+        if q is None:
+            return False
+        d = self.dispersion
+        beyond, samples = round(self.beyond / d), round(self.samples / d)
+        return binomial_sf(beyond, samples, 1.0 - q) <= (1.0 - confidence) / max(family, 1)
 
     def decides(
         self,
@@ -200,7 +243,10 @@ class Tail:
         """Whether the step can decide: it had the requests its percentile needs (its
         error bound's, when only the errors failed it), or it failed so plainly that
         fewer settle it (``sampling.exceeds``: too many beyond
-        the bound, or too many errors, to be chance). A pass on fewer requests is
+        the bound, or too many errors, to be chance). Requests are counted as effective
+        ones (``effective``): when those beyond the bound came in clusters (one stall in a
+        short step), a step of thousands is worth a few hundred, and a narrow failure on
+        it is a draw of how many stalls the step caught. A pass on fewer requests is
         provisional, never the last word: a confirmation of its own length follows
         every estimate. A narrow failure on few requests is a coin toss, and the probe
         runs it again, long enough. The shortcut must hold across the ``family`` of steps
@@ -210,8 +256,7 @@ class Tail:
         if sustainable:
             return True
         alpha = (1.0 - confidence) / max(family, 1)
-        q = QUANTILES.get(self.percentile)
-        if q is not None and binomial_sf(self.beyond, self.samples, 1.0 - q) <= alpha:
+        if self.plain(confidence, family):
             return True
         errors = round(obs.error_rate * obs.answered)
         if binomial_sf(errors, obs.answered, policy.max_error_rate) <= alpha:
@@ -219,7 +264,7 @@ class Tail:
         if obs.error_rate > policy.max_error_rate and self.beyond <= self.allowed:
             # the latency held: the errors decide, and they need a count of their own
             return self.samples >= needed_samples(policy, confidence, errors=True)
-        return self.samples >= self.needed
+        return self.effective >= self.needed
 
 
 def tail_count(result: StepResult, start: int, policy: SLOPolicy, confidence: float) -> Tail:
@@ -235,15 +280,23 @@ def tail_count(result: StepResult, start: int, policy: SLOPolicy, confidence: fl
     b = max(bounds, key=lambda b: QUANTILES[b.percentile])
     q = QUANTILES[b.percentile]
     latency = rec.latency_from_schedule[judged]
-    beyond = int((~(latency <= b.bound_ms / 1000.0)).sum())  # NaN (no answer) counts beyond
+    late = ~(latency <= b.bound_ms / 1000.0)  # NaN (no answer) counts beyond
     low, high = quantile_interval(latency, q, confidence)
+    end = result.summary.duration_s
+    edges = np.linspace(lo, max(end, lo + 1e-9), BATCHES + 1)[1:-1]
+    slot = np.searchsorted(edges, rec.scheduled[judged], side="right")
     return Tail(
         samples,
-        beyond,
+        int(late.sum()),
         samples * (1.0 - q),
         b.percentile,
         needed_samples(policy, confidence),
         (low * 1000.0, high * 1000.0),
+        dispersion(
+            np.bincount(slot, weights=late, minlength=BATCHES),
+            np.bincount(slot, minlength=BATCHES),
+            confidence,
+        ),
     )
 
 

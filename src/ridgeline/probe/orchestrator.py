@@ -111,6 +111,14 @@ class ProbeConfig(BaseModel):
             return self.confirm_requests
         return self.tail_requests(CONFIRM_TAIL, 10_000)
 
+    def confirm_effective(self) -> int:
+        """The independent requests a confirmation's evidence must be worth when those
+        beyond the bound come in clusters (``Tail.effective``): ``BOUNDARY_TAIL``
+        expected beyond the percentile (3,000 for a p99), what a step at the boundary
+        needs. Near the boundary a queue's late requests come in busy periods of tens to
+        hundreds; a run of 10,000 is then worth a few hundred, and runs longer."""
+        return min(self.confirm_count(), self.tail_requests(BOUNDARY_TAIL, 3_000))
+
     def tail_requests(self, tail: float, fallback: int) -> int:
         """Requests for ``tail`` expected beyond the SLO's percentile (``fallback`` when
         it bounds none)."""
@@ -237,16 +245,25 @@ class _Run:
     async def step(self, plan: StepPlan, stop: asyncio.Event) -> StepVerdict:
         """Run ``plan`` (its length within the caps, ``ProbeConfig.capped_s``), record
         its verdict in the trajectory and tell ``on_step``. A failure on too few requests
-        to decide (``StepVerdict.decided``) is run again, long enough: the verdict
-        returned is the one that decides."""
+        to decide (``StepVerdict.decided``), or a confirmation whose clustered requests
+        were worth too few independent ones, is run again, long enough: the verdict
+        returned is the one that decides, or the longest the caps allow."""
         plan = replace(plan, duration_s=self.cfg.capped_s(plan.rate, plan.duration_s))
         verdict = await self._assessed(plan, stop)
         for _ in range(UNDECIDED_RERUNS):
             if verdict.decided:
                 break
-            # long enough alone, though the steady-state detector may exclude its start
-            longer = max(plan.duration_s * 2, self.cfg.needed_s(plan.rate) * 1.25)
-            plan = replace(plan, duration_s=self.cfg.capped_s(plan.rate, longer))
+            # long enough alone, though the steady-state detector may exclude its start;
+            # a clustered confirmation as long as its dispersion says it needs
+            longer = max(
+                plan.duration_s * 2,
+                self.cfg.needed_s(plan.rate) * 1.25,
+                plan.duration_s * verdict.shortfall * 1.25,
+            )
+            longer = self.cfg.capped_s(plan.rate, longer)
+            if longer <= plan.duration_s:
+                break  # the caps allow no longer run: the same length again decides nothing
+            plan = replace(plan, duration_s=longer)
             verdict = await self._assessed(plan, stop)
         return verdict
 
@@ -278,6 +295,7 @@ class _Run:
             gpu_utilisation=mean_utilisation(samples),
             confidence=self.cfg.confidence,
             family=self.family,
+            confirm_requests=self.cfg.confirm_effective(),
         )
         if self.store is not None and self.run_id is not None:
             self.store.add_step(self.run_id, self.index, result.summary, result.windows)

@@ -62,8 +62,15 @@ class StepVerdict:
     """The judged percentile's confidence interval (distribution-free, from order
     statistics), ms; ±inf at an end too few requests reach."""
     decided: bool = True
-    """False when a failure rests on too few requests to tell from chance: the probe
+    """False when a failure rests on too few requests to tell from chance, or a
+    confirmation's clustered requests are worth too few independent ones: the probe
     runs the step again, long enough to decide (``health.sampling``)."""
+    dispersion: float = 1.0
+    """How many requests one independent one was worth (``sampling.dispersion``): 1
+    unless those beyond the bound came in clusters."""
+    shortfall: float = 1.0
+    """An undecided confirmation's effective requests short of what it needs (a
+    ratio ≥ 1): how much longer it must run."""
 
     @property
     def sustainable(self) -> bool:

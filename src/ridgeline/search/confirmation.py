@@ -106,11 +106,12 @@ def deciding(runs: Sequence[StepVerdict], decision: Decision) -> StepVerdict:
     return min((r for r in runs if not r.sustainable), key=lambda r: r.score)
 
 
-def backoff(score: float, precision: float) -> float:
+def backoff(score: float, precision: float, cap: float = MAX_BACKOFF) -> float:
     """How far below a failed confirmation to confirm again: further the further past
-    the boundary it scored, (score − 1)/2, between the precision and 4 % (a larger step
-    would overshoot on a system whose latency rises steeply near the boundary)."""
-    return min(max((score - 1.0) / 2.0, precision), MAX_BACKOFF)
+    the boundary it scored, (score − 1)/2, between the precision and ``cap`` (4 %: a
+    larger step would overshoot on a system whose latency rises steeply near the
+    boundary; a clear failure's cap is ``MAX_CALIBRATED_BACKOFF``)."""
+    return min(max((score - 1.0) / 2.0, precision), cap)
 
 
 def calibrated_backoff(rate: float, score: float, ceiling: float, precision: float) -> float:
@@ -130,11 +131,12 @@ def calibrated_backoff(rate: float, score: float, ceiling: float, precision: flo
 def below_failed(failed: StepVerdict, search: Sequence[StepVerdict], precision: float) -> float:
     """The rate to confirm at after ``failed``: where the long run's score puts the
     boundary (``calibrated_backoff``) when the search's steps point to a throughput
-    ceiling above it, else ``backoff``; at most 4 % lower, or ``MAX_CALIBRATED_BACKOFF``
-    when it failed clearly (``CLEAR_FAILURE``)."""
-    drop = backoff(failed.score, precision)
+    ceiling above it, else ``backoff``; either way at most 4 % lower, or
+    ``MAX_CALIBRATED_BACKOFF`` when it failed clearly (``CLEAR_FAILURE``: an error rate
+    of 90 % at twice the capacity once took six 4 % back-offs of 600 s each)."""
+    cap = MAX_CALIBRATED_BACKOFF if failed.score >= CLEAR_FAILURE else MAX_BACKOFF
+    drop = backoff(failed.score, precision, cap)
     ceiling = throughput_ceiling(tuple(p for p in search if p.purpose != "confirm"))
     if ceiling is not None and ceiling > failed.rate and math.isfinite(failed.score):
         drop = calibrated_backoff(failed.rate, failed.score, ceiling, precision)
-    cap = MAX_CALIBRATED_BACKOFF if failed.score >= CLEAR_FAILURE else MAX_BACKOFF
     return failed.rate * (1 - min(drop, cap))
