@@ -146,6 +146,11 @@ def test_a_clear_confirmation_decides_in_one_run() -> None:
     assert sum(v.purpose == "confirm" for v in steps) == 1
 
 
+def pooled(t: dict[str, object], after: dict[str, object] | None) -> bool:
+    """Whether ``after`` pooled more of the same run with undecided ``t``."""
+    return after is not None and not t["decided"] and float(after["pooled_s"]) > 0.0  # type: ignore[arg-type]
+
+
 def test_the_probe_confirms_any_strategy_by_the_same_rule() -> None:
     """Binary search on the noisy nlp class, then the probe's confirmation: a narrow
     failure is run again and the majority of at most three decides; a pass or a clear
@@ -158,6 +163,7 @@ def test_the_probe_confirms_any_strategy_by_the_same_rule() -> None:
         strategy_options={"min_rate": 20.0, "max_rate": 160.0, "precision": 0.05},
     )
     result = asyncio.run(probe(SimDriver(load_sim_preset("nlp")), cfg))
+    confirms = [t for t in result.trajectory if t["purpose"] == "confirm"]
     runs = [
         StepVerdict(
             rate=t["rate"],
@@ -168,9 +174,13 @@ def test_the_probe_confirms_any_strategy_by_the_same_rule() -> None:
             score_se=t["score_se"],
             purpose="confirm",
         )
-        for t in result.trajectory
-        if t["purpose"] == "confirm"
+        for t in confirms
     ]
+    # an undecided run the next one pooled with (same rate, longer) is not a run of its own
+    kept = [
+        t for t, after in zip(confirms, [*confirms[1:], None], strict=True) if not pooled(t, after)
+    ]
+    runs = [r for r, t in zip(runs, confirms, strict=True) if t in kept]
     groups = [list(g) for _, g in itertools.groupby(runs, key=lambda v: v.rate)]
     assert groups, "the probe confirms binary search's estimate"
     for i, g in enumerate(groups):

@@ -27,7 +27,13 @@ from ridgeline.health.slo import parse_slo
 from ridgeline.health.state import Observation
 from ridgeline.probe.assess import Tail
 from ridgeline.probe.drivers import SimDriver
-from ridgeline.probe.orchestrator import ProbeConfig, ProbeResult, probe
+from ridgeline.probe.orchestrator import (
+    POOLED_CAPS,
+    UNDECIDED_RERUNS,
+    ProbeConfig,
+    ProbeResult,
+    probe,
+)
 from ridgeline.sim import load_sim_preset
 from ridgeline.synthetic.model import LatencyModel
 
@@ -109,17 +115,12 @@ def test_the_confirmation_follows_the_slo_percentile(slo: str, tail: int) -> Non
     r = probed(slo)
     confirms = [t for t in r.trajectory if t["purpose"] == "confirm"]
     assert confirms and r.confirmed, r.reason
-    first = max(30.0, tail / confirms[0]["rate"])
-    for before, t in zip([None, *r.trajectory], r.trajectory, strict=False):
-        if t["purpose"] != "confirm":
-            continue
-        assert t["samples"] >= 0.9 * tail, t  # Poisson, and the steady-state cut
-        rerun = before is not None and before["purpose"] == "confirm" and not before["decided"]
-        if rerun:  # a clustered confirmation runs again, longer
-            assert before is not None and t["duration_s"] > before["duration_s"]
-        else:
-            assert t["duration_s"] == pytest.approx(max(30.0, tail / t["rate"])), t
-    assert confirms[0]["duration_s"] == pytest.approx(first)
+    for t in confirms:
+        assert t["duration_s"] * t["rate"] >= tail * (1 - 1e-9), t
+        assert t["samples"] >= 0.5 * tail, t  # the steady-state cut takes at most half
+        # a clustered confirmation pools more runs with the first: never shorter
+        assert t["duration_s"] >= max(30.0, tail / t["rate"]) * (1 - 1e-9), t
+    assert confirms[0]["duration_s"] == pytest.approx(max(30.0, tail / confirms[0]["rate"]))
 
 
 def test_a_cap_shortens_a_step_but_never_below_what_its_percentile_needs() -> None:
@@ -155,9 +156,17 @@ def test_a_narrow_failure_on_few_requests_is_run_again_until_it_decides() -> Non
     undecided = [i for i, t in enumerate(steps) if not t["decided"]]
     assert undecided, "no narrow failure on few requests: the case does not test the rule"
     for i in undecided:
+        chain = 1  # the runs at this rate so far, each pooled with those before
+        while chain <= i and steps[i - chain]["rate"] == steps[i]["rate"]:
+            chain += 1
+        if chain > UNDECIDED_RERUNS or steps[i]["duration_s"] >= POOLED_CAPS * 600.0 - 1e-6:
+            continue  # no more runs (or the pooled step is two caps long): it stands
         again = steps[i + 1]
         assert again["rate"] == steps[i]["rate"], again
-        assert again["duration_s"] >= 1.25 * 299 / again["rate"] and again["decided"], again
+        assert again["duration_s"] >= 1.25 * 299 / again["rate"], again
+        assert again["duration_s"] >= 2 * steps[i]["duration_s"] - 1e-9, again
+        # decided, unless its late requests came in clusters (near saturation)
+        assert again["decided"] or again["dispersion"] > 1.0, again
     acted = [
         t for i, t in enumerate(steps) if t["decided"] and t["state"] not in ("healthy", "warn")
     ]

@@ -124,7 +124,7 @@ def quantile_interval(values: ArrayLike, q: float, confidence: float) -> tuple[f
     ranks ``[l, u]`` with P(X < l) and P(X ≥ u) at most (1 − c)/2 each for X ~
     Binomial(n, q). An end no rank reaches (too few values) is ±inf."""
     _check(q, confidence)
-    v = np.sort(np.asarray(values, dtype=np.float64))  # NaN sorts last
+    v = np.asarray(values, dtype=np.float64)
     v = np.where(np.isnan(v), np.inf, v)
     n = int(v.size)
     if n == 0:
@@ -132,6 +132,9 @@ def quantile_interval(values: ArrayLike, q: float, confidence: float) -> tuple[f
     alpha = (1.0 - confidence) / 2.0
     lo = _rank_at_most(n, q, alpha)
     hi = n - _rank_at_most(n, 1.0 - q, alpha)
+    kth = [r for r in (lo - 1, hi) if 0 <= r < n]
+    if kth:  # the two order statistics only: a partition, not a sort
+        v = np.partition(v, kth)
     low = float(v[lo - 1]) if lo >= 1 else -math.inf
     high = float(v[hi]) if hi < n else math.inf
     return low, high

@@ -51,6 +51,46 @@ class StepResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def joined(first: StepResult, then: StepResult) -> StepResult:
+    """Two steps at one rate as one: ``then``'s requests and windows follow ``first``'s
+    (times shifted by ``first``'s length), the summary over both. How a probe pools runs
+    the step caps will not lengthen (``--max-step-s``) into the evidence of a longer one."""
+    shift = first.summary.duration_s
+    r = then.records
+    later = Records(
+        scheduled=r.scheduled + shift,
+        sent=r.sent + shift,
+        done=r.done + shift,
+        outcome=r.outcome,
+        first_token=r.first_token + shift,
+        output_tokens=r.output_tokens,
+        errors=dict(r.errors),
+        outstanding_limited=r.outstanding_limited,
+        client_failures=r.client_failures,
+    )
+    records = Records.merge([first.records, later])
+    n = len(first.windows)
+    wins = [*first.windows] + [
+        w.model_copy(
+            update={"index": n + w.index, "start_s": w.start_s + shift, "end_s": w.end_s + shift}
+        )
+        for w in then.windows
+    ]
+    valid = first.summary.valid and then.summary.valid
+    reason = first.summary.invalid_reason or then.summary.invalid_reason
+    summary = summarize(
+        records, shift + then.summary.duration_s, valid=valid, invalid_reason=reason
+    )
+    return StepResult(
+        summary,
+        wins,
+        records,
+        interrupted=then.interrupted,
+        scrape_failures=first.scrape_failures + then.scrape_failures,
+        extra=then.extra,
+    )
+
+
 async def measure_step(
     target_url: str,
     schedule: Schedule,

@@ -61,19 +61,25 @@ def assess_step(
     confidence: float = 0.95,
     family: int = 1,
     confirm_requests: int = 0,
+    steady_from: int | None = None,
 ) -> StepAssessment:
     """The step's verdict and its timeline. ``confidence`` sets the interval reported
     for the judged percentile and how sure a failure on few requests must be to decide
     (``Tail``). A confirmation that held decides only on the ``confirm_requests`` it was
     sized for, counted as effective requests (``Tail.effective``): one whose requests
-    beyond the bound came in clusters ran too short and is undecided."""
+    beyond the bound came in clusters ran too short and is undecided. ``steady_from``
+    fixes the first steady window (pooled runs keep their first run's: re-detected over
+    the pooled windows, a stall early in the first run would read as a transient)."""
     wins = result.windows
     obs = [
         observation_from_window(w, gpu_problems=gpu_problems, gpu_utilisation=gpu_utilisation)
         for w in wins
     ]
     p50 = [o.latency_ms.get("p50") or 0.0 for o in obs]
-    start = steady_start(p50) if warmup and len(wins) >= 4 else 0
+    if steady_from is not None:  # pooled runs: the first run's steady state stands
+        start = steady_from
+    else:
+        start = steady_start(p50) if warmup and len(wins) >= 4 else 0
     hs = HysteresisState.initial()
     timeline: list[dict[str, object]] = []
     smoothed = HealthState.HEALTHY
@@ -252,7 +258,13 @@ class Tail:
         runs it again, long enough. The shortcut must hold across the ``family`` of steps
         a probe may run (Bonferroni: ``(1 − confidence)/family``): one error in the first
         5 requests under ``errors<0.1%`` is a 1-in-200 draw, which a probe of 60 steps
-        meets often enough to end a search on it."""
+        meets often enough to end a search on it.
+
+        With enough requests, a failure by the count beyond the bound (or by errors)
+        still decides only when it is no coin toss at ``confidence`` (one-sided, this
+        step alone): 51 beyond where 50.5 are allowed is a draw, and more of the same
+        run (pooled) settles it. A failure by another metric (a rising latency trend)
+        decides on the requests alone."""
         if sustainable:
             return True
         alpha = (1.0 - confidence) / max(family, 1)
@@ -261,9 +273,15 @@ class Tail:
         errors = round(obs.error_rate * obs.answered)
         if binomial_sf(errors, obs.answered, policy.max_error_rate) <= alpha:
             return True
+        level = 1.0 - confidence
         if obs.error_rate > policy.max_error_rate and self.beyond <= self.allowed:
             # the latency held: the errors decide, and they need a count of their own
-            return self.samples >= needed_samples(policy, confidence, errors=True)
+            return (
+                self.samples >= needed_samples(policy, confidence, errors=True)
+                and binomial_sf(errors, obs.answered, policy.max_error_rate) <= level
+            )
+        if self.beyond > self.allowed:
+            return self.effective >= self.needed and self.plain(confidence)
         return self.effective >= self.needed
 
 

@@ -6,6 +6,7 @@ happens. The same orchestrator drives a real endpoint (real time) or a simulated
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import asdict, replace
@@ -20,7 +21,7 @@ from ridgeline.health.sampling import judged_quantile, needed_samples, tail_requ
 from ridgeline.health.slo import SLOPolicy, format_slo, parse_slo
 from ridgeline.health.state import HealthState
 from ridgeline.health.warmup import WarmupConfig, WarmupState, warmup_step
-from ridgeline.loadgen.step import StepResult
+from ridgeline.loadgen.step import StepResult, joined
 from ridgeline.probe.assess import assess_step
 from ridgeline.probe.drivers import Driver
 from ridgeline.search import parse_strategy
@@ -216,9 +217,13 @@ class _Run:
         self.t_s = 0.0
         self.index = 0
         self.warmup_s = 0.0
+        self.excluded_s = 0.0
+        """Seconds the steady-state detector left out of the steps' verdicts."""
         self.sent = 0
         self.run_id: int | None = None
         self._interrupted = False
+        self._last: StepResult | None = None
+        """The last step as judged (pooled runs included): what a rerun pools with."""
         self.family = int(cfg.strategy_options.get("max_steps", 60))
         """The steps a probe may run: a failure on few requests must be too plain for
         chance in any of them (``StepVerdict.decided``)."""
@@ -246,31 +251,42 @@ class _Run:
         """Run ``plan`` (its length within the caps, ``ProbeConfig.capped_s``), record
         its verdict in the trajectory and tell ``on_step``. A failure on too few requests
         to decide (``StepVerdict.decided``), or a confirmation whose clustered requests
-        were worth too few independent ones, is run again, long enough: the verdict
-        returned is the one that decides, or the longest the caps allow."""
+        were worth too few independent ones, gets more of the same: another run at the
+        rate, judged together with the runs before it as one step
+        (``loadgen.step.joined``), until the evidence decides, ``UNDECIDED_RERUNS`` runs
+        more have given it a confirmation's requests, or the pooled step reaches
+        ``POOLED_CAPS`` step caps. Each run adds what
+        the evidence says is missing (at least doubling the step), and nothing measured
+        is thrown away. The verdict returned is the pooled one."""
         plan = replace(plan, duration_s=self.cfg.capped_s(plan.rate, plan.duration_s))
         verdict = await self._assessed(plan, stop)
-        for _ in range(UNDECIDED_RERUNS):
+        total = plan.duration_s
+        limit = POOLED_CAPS * self.cfg.capped_s(plan.rate, math.inf)
+        for reruns in itertools.count():
             if verdict.decided:
                 break
-            # long enough alone, though the steady-state detector may exclude its start;
-            # a clustered confirmation as long as its dispersion says it needs
-            longer = max(
-                plan.duration_s * 2,
+            if reruns >= UNDECIDED_RERUNS and verdict.samples >= self.cfg.confirm_count():
+                break  # as much as a confirmation: the verdict stands as measured
+            # enough alone, though the steady-state detector may exclude a start; a
+            # clustered confirmation as long as its dispersion says it needs
+            wanted = max(
+                total * 2,
                 self.cfg.needed_s(plan.rate) * 1.25,
-                plan.duration_s * verdict.shortfall * 1.25,
+                total * verdict.shortfall * 1.25,
             )
-            longer = self.cfg.capped_s(plan.rate, longer)
-            if longer <= plan.duration_s:
-                break  # the caps allow no longer run: the same length again decides nothing
-            plan = replace(plan, duration_s=longer)
-            verdict = await self._assessed(plan, stop)
+            more = min(self.cfg.capped_s(plan.rate, wanted - total), limit - total)
+            if more < 1e-6 * total:
+                break  # the pooled step is as long as the caps allow
+            verdict = await self._assessed(replace(plan, duration_s=more), stop, pool=self._last)
+            total += more
         return verdict
 
-    async def _assessed(self, plan: StepPlan, stop: asyncio.Event) -> StepVerdict:
+    async def _assessed(
+        self, plan: StepPlan, stop: asyncio.Event, pool: StepResult | None = None
+    ) -> StepVerdict:
         if self.on_start is not None:
             self.on_start(self.index + 1, plan)
-        verdict = await self._measured(plan, stop)
+        verdict = await self._measured(plan, stop, pool)
         if self._interrupted:
             raise _Stopped  # stored, but a partial step is no verdict
         self.trajectory.append(verdict)
@@ -278,35 +294,55 @@ class _Run:
             self.on_step(self.index, plan, verdict)
         return verdict
 
-    async def _measured(self, plan: StepPlan, stop: asyncio.Event) -> StepVerdict:
+    async def _measured(
+        self, plan: StepPlan, stop: asyncio.Event, pool: StepResult | None = None
+    ) -> StepVerdict:
         if self.gpu is not None:
             self.gpu.sample()  # the baseline: XID and ECC errors count from here
         result = await self.measure(plan, self.cfg.seed + self.index, stop)
         samples = self.gpu.sample() if self.gpu is not None else []
+        judged, judged_plan, t0 = result, plan, self.t_s
+        if pool is not None:  # judged with the run before it, as one step
+            judged = joined(pool, result)
+            judged_plan = replace(plan, duration_s=judged.summary.duration_s)
+            t0 = self.t_s - pool.summary.duration_s
         a = assess_step(
-            result,
-            plan,
+            judged,
+            judged_plan,
             self.policy,
             self.cfg.hysteresis,
             warmup=self.cfg.warmup,
             step_index=self.index,
-            t0_s=self.t_s,
+            t0_s=t0,
+            steady_from=None if pool is None else sum(w.excluded for w in pool.windows),
             gpu_problems=gpu_problems(samples),
             gpu_utilisation=mean_utilisation(samples),
             confidence=self.cfg.confidence,
             family=self.family,
             confirm_requests=self.cfg.confirm_effective(),
         )
+        if pool is not None:  # this run's windows as the pooled judgement marked them
+            marked = judged.windows[len(pool.windows) :]
+            result.windows = [
+                w.model_copy(update={"state": m.state, "score": m.score, "excluded": m.excluded})
+                for w, m in zip(result.windows, marked, strict=True)
+            ]
         if self.store is not None and self.run_id is not None:
             self.store.add_step(self.run_id, self.index, result.summary, result.windows)
-        self.timeline += a.timeline
+        self.timeline += [e for e in a.timeline if float(e["t_s"]) >= self.t_s]  # type: ignore[arg-type]
+        self._last = judged
+        verdict = a.verdict
+        if pool is not None:  # it keeps its first run's steady state: none excluded here
+            verdict = replace(verdict, pooled_s=pool.summary.duration_s)
+        else:
+            self.excluded_s += verdict.excluded_warmup_s
         self.t_s += plan.duration_s
         self.index += 1
         self._interrupted = result.interrupted
         died = _server_died(result)
         if died is not None:
             raise TargetError(f"the server stopped answering at step {self.index}: {died}")
-        return a.verdict
+        return verdict
 
     def finish(
         self, est: CapacityEstimate, confirmed: bool | None, status: str, reason: str
@@ -317,15 +353,25 @@ class _Run:
             and confirmed is not False
             and all(v.valid for v in self.trajectory[-1:])
         )
+        held = [v for v in self.trajectory if v.purpose == "confirm" and v.sustainable]
+        if confirmed and est.capacity_rps is not None and held and not held[-1].decided:
+            v = held[-1]
+            reason += (
+                f"; less sure than it reads: the confirmation's late requests came in "
+                f"clusters (dispersion {v.dispersion:.1f}), so its {v.samples} requests "
+                f"are worth {v.samples / v.dispersion:.0f} independent ones of the "
+                f"{self.cfg.confirm_effective()} wanted, within {v.duration_s:g} s "
+                f"(raise --max-step-s for more)"
+            )
         result = ProbeResult(
             capacity_rps=est.capacity_rps,
             ci_low=est.ci_low,
             ci_high=est.ci_high,
             strategy=est.strategy,
             steps=est.steps,
-            test_seconds=est.test_seconds + self.warmup_s,
+            test_seconds=self.t_s,  # every run once: pooled verdicts repeat their runs
             requests_sent=self.sent,
-            warmup_excluded_s=self.warmup_s + sum(v.excluded_warmup_s for v in self.trajectory),
+            warmup_excluded_s=self.warmup_s + self.excluded_s,
             valid=valid,
             confirmed=confirmed,
             reason=reason,
@@ -543,9 +589,15 @@ async def _confirm(
     return replace(est, capacity_rps=None, ci_low=None, ci_high=ceiling), False, refuted
 
 
+POOLED_CAPS = 2
+"""An undecided step pools runs up to this many step caps (1,200 s by default): a server
+whose late requests cluster in long busy periods gets twice the cap, never hours for one
+point (see docs/probe.md)."""
 UNDECIDED_RERUNS = 3
-"""An undecided failure is run again, each time twice as long, at most this many times;
-then its verdict stands as measured (the step cap, not the sample, ran out)."""
+"""An undecided step gets at least this many more runs, each pooled with those before it
+and at least doubling it, and more while it holds fewer requests than a confirmation
+(errors at half their bound take some 10,000 requests to tell from it); then its verdict
+stands as measured."""
 
 INVALID_CONFIRM_RETRIES = 2
 """An invalid confirmation run (the generator fell behind, or failed itself) is run again

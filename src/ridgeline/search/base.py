@@ -68,6 +68,9 @@ class StepVerdict:
     dispersion: float = 1.0
     """How many requests one independent one was worth (``sampling.dispersion``): 1
     unless those beyond the bound came in clusters."""
+    pooled_s: float = 0.0
+    """Seconds of earlier runs at this rate judged with this one (an undecided step gets
+    more of the same): the run itself lasted ``duration_s − pooled_s``."""
     shortfall: float = 1.0
     """An undecided confirmation's effective requests short of what it needs (a
     ratio ≥ 1): how much longer it must run."""
