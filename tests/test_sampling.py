@@ -199,18 +199,20 @@ def test_independent_slices_keep_their_count_and_a_cluster_is_worth_one_request(
 
 
 def test_a_narrow_failure_whose_late_requests_came_in_a_cluster_does_not_decide() -> None:
-    """89 of 7,800 beyond a p99 bound (78 allowed) decides when they were independent;
-    when they came in clusters of about 27 (one stall caught twice in a short step) the
-    step is worth 289 independent requests, fewer than the 299 a p99 needs, and a failure
-    on it is a draw of how many stalls the step caught. A plain one still decides."""
+    """100 of 7,800 beyond a p99 bound (78 allowed) decides when they were independent
+    (no coin toss at 95 %); when they came in clusters of about 27 (one stall caught twice
+    in a short step) the step is worth 289 independent requests, fewer than the 299 a p99
+    needs, and a failure on it is a draw of how many stalls the step caught. A plain one
+    still decides; a narrow one (89) does not, independent or not."""
     policy = parse_slo("p99<60ms,errors<0.1%")
     obs = Observation(0.0, 10.0, 780.0, 780.0, 0.0, {"p99": 64.0}, answered=7_800)
 
     def tail(beyond: int, d: float) -> Tail:
         return Tail(7_800, beyond, 78.0, "p99", 299, dispersion=d)
 
-    assert tail(89, 1.0).decides(False, obs, policy, 0.95, family=60)
-    assert not tail(89, 27.0).decides(False, obs, policy, 0.95, family=60)
+    assert tail(100, 1.0).decides(False, obs, policy, 0.95, family=60)
+    assert not tail(100, 27.0).decides(False, obs, policy, 0.95, family=60)
+    assert not tail(89, 1.0).decides(False, obs, policy, 0.95, family=60)
     assert tail(89, 27.0).effective == pytest.approx(7_800 / 27)
     assert tail(2_000, 27.0).decides(False, obs, policy, 0.95, family=60)
     assert tail(2_000, 27.0).plain(0.95, family=60) and not tail(89, 27.0).plain(0.95, 60)
