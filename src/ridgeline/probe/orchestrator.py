@@ -253,11 +253,11 @@ class _Run:
         to decide (``StepVerdict.decided``), or a confirmation whose clustered requests
         were worth too few independent ones, gets more of the same: another run at the
         rate, judged together with the runs before it as one step
-        (``loadgen.step.joined``), until the evidence decides, ``UNDECIDED_RERUNS`` runs
-        more have given it a confirmation's requests, or the pooled step reaches
-        ``POOLED_CAPS`` step caps. Each run adds what
-        the evidence says is missing (at least doubling the step), and nothing measured
-        is thrown away. The verdict returned is the pooled one."""
+        (``loadgen.step.joined``). Runs are added until the evidence decides, or at
+        least ``UNDECIDED_RERUNS`` have been added and the pooled step holds a
+        confirmation's requests, or it reaches ``POOLED_CAPS`` step caps. Each adds what
+        the evidence says is missing (at least doubling the step); nothing measured is
+        thrown away. The verdict returned is the pooled one."""
         plan = replace(plan, duration_s=self.cfg.capped_s(plan.rate, plan.duration_s))
         verdict = await self._assessed(plan, stop)
         total = plan.duration_s
