@@ -176,3 +176,33 @@ def test_ctrl_c_stores_the_partial_step_marked_interrupted(tmp_path: Path) -> No
     assert step["status"] == "interrupted" and not step["valid"]
     assert 0 < step["sent"] < step["scheduled"]
     assert step["ok"] == step["sent"]  # in-flight requests were waited for, not dropped
+
+
+@pytest.mark.timeout(120)
+def test_json_reaches_a_busy_reader_whole_through_a_non_blocking_pipe(tmp_path: Path) -> None:
+    """O_NONBLOCK belongs to a pipe's open file, shared by every process holding it: on
+    a non-blocking stdout a probe's JSON once reached a reader that was busy as its first
+    64 KiB, and the command still exited 0. The reader here starts only once the pipe is
+    full (or the command has ended)."""
+    import fcntl
+    import termios
+
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    args = ["probe", "sim:nlp", "--strategy", "binary", "--json", "--db", str(tmp_path / "r.db")]
+    with subprocess.Popen([sys.executable, "-m", "ridgeline", *args], stdout=w) as p:
+        os.close(w)
+
+        def queued() -> int:
+            buf = bytearray(4)
+            fcntl.ioctl(r, termios.FIONREAD, buf)
+            return int.from_bytes(buf, sys.byteorder)
+
+        wait_until(lambda: queued() >= 65_536 or p.poll() is not None, 100, "a full pipe")
+        chunks = []
+        while chunk := os.read(r, 1 << 16):
+            chunks.append(chunk)
+        assert p.wait() == 0
+    os.close(r)
+    out = json.loads(b"".join(chunks))
+    assert out["capacity_rps"] > 0 and len(b"".join(chunks)) > 65_536

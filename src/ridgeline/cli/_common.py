@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import select
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,6 +33,22 @@ ZooOption = Annotated[
 HostOption = Annotated[str, typer.Option(help="address to bind")]
 ServerTokenOption = Annotated[str | None, typer.Option(help="require this bearer token")]
 ProcessesOption = Annotated[int, typer.Option(help="local generator processes")]
+
+
+def emit(text: str) -> None:
+    """Write ``text`` and a newline to stdout, all of it. A pipe's O_NONBLOCK belongs to
+    the open file, which other processes share: on a non-blocking stdout, Python's
+    writer dropped what a full pipe would not take and the command still exited 0 (a
+    probe's 570 kB of JSON reached a busy reader as its first 64 KiB). Written to the
+    descriptor directly, waiting for the pipe whenever it is full."""
+    sys.stdout.flush()
+    data = memoryview((text + "\n").encode())
+    fd = sys.stdout.fileno()
+    while data:
+        try:
+            data = data[os.write(fd, data) :]
+        except BlockingIOError:
+            select.select([], [fd], [])
 
 
 def fail(exc: RidgelineError) -> NoReturn:

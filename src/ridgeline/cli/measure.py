@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ridgeline.cli._common import DbOption, JsonOption, ProcessesOption, err, failing, out
+from ridgeline.cli._common import DbOption, JsonOption, ProcessesOption, emit, err, failing, out
 
 if TYPE_CHECKING:
     from ridgeline.loadgen.schedule import Schedule
@@ -108,7 +108,7 @@ def run(
                 progress=progress,
             )
     if as_json:
-        print(result.summary.model_dump_json(indent=2))
+        emit(result.summary.model_dump_json(indent=2))
     else:
         out.print(step_table(result.summary, f"{target} — {schedule.description}"))
 
@@ -276,7 +276,7 @@ def probe(
                 on_start=None if as_json else probe_start(err),
             )
     if as_json:
-        print(result.model_dump_json(indent=2))
+        emit(result.model_dump_json(indent=2))
     else:
         out.print(probe_table(result))
     if result.status != "complete":

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ridgeline.cli._common import DbOption, failing, out
+from ridgeline.cli._common import DbOption, emit, failing, out
 
 app = typer.Typer(help="Runs kept in the run store.", no_args_is_help=True)
 
@@ -37,7 +37,7 @@ def runs_show(
     with failing(), RunStore(db) as store:
         run_ = store.get_run(run_id)
     if as_json:
-        print(json.dumps(run_, indent=2))
+        emit(json.dumps(run_, indent=2))
         return
     reason = f" ({run_['status_reason']})" if run_["status_reason"] else ""
     out.print(f"run {run_['id']} [{run_['kind']}] {run_['target']}: {run_['status']}{reason}")
@@ -108,6 +108,6 @@ def analyze_command(
             )
         result = repeatability(capacities, truth)
     if as_json:
-        print(json.dumps({"target": targets[0], "runs": run_ids, **asdict(result)}, indent=2))
+        emit(json.dumps({"target": targets[0], "runs": run_ids, **asdict(result)}, indent=2))
     else:
         out.print(repeatability_table(result, targets[0]))

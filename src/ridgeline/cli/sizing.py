@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
-from ridgeline.cli._common import DbOption, JsonOption, failing, out
+from ridgeline.cli._common import DbOption, JsonOption, emit, failing, out
 from ridgeline.sizing.allocator import AllocationInputs
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def allocate_command(
             naive=rule,
         )
     if as_json:
-        print(a.model_dump_json(indent=2))
+        emit(a.model_dump_json(indent=2))
     else:
         out.print(allocation_table(a))
 
@@ -112,7 +112,7 @@ def registry_list(
 
     entries = _read(db, lambda reg: reg.list_entries(model))
     if as_json:
-        print(json.dumps([e.model_dump(mode="json") for e in entries], indent=2))
+        emit(json.dumps([e.model_dump(mode="json") for e in entries], indent=2))
     else:
         out.print(entries_table(entries))
 
@@ -129,7 +129,7 @@ def registry_show(
 
     entry = _read(db, lambda reg: reg.get(model, version))
     if as_json:
-        print(entry.model_dump_json(indent=2))
+        emit(entry.model_dump_json(indent=2))
         return
     out.print(entries_table([entry]))
     out.print(f"digest {entry.digest}", markup=False, highlight=False)
