@@ -40,10 +40,15 @@ def emit(text: str) -> None:
     the open file, which other processes share: on a non-blocking stdout, Python's
     writer dropped what a full pipe would not take and the command still exited 0 (a
     probe's 570 kB of JSON reached a busy reader as its first 64 KiB). Written to the
-    descriptor directly, waiting for the pipe whenever it is full."""
+    descriptor directly, waiting for the pipe whenever it is full (a stdout with no
+    descriptor, a test's capture, is written as usual)."""
     sys.stdout.flush()
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError):  # io.UnsupportedOperation: a captured stdout
+        sys.stdout.write(text + "\n")
+        return
     data = memoryview((text + "\n").encode())
-    fd = sys.stdout.fileno()
     while data:
         try:
             data = data[os.write(fd, data) :]
