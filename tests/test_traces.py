@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import ridgeline
@@ -310,6 +310,7 @@ def test_trace_misuse_is_a_config_error() -> None:
     rate=st.floats(0.5, 500),
     duration=st.floats(0.5, 60),
 )
+@example(times=[0.0, 1.0, 2.2250738585e-313], rate=1.0, duration=1.0)  # a denormal gap
 def test_a_trace_step_offers_its_labelled_rate_with_the_traces_gaps(
     times: list[float], rate: float, duration: float
 ) -> None:
