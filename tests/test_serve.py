@@ -538,7 +538,10 @@ async def test_the_example_plan_batches_at_load_and_drops_under_a_tight_slo(
     assert step.summary.errors == 0, seen
     assert step.summary.dropped > 0.05 * step.summary.sent, seen
     assert ok.sum() > 0.2 * step.summary.sent, f"nearly everything dropped: {seen}"
-    assert p99 <= slo, seen
+    # The same starved loop that sends late also reads answers late: from the send, an
+    # answer may carry as much of the generator's own delay as its sends do (its measured
+    # p99 lateness, 3 ms at least). Without dropping, the answered p99 is hundreds of ms.
+    assert p99 <= slo + max(late, slo / 20), seen
 
 
 # --- a worker crash, a token, a body bound ----------------------------------------------
