@@ -42,7 +42,8 @@ class QueueRun:
     """What happened to each request, by batch."""
 
     order: list[int] | None
-    """Original index of each admitted request, in queue order (None: all, in order)."""
+    """Original index of each admitted request, in queue order (None: none was refused,
+    so all, in order)."""
     rejected: list[int]
     """Original indices refused at once because the queue was full."""
     firsts: list[int]
@@ -93,8 +94,11 @@ def run_queue(
     n = len(times)
     limited = max_queue is not None
     limit = n if max_queue is None else max_queue
-    # The queue, compacted over refusals: arrival times, cumulative rows, original indices.
-    at, ac = (times, cum) if not limited else ([], [0])
+    # The queue: arrival times, cumulative rows and original indices of the admitted
+    # requests. Until the first refusal they are the arrivals themselves (no copy); from
+    # then on they are compacted over refusals.
+    at, ac = times, cum
+    compact = False
     order: list[int] = []
     rejected: list[int] = []
     firsts: list[int] = []
@@ -114,19 +118,27 @@ def run_queue(
         ac.extend([c + shift for c in cum[lo + 1 : hi + 1]])
         order.extend(range(lo, hi))
 
+    def compacted(kept: int) -> None:
+        """Before the first refusal: the queue becomes a copy of the first ``kept``."""
+        nonlocal at, ac, compact
+        at, ac, compact = times[:kept], cum[: kept + 1], True
+        order.extend(range(kept))
+
     while True:
         now, pending = heap[0]
         if now > clock or (pending and now == clock):
             # Every instance is busy until `now`: arrivals by then only queue.
             heapreplace(heap, (now, False))
             hi = bisect_right(times, now, nxt)
+            take = hi - nxt
             if limited:
-                take = min(hi - nxt, max(limit - (avail - qh), 0))
+                take = min(take, max(limit - (avail - qh), 0))
+            if take < hi - nxt and not compact:
+                compacted(avail)
+            if compact:
                 admit(nxt, nxt + take)
                 rejected.extend(range(nxt + take, hi))
-                avail += take
-            else:
-                avail = hi
+            avail += take
             nxt = hi
         else:
             now = clock
@@ -136,13 +148,16 @@ def run_queue(
             if nxt == n:
                 break
             now = times[nxt]
-            if limited:
+            if compact:
                 admit(nxt, nxt + 1)
             avail += 1
             nxt += 1
             d = decide(ac[avail] - ac[qh], at[qh], now, cfg)
             if isinstance(d, Wait) and avail - qh > limit:
-                at.pop(), ac.pop(), order.pop()
+                if compact:
+                    at.pop(), ac.pop(), order.pop()
+                else:
+                    compacted(avail - 1)
                 avail -= 1
                 rejected.append(nxt - 1)
                 clock = now
@@ -156,7 +171,7 @@ def run_queue(
             sure = min(hi, nxt + max(limit - (avail - qh), 0))
             k, found = _first_dispatch(times, cum, nxt, sure, queued, head, cfg)
             stop = sure if found is None else k + 1
-            if limited:
+            if compact:
                 admit(nxt, stop)
             avail += stop - nxt
             nxt = stop
@@ -168,10 +183,13 @@ def run_queue(
                 di = decide(queued + cum[i + 1] - cum[i], head, times[i], cfg)
                 nxt = i + 1
                 if isinstance(di, Dispatch):
-                    admit(i, i + 1)
+                    if compact:
+                        admit(i, i + 1)
                     avail += 1
                     now, d = times[i], di
                     break
+                if not compact:
+                    compacted(avail)
                 rejected.append(i)
             if isinstance(d, Dispatch):
                 break
@@ -188,4 +206,4 @@ def run_queue(
         ends.append(end)
         qh = m
         clock = now
-    return QueueRun(order if limited else None, rejected, firsts, ends, served)
+    return QueueRun(order if compact else None, rejected, firsts, ends, served)

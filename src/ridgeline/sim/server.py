@@ -5,8 +5,9 @@ a discrete-event simulation instead of on an event loop.
 load generator would have measured against a ``BatchingEngine`` serving ``model`` — and
 the server's state after the step, to pass to the next one. The batching policy is the
 same ``decide`` the engine calls, and batch service times come from the same
-``service_time_s`` (divided by ``speed``, multiplied by the interference factor), pushed
-past stalls by the same ``stall_release``; see ``_queue`` for the event loop.
+``mean_service_s`` and lognormal noise (divided by ``speed``, multiplied by the
+interference factor), pushed past stalls by the same ``stall_release``; see ``_queue``
+for the event loop.
 
 Times in a step are seconds from the step's start, which is ``state.server_time_s`` of
 server time: warm-up, stalls and interference windows are all in server time.
@@ -15,7 +16,6 @@ server time: warm-up, stalls and interference windows are all in server time.
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -25,7 +25,13 @@ from numpy.typing import NDArray
 from ridgeline.errors import ConfigError
 from ridgeline.sim._queue import QueueRun, Service, run_queue
 from ridgeline.sim.interference import Interference
-from ridgeline.synthetic.model import LatencyModel, service_time_s, stall_release, warmup_factor
+from ridgeline.synthetic.model import (
+    LatencyModel,
+    lognormal_params,
+    mean_service_s,
+    stall_release,
+    warmup_factor,
+)
 from ridgeline.telemetry.records import Outcome, Records
 from ridgeline.workload.payloads import RequestShape
 
@@ -91,7 +97,7 @@ def simulate(
         raise ConfigError(f"speed must be a finite number > 0 (1: as measured), got {speed}")
     if not timeout_s > 0.0:
         raise ConfigError(f"timeout_s must be > 0 s, got {timeout_s}")
-    service = _service(model, state, seed, speed, interference)
+    service = _service(model, state, seed, speed, interference, n)
     run = run_queue(t.tolist(), cum, model.batching, model.instances, model.max_queue, service)
     records = _records(model, t, run, seed, timeout_s)
     if span_s is None:
@@ -139,30 +145,39 @@ def _service(
     seed: int,
     speed: float,
     interference: Interference | None,
+    batches: int,
 ) -> Service:
-    """End of a batch, in step time: service_time_s / speed × interference, past stalls.
+    """End of a batch, in step time: ``mean_service_s`` times its lognormal noise draw
+    (``noise_cv`` > 0), ÷ speed × interference, past stalls.
 
-    Once warm (and without noise) a batch of r rows always takes the same time, so
-    ``service_time_s`` is asked once per r and remembered."""
+    The noise of up to ``batches`` batches is drawn at once (one draw each, as
+    ``service_time_s`` makes), and once warm a batch of r rows always has the same mean,
+    so ``mean_service_s`` is asked once per r and remembered."""
     t0, served0 = state.server_time_s, state.served
-    rng = random.Random(f"ridgeline.sim:{model.seed}:{seed}")
+    noise: list[float] | None = None
+    if model.noise_cv > 0.0:
+        gen = np.random.default_rng([model.seed & _U64, seed & _U64, 2])
+        noise = gen.lognormal(*lognormal_params(model.noise_cv), size=batches).tolist()
     stalls = bool(model.stalls) or model.periodic_stall is not None
     factor = None if interference is None else interference.factor
     cache: dict[int, float] = {}
-    cacheable = model.noise_cv == 0.0
     warm = model.warmup is None
+    k = 0  # batches served in the step
 
     def service(rows: int, start: float, served: int) -> float:
-        nonlocal warm
+        nonlocal warm, k
         since = t0 + start
         if not warm:
             warm = warmup_factor(model, since, served0 + served) == 1.0
-        if warm and cacheable:
+        if warm:
             s = cache.get(rows)
             if s is None:
-                s = cache[rows] = service_time_s(model, rows, since, served0 + served, rng) / speed
+                s = cache[rows] = mean_service_s(model, rows, since, served0 + served) / speed
         else:
-            s = service_time_s(model, rows, since, served0 + served, rng) / speed
+            s = mean_service_s(model, rows, since, served0 + served) / speed
+        if noise is not None:
+            s *= noise[k]
+            k += 1
         if factor is not None:
             s *= factor(since)
         if stalls:

@@ -178,6 +178,17 @@ def lognormal_params(cv: float) -> tuple[float, float]:
     return -sigma2 / 2.0, math.sqrt(sigma2)
 
 
+def mean_service_s(
+    model: LatencyModel, rows: int, since_start_s: float, served_before: int
+) -> float:
+    """Seconds one instance takes for a batch of ``rows`` rows, before noise:
+    (base_ms + per_item_ms·rows) / 1000, times the warm-up factor."""
+    ms = model.base_ms + model.per_item_ms * rows
+    if ms == 0.0:
+        return 0.0
+    return ms * warmup_factor(model, since_start_s, served_before) / 1000.0
+
+
 def service_time_s(
     model: LatencyModel,
     rows: int,
@@ -185,19 +196,14 @@ def service_time_s(
     served_before: int,
     rng: random.Random,
 ) -> float:
-    """Seconds one instance takes for a batch of ``rows`` rows.
-
-    (base_ms + per_item_ms·rows) / 1000, times the warm-up factor, times one lognormal
-    draw from ``rng`` when ``noise_cv`` > 0 (no draw otherwise).
-    """
-    ms = model.base_ms + model.per_item_ms * rows
-    if ms == 0.0:
-        return 0.0
-    factor = warmup_factor(model, since_start_s, served_before)
-    if model.noise_cv > 0.0:
+    """Seconds one instance takes for a batch of ``rows`` rows: ``mean_service_s`` times
+    one lognormal draw from ``rng`` when ``noise_cv`` > 0 (no draw otherwise, nor for a
+    batch that takes no time)."""
+    s = mean_service_s(model, rows, since_start_s, served_before)
+    if s > 0.0 and model.noise_cv > 0.0:
         mu, sigma = lognormal_params(model.noise_cv)
-        factor *= rng.lognormvariate(mu, sigma)
-    return ms * factor / 1000.0
+        s *= rng.lognormvariate(mu, sigma)
+    return s
 
 
 def capacity_rps(model: LatencyModel) -> float:
