@@ -1,0 +1,293 @@
+"""One probe's bookkeeping (``Run``): each step measured, judged (pooled with the runs
+before it while undecided), stored and told; the warm-up phase; the clock of
+test-seconds."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+from dataclasses import replace
+from typing import Any
+
+from ridgeline.errors import TargetError, TargetUnreachableError
+from ridgeline.health.slo import format_slo
+from ridgeline.health.warmup import WarmupState, warmup_step
+from ridgeline.loadgen.step import StepResult, joined
+from ridgeline.probe.assess import assess_step
+from ridgeline.probe.config import ProbeConfig, ProbeResult, ProgressFn, StartFn, verdict_dict
+from ridgeline.probe.drivers import Driver
+from ridgeline.search.base import CapacityEstimate, StepPlan, StepVerdict
+from ridgeline.telemetry.gpu import GpuMonitor, gpu_problems, mean_utilisation
+from ridgeline.telemetry.store import RunStore
+
+POOLED_CAPS = 2
+"""An undecided step pools runs up to this many step caps (1,200 s by default): a server
+whose late requests cluster in long busy periods gets twice the cap, never hours for one
+point (see docs/probe.md)."""
+UNDECIDED_RERUNS = 3
+"""An undecided step gets at least this many more runs, each pooled with those before it
+and at least doubling it, and more while it holds fewer requests than a confirmation
+(errors at half their bound take some 10,000 requests to tell from it); then its verdict
+stands as measured."""
+
+
+_TRANSPORT = (
+    "connect",
+    "connection",
+    "disconnected",
+    "unavailable",
+    "timeout",
+    "reset",
+    "broken pipe",
+    "incomplete",
+)
+
+
+def _server_died(result: StepResult) -> str | None:
+    """The server stopped answering: nothing came back but transport failures (a server
+    answering errors is alive, and simply not sustainable at this rate)."""
+    s = result.summary
+    transport = all(any(t in k.lower() for t in _TRANSPORT) for k in s.error_kinds)
+    if (
+        s.sent > 0
+        and s.ok == 0
+        and s.dropped == 0
+        and transport
+        and (s.errors + s.timeouts + s.incomplete >= s.sent)
+    ):
+        kinds = ", ".join(f"{k} ×{n}" for k, n in list(s.error_kinds.items())[:3])
+        return f"no request answered at {s.offered_rps:.1f} req/s ({kinds})"
+    return None
+
+
+class Stopped(Exception):
+    """The stop event ended a step (Ctrl-C through ``run_probe``): the probe ends,
+    interrupted, with what it measured. A caller's cancellation is not this: it is
+    passed on, so a probe inside a larger job (verify, the demo) never swallows it."""
+
+
+class Run:
+    """One probe's bookkeeping: the store, the timeline, the clock of test-seconds."""
+
+    def __init__(
+        self,
+        driver: Driver,
+        cfg: ProbeConfig,
+        store: RunStore | None,
+        gpu: GpuMonitor | None,
+        on_step: ProgressFn | None = None,
+        on_start: StartFn | None = None,
+    ) -> None:
+        self.driver, self.cfg, self.store, self.gpu = driver, cfg, store, gpu
+        self.on_step, self.on_start = on_step, on_start
+        self.policy = cfg.policy()
+        self.timeline: list[dict[str, Any]] = []
+        self.trajectory: list[StepVerdict] = []
+        self.t_s = 0.0
+        self.index = 0
+        self.warmup_s = 0.0
+        self.excluded_s = 0.0
+        """Seconds the steady-state detector left out of the steps' verdicts."""
+        self.sent = 0
+        self.run_id: int | None = None
+        self._interrupted = False
+        self._last: StepResult | None = None
+        """The last step as judged (pooled runs included): what a rerun pools with."""
+        self.family = int(cfg.strategy_options.get("max_steps", 60))
+        """The steps a probe may run: a failure on few requests must be too plain for
+        chance in any of them (``StepVerdict.decided``)."""
+
+    def opened(self) -> None:
+        """The run is stored from its first measured step: an endpoint that fails its
+        connect check leaves nothing behind but the error."""
+        if self.store is not None and self.run_id is None:
+            self.run_id = self.store.create_run(
+                "probe", self.driver.describe(), self.cfg.model_dump()
+            )
+
+    async def measure(self, plan: StepPlan, seed: int, stop: asyncio.Event) -> StepResult:
+        try:
+            result = await self.driver.run(plan, seed, stop)
+        except TargetUnreachableError as exc:
+            if self.index == 0:
+                raise  # the connect check: nothing measured, nothing stored
+            raise TargetError(f"the server stopped answering at step {self.index}: {exc}") from exc
+        self.opened()
+        self.sent += result.summary.sent
+        return result
+
+    async def step(self, plan: StepPlan, stop: asyncio.Event) -> StepVerdict:
+        """Run ``plan`` (its length within the caps, ``ProbeConfig.capped_s``), record
+        its verdict in the trajectory and tell ``on_step``. A failure on too few requests
+        to decide (``StepVerdict.decided``), or a confirmation whose clustered requests
+        were worth too few independent ones, gets more of the same: another run at the
+        rate, judged together with the runs before it as one step
+        (``loadgen.step.joined``). Runs are added until the evidence decides, or at
+        least ``UNDECIDED_RERUNS`` have been added and the pooled step holds a
+        confirmation's requests, or it reaches ``POOLED_CAPS`` step caps. Each adds what
+        the evidence says is missing (at least doubling the step); nothing measured is
+        thrown away. The verdict returned is the pooled one."""
+        plan = replace(plan, duration_s=self.cfg.capped_s(plan.rate, plan.duration_s))
+        verdict = await self._assessed(plan, stop)
+        total = plan.duration_s
+        limit = POOLED_CAPS * self.cfg.capped_s(plan.rate, math.inf)
+        for reruns in itertools.count():
+            if verdict.decided:
+                break
+            if reruns >= UNDECIDED_RERUNS and verdict.samples >= self.cfg.confirm_count():
+                break  # as much as a confirmation: the verdict stands as measured
+            # enough alone, though the steady-state detector may exclude a start; a
+            # clustered confirmation as long as its dispersion says it needs
+            wanted = max(
+                total * 2,
+                self.cfg.needed_s(plan.rate) * 1.25,
+                total * verdict.shortfall * 1.25,
+            )
+            more = min(self.cfg.capped_s(plan.rate, wanted - total), limit - total)
+            if more < 1e-6 * total:
+                break  # the pooled step is as long as the caps allow
+            verdict = await self._assessed(replace(plan, duration_s=more), stop, pool=self._last)
+            total += more
+        return verdict
+
+    async def _assessed(
+        self, plan: StepPlan, stop: asyncio.Event, pool: StepResult | None = None
+    ) -> StepVerdict:
+        if self.on_start is not None:
+            self.on_start(self.index + 1, plan)
+        verdict = await self._measured(plan, stop, pool)
+        if self._interrupted:
+            raise Stopped  # stored, but a partial step is no verdict
+        self.trajectory.append(verdict)
+        if self.on_step is not None:
+            self.on_step(self.index, plan, verdict)
+        return verdict
+
+    async def _measured(
+        self, plan: StepPlan, stop: asyncio.Event, pool: StepResult | None = None
+    ) -> StepVerdict:
+        if self.gpu is not None:
+            self.gpu.sample()  # the baseline: XID and ECC errors count from here
+        result = await self.measure(plan, self.cfg.seed + self.index, stop)
+        samples = self.gpu.sample() if self.gpu is not None else []
+        judged, judged_plan, t0 = result, plan, self.t_s
+        if pool is not None:  # judged with the run before it, as one step
+            judged = joined(pool, result)
+            judged_plan = replace(plan, duration_s=judged.summary.duration_s)
+            t0 = self.t_s - pool.summary.duration_s
+        a = assess_step(
+            judged,
+            judged_plan,
+            self.policy,
+            self.cfg.hysteresis,
+            warmup=self.cfg.warmup,
+            step_index=self.index,
+            t0_s=t0,
+            steady_from=None if pool is None else sum(w.excluded for w in pool.windows),
+            gpu_problems=gpu_problems(samples),
+            gpu_utilisation=mean_utilisation(samples),
+            confidence=self.cfg.confidence,
+            family=self.family,
+            confirm_requests=self.cfg.confirm_effective(),
+        )
+        if pool is not None:  # this run's windows as the pooled judgement marked them
+            marked = judged.windows[len(pool.windows) :]
+            result.windows = [
+                w.model_copy(update={"state": m.state, "score": m.score, "excluded": m.excluded})
+                for w, m in zip(result.windows, marked, strict=True)
+            ]
+        if self.store is not None and self.run_id is not None:
+            self.store.add_step(self.run_id, self.index, result.summary, result.windows)
+        self.timeline += [e for e in a.timeline if float(e["t_s"]) >= self.t_s]  # type: ignore[arg-type]
+        self._last = judged
+        verdict = a.verdict
+        if pool is not None:  # it keeps its first run's steady state: none excluded here
+            verdict = replace(verdict, pooled_s=pool.summary.duration_s)
+        else:
+            self.excluded_s += verdict.excluded_warmup_s
+        self.t_s += plan.duration_s
+        self.index += 1
+        self._interrupted = result.interrupted
+        died = _server_died(result)
+        if died is not None:
+            raise TargetError(f"the server stopped answering at step {self.index}: {died}")
+        return verdict
+
+    def finish(
+        self, est: CapacityEstimate, confirmed: bool | None, status: str, reason: str
+    ) -> ProbeResult:
+        valid = (
+            status == "complete"
+            and est.capacity_rps is not None
+            and confirmed is not False
+            and all(v.valid for v in self.trajectory[-1:])
+        )
+        held = [v for v in self.trajectory if v.purpose == "confirm" and v.sustainable]
+        if confirmed and est.capacity_rps is not None and held and not held[-1].decided:
+            v = held[-1]
+            reason += (
+                f"; less sure than it reads: the confirmation's late requests came in "
+                f"clusters (dispersion {v.dispersion:.1f}), so its {v.samples} requests "
+                f"are worth {v.samples / v.dispersion:.0f} independent ones of the "
+                f"{self.cfg.confirm_effective()} wanted, within {v.duration_s:g} s "
+                f"(raise --max-step-s for more)"
+            )
+        result = ProbeResult(
+            capacity_rps=est.capacity_rps,
+            ci_low=est.ci_low,
+            ci_high=est.ci_high,
+            strategy=est.strategy,
+            steps=est.steps,
+            test_seconds=self.t_s,  # every run once: pooled verdicts repeat their runs
+            requests_sent=self.sent,
+            warmup_excluded_s=self.warmup_s + self.excluded_s,
+            valid=valid,
+            confirmed=confirmed,
+            reason=reason,
+            slo=format_slo(self.policy),
+            target=self.driver.describe(),
+            run_id=self.run_id,
+            status=status,
+            gpu=self.gpu.describe() if self.gpu is not None else "not monitored",
+            health_timeline=self.timeline,
+            trajectory=[verdict_dict(v) for v in self.trajectory],
+        )
+        if self.store is not None and self.run_id is not None:
+            self.store.finish_run(self.run_id, status, reason or None, result.model_dump())
+        return result
+
+
+async def warmup(run: Run, first_rate: float, stop: asyncio.Event) -> None:
+    """At the first step's rate (``rate_fraction`` of it, or ``rate``) until the server is
+    steady and has had ``requests`` requests, or ``max_s`` has passed with its requests
+    sent: excluded from every verdict."""
+    wc = run.cfg.warmup_config
+    rate = wc.rate if wc.rate is not None else max(first_rate * wc.rate_fraction, 1e-3)
+    state = WarmupState()
+    plan = StepPlan(rate, wc.window_s * wc.min_windows, "warmup")
+    sent, wanted = 0, wc.requests or 0
+    while run.warmup_s < wc.max_s or sent < wanted:
+        result = await run.measure(plan, run.cfg.seed + 10_000 + run.index, stop)
+        sent += result.summary.sent
+        run.warmup_s += plan.duration_s
+        run.t_s += plan.duration_s
+        steady = False
+        for w in result.windows:
+            w.excluded = True
+            if w.offered:  # a window nothing was sent in says nothing, either way
+                steady, state = warmup_step(state, w.latency_ms.p50 or 0.0, wc)
+            run.timeline.append(
+                {
+                    "t_s": run.t_s - plan.duration_s + w.start_s,
+                    "step": -1,
+                    "state": "warmup",
+                    "score": 0.0,
+                    "reason": "warmup",
+                }
+            )
+        if run.store is not None and run.run_id is not None:
+            run.store.add_step(run.run_id, run.index, result.summary, result.windows)
+        run.index += 1  # with a store or without: every later step's seed follows from it
+        if (steady and sent >= wanted) or result.interrupted:
+            break

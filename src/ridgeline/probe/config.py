@@ -1,0 +1,145 @@
+"""What a probe is asked (``ProbeConfig``) and what it answers (``ProbeResult``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ridgeline._fields import Seconds
+from ridgeline.health.hysteresis import HysteresisConfig
+from ridgeline.health.sampling import judged_quantile, needed_samples, tail_requests
+from ridgeline.health.slo import SLOPolicy, parse_slo
+from ridgeline.health.warmup import WarmupConfig
+from ridgeline.search.base import StepPlan, StepVerdict
+from ridgeline.search.confirmation import DEFAULT_MARGIN, ConfirmMargin
+
+CONFIRM_TAIL = 100
+"""A confirmation expects this many requests beyond the SLO's percentile (10,000 for a
+p99): one long run's percentile rests on its tail, and 100 beyond leave it within about
+±20 % of the proportion (a binomial's SD is √100)."""
+BOUNDARY_TAIL = 30
+"""An adaptive step near the boundary expects this many beyond (3,000 for a p99)."""
+
+
+class ProbeConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    slo: str = Field("p99<100ms,errors<1%", description="the SLO, e.g. 'p99<100ms,errors<0.1%'")
+    strategy: str = Field("adaptive", description="adaptive | binary | sweep | stability")
+    strategy_options: dict[str, Any] = Field(
+        default_factory=dict, description="fields of the strategy's config (min_rate, ...)"
+    )
+    warmup: bool = Field(True, description="explicit warmup phase and steady-state exclusion")
+    warmup_config: WarmupConfig = Field(default_factory=WarmupConfig)
+    hysteresis: HysteresisConfig = Field(default_factory=HysteresisConfig)
+    confirm: bool = Field(True, description="a stability run at the estimate after the search")
+    confirm_factor: float = Field(3.0, gt=0, description="confirmation length in step lengths")
+    confirm_retries: int = Field(5, ge=0, le=10, description="back-offs when a confirmation fails")
+    confirm_requests: int | None = Field(
+        None,
+        ge=0,
+        description="a confirmation lasts long enough for this many requests; None: "
+        f"{CONFIRM_TAIL} expected beyond the SLO's percentile (10,000 for a p99, "
+        "100,000 for a p99.9), within the step caps",
+    )
+    confirm_margin: ConfirmMargin = DEFAULT_MARGIN
+    confidence: float = Field(
+        0.95,
+        ge=0.5,
+        lt=1,
+        description="how sure a step's verdict must be: a failure on fewer requests than "
+        "the percentile needs must be this sure, or the step runs again, longer; also the "
+        "level of each step's percentile interval",
+    )
+    max_step_s: Seconds = Field(
+        600.0, description="no step lasts longer (unless its rate needs more to decide)"
+    )
+    max_step_requests: int = Field(
+        1_000_000, ge=1, description="no step sends more requests (unless needed to decide)"
+    )
+    seed: int = 0
+
+    def policy(self) -> SLOPolicy:
+        return parse_slo(self.slo)
+
+    def quantile(self) -> float | None:
+        """The quantile of the SLO's highest percentile bound (None: it has none)."""
+        return judged_quantile(self.policy())
+
+    def needed(self) -> int:
+        """The requests a step needs to decide (``sampling.needed_samples``): 299 for a
+        p99 or errors<1 % at 95 %, 2,995 for a p99.9 or errors<0.1 %."""
+        return needed_samples(self.policy(), self.confidence)
+
+    def needed_s(self, rate: float) -> float:
+        """The seconds a step at ``rate`` needs to decide."""
+        return self.needed() / rate
+
+    def capped_s(self, rate: float, seconds: float) -> float:
+        """``seconds`` within ``max_step_s`` and ``max_step_requests``; a cap never cuts a
+        step below what its percentile needs to decide."""
+        cap = min(self.max_step_s, self.max_step_requests / rate)
+        return min(seconds, max(cap, self.needed_s(rate)))
+
+    def confirm_count(self) -> int:
+        """The requests a confirmation lasts for: ``confirm_requests``, or
+        ``CONFIRM_TAIL`` expected beyond the SLO's percentile."""
+        if self.confirm_requests is not None:
+            return self.confirm_requests
+        return self.tail_requests(CONFIRM_TAIL, 10_000)
+
+    def confirm_effective(self) -> int:
+        """The independent requests a confirmation's evidence must be worth when those
+        beyond the bound come in clusters (``Tail.effective``): ``BOUNDARY_TAIL``
+        expected beyond the percentile (3,000 for a p99), what a step at the boundary
+        needs. Near the boundary a queue's late requests come in busy periods of tens to
+        hundreds; a run of 10,000 is then worth a few hundred, and runs longer."""
+        return min(self.confirm_count(), self.tail_requests(BOUNDARY_TAIL, 3_000))
+
+    def tail_requests(self, tail: float, fallback: int) -> int:
+        """Requests for ``tail`` expected beyond the SLO's percentile (``fallback`` when
+        it bounds none)."""
+        q = self.quantile()
+        return fallback if q is None else tail_requests(q, tail)
+
+
+class ProbeResult(BaseModel):
+    capacity_rps: float | None
+    ci_low: float | None
+    ci_high: float | None
+    strategy: str
+    steps: int
+    test_seconds: float
+    """Seconds of load sent, every step counted: warmup, search and confirmations."""
+    requests_sent: int = 0
+    """Requests sent over the whole probe, warmup included: what it cost the server."""
+    warmup_excluded_s: float
+    valid: bool
+    confirmed: bool | None
+    reason: str
+    slo: str
+    target: str
+    run_id: int | None = None
+    status: str = "complete"
+    gpu: str = "not monitored"
+    """What watched the GPUs: NVML, a DCGM/Triton endpoint, or why none could."""
+    health_timeline: list[dict[str, Any]] = Field(default_factory=list)
+    trajectory: list[dict[str, Any]] = Field(default_factory=list)
+
+
+ProgressFn = Callable[[int, StepPlan, StepVerdict], None]
+StartFn = Callable[[int, StepPlan], None]
+"""Called as a step starts (its index and plan): a long step can say so."""
+
+
+def verdict_dict(v: StepVerdict) -> dict[str, Any]:
+    d = asdict(v)
+    d["state"] = v.state.value
+    return d
+
+
+def strategy_step_s(cfg: ProbeConfig) -> float:
+    return float(cfg.strategy_options.get("step_duration_s", 10.0))
