@@ -57,9 +57,10 @@ def decide(queued: int, oldest_arrival: float, now: float, cfg: BatchingConfig) 
         return Wait(None)
     if queued >= cfg.max_batch_size:
         return Dispatch(cfg.max_batch_size)
-    formable = [p for p in cfg.preferred_batch_sizes if p <= queued]
-    if formable:
-        return Dispatch(max(formable))
+    if cfg.preferred_batch_sizes:
+        formable = [p for p in cfg.preferred_batch_sizes if p <= queued]
+        if formable:
+            return Dispatch(max(formable))
     deadline = oldest_arrival + cfg.max_queue_delay_s
     if now >= deadline:
         return Dispatch(queued)

@@ -92,6 +92,7 @@ def run_queue(
     """Simulate requests arriving at ``times`` (sorted) with ``cum[i]`` rows before
     request ``i`` (``cum[0] == 0``), all instances free at time 0."""
     n = len(times)
+    unit = cum[n] == n  # every request one row: a batch of size s takes s requests
     limited = max_queue is not None
     limit = n if max_queue is None else max_queue
     # The queue: arrival times, cumulative rows and original indices of the admitted
@@ -198,7 +199,10 @@ def run_queue(
             now = until
             d = decide(ac[avail] - ac[qh], head, now, cfg)
         # Dispatch the oldest requests whose rows fit in d.size (the head always goes).
-        m = bisect_right(ac, ac[qh] + d.size, qh + 2, avail + 1) - 1
+        if unit:
+            m = min(qh + max(d.size, 1), avail)
+        else:
+            m = bisect_right(ac, ac[qh] + d.size, qh + 2, avail + 1) - 1
         end = service(ac[m] - ac[qh], now, served)
         served += m - qh
         heapreplace(heap, (end, end > now))
