@@ -458,6 +458,24 @@ def test_a_clear_failure_moves_the_bracket_at_once() -> None:
     assert abs(hit.capacity_rps / Batching().boundary - 1) <= 0.05
 
 
+def test_a_back_off_that_holds_far_below_the_failure_narrows_the_bracket_above_it() -> None:
+    """A clear confirmation failure (score 3) backs off 15 %; that confirmation holds,
+    but [it, the failure] is far wider than the precision: the search narrows the
+    bracket above it and confirms again within the precision of the boundary, rather
+    than converging 15 % low."""
+    clean = drive(parse_strategy("adaptive", min_rate=10), Batching())
+    k = next(i for i, v in enumerate(clean.trajectory) if v.purpose == "confirm")
+    hit = drive(parse_strategy("adaptive", min_rate=10), Spike(Batching(), k, score=3.0))
+    backed = hit.trajectory[k + 1]
+    assert backed.purpose == "confirm" and backed.sustainable
+    assert backed.rate == pytest.approx(125.1 * 0.85, rel=0.01)
+    held = [v for v in hit.trajectory[k + 2 :] if v.purpose == "confirm" and v.sustainable]
+    assert held and hit.converged and hit.capacity_rps == held[-1].rate
+    boundary = Batching().boundary
+    assert boundary * (1 - 2 * AdaptiveConfig(min_rate=10).precision) <= hit.capacity_rps
+    assert hit.capacity_rps <= boundary
+
+
 @pytest.mark.parametrize("quarters", [(0.4, 0.4, 6.0, 0.4), (3.0, 4.0, 6.0, 5.0)])
 def test_a_failure_carried_by_one_quarter_is_re_tested_once(
     quarters: tuple[float, ...],

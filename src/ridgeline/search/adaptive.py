@@ -30,8 +30,12 @@ search runs one step ``confirm_factor`` times as long at ``c = min(hi/(1 + ¾·p
 est·(1 − precision/4))``: a little below both the lowest failure and the estimate, since
 a long step sees more than a short one. ``c`` may lie above ``lo`` only when the model
 has just predicted a step's score within ``trust_tolerance``. If the step holds, the
-search has converged at ``c``; if not, the bracket moves down and the search goes on.
-Every converged estimate has been held that long.
+search has converged at ``c``; if not, the next confirmation backs off below it
+(``confirmation.below_failed``). A back-off that holds converges if it is no larger than a
+narrow failure's (4 %); one further below (a clear failure's, up to 15 %) is the
+bracket's long-run floor, and the search narrows the bracket above it. Every converged
+estimate has been held that long, within 4 % of a failure (or at the ceiling, or at a
+held confirmation that a later failure could not back off past).
 
 A failure that most of its step's quarters held (a stall of the host in one slice of
 time), or one scoring below ``spike_score`` that contradicts a sustained rate at or above
@@ -57,7 +61,13 @@ from ridgeline.search._driver import (
 from ridgeline.search._model import estimate, predicted_score, spread
 from ridgeline.search._steps import AdaptiveState, gain_after, next_rate
 from ridgeline.search.base import StepPlan, StepVerdict, register
-from ridgeline.search.confirmation import Decision, below_failed, decide, deciding
+from ridgeline.search.confirmation import (
+    MAX_BACKOFF,
+    Decision,
+    below_failed,
+    decide,
+    deciding,
+)
 
 if TYPE_CHECKING:
     from ridgeline.search.config import AdaptiveConfig
@@ -201,7 +211,7 @@ def update(cfg: AdaptiveConfig, state: AdaptiveState, verdict: StepVerdict) -> A
     if state.points and verdict.rate != state.points[-1].rate:
         move = 1 if verdict.rate > state.points[-1].rate else -1
     lo, hi = bracket(points)
-    return AdaptiveState(
+    after = AdaptiveState(
         points=points,
         estimates=(*state.estimates, estimate(points, lo, hi)),
         widths=(*state.widths, math.log(hi.rate / lo.rate) if lo and hi else None),
@@ -209,8 +219,34 @@ def update(cfg: AdaptiveConfig, state: AdaptiveState, verdict: StepVerdict) -> A
         gain=gain_after(state.gain, state.direction, move),
         direction=move or state.direction,
         held=None,
-        confirmed=verdict if confirming and verdict.sustainable else None,
     )
+    if confirming:
+        return replace(after, confirmed=_converged_at(cfg, after, verdict))
+    return after
+
+
+def _converged_at(
+    cfg: AdaptiveConfig, state: AdaptiveState, verdict: StepVerdict
+) -> StepVerdict | None:
+    """The held confirmation the search has converged at, once ``verdict`` (a decided
+    confirmation) is in ``state``; None: search on.
+
+    A held confirmation converges when it lies within a narrow failure's back-off
+    (``MAX_BACKOFF``, 4 %; rounding aside) of the lowest failure, or there is none (the
+    ceiling). One that held after a clear failure's back-off (up to 15 %) may lie far
+    below the boundary: it is the bracket's long-run floor, and the search narrows the
+    bracket above it. A failed one converges at the highest confirmation held before it
+    when the next back-off would fall to it or below: that rate has held a long run."""
+    _, hi = bracket(state.points)
+    if verdict.sustainable:
+        near = hi is None or verdict.rate >= hi.rate * (1 - MAX_BACKOFF) * (1 - cfg.precision / 20)
+        return verdict if near else None
+    held = [p for p in state.points if p.purpose == "confirm" and p.sustainable]
+    if not held:
+        return None
+    best = max(held, key=lambda p: p.rate)
+    backoff = _backoff(cfg, state)
+    return best if backoff is None or backoff <= best.rate else None
 
 
 def _is_spike(cfg: AdaptiveConfig, points: tuple[StepVerdict, ...], verdict: StepVerdict) -> bool:
