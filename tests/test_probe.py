@@ -184,6 +184,26 @@ def test_a_server_that_warms_by_work_is_estimated_within_5_percent(strategy: str
     assert any(t["purpose"] == "recheck" for t in r.trajectory)
 
 
+@pytest.mark.parametrize("strategy", ["adaptive", "binary"])
+def test_a_recheck_of_a_server_that_has_not_changed_is_one_short_step(strategy: str) -> None:
+    """A server that does not warm shows no change at its recheck (it fails again, or
+    holds by a hair): that takes a search step's length (or what its rate needs to
+    decide), never the failure's own length again, which may be a confirmation's."""
+    preset = load_sim_preset("vision")
+    r = sim_probe(preset, strategy=strategy)
+    cfg = ProbeConfig(slo=preset.slo)
+    steps = r.trajectory  # type: ignore[attr-defined]
+    rechecks = [t for t in steps if t["purpose"] == "recheck"]
+    assert rechecks
+    for t in rechecks:
+        assert t["duration_s"] <= max(10.0, cfg.needed_s(t["rate"])) + 1e-9, t
+    failed = max(
+        (t for t in steps if t["rate"] == rechecks[0]["rate"] and t["purpose"] != "recheck"),
+        key=lambda t: t["duration_s"],
+    )
+    assert failed["duration_s"] > rechecks[0]["duration_s"]
+
+
 def test_no_sustainable_rate_is_an_answer_not_a_crash() -> None:
     preset = load_sim_preset("vision").model_copy(update={"slo": "p99<1ms"})
     r = sim_probe(preset, strategy="binary")

@@ -151,6 +151,12 @@ class Run:
             total += more
         return verdict
 
+    async def longer(self, plan: StepPlan, seconds: float, stop: asyncio.Event) -> StepVerdict:
+        """The step just run (``plan``, as ``step`` ran it) made ``seconds`` long in all:
+        one more run at its rate, judged together with it (``loadgen.step.joined``)."""
+        more = self.cfg.capped_s(plan.rate, seconds - plan.duration_s)
+        return await self._assessed(replace(plan, duration_s=more), stop, pool=self._last)
+
     async def _assessed(
         self, plan: StepPlan, stop: asyncio.Event, pool: StepResult | None = None
     ) -> StepVerdict:

@@ -76,9 +76,17 @@ async def probe(
             if failed is None:
                 break
             # was the failure that bounded the search the server's past (cold, warming
-            # by work)? Its rate once more, now that the server has served the search
-            plan = StepPlan(failed.rate, failed.duration_s, "recheck")
+            # by work)? Its rate once more, now that the server has served the search,
+            # for as long as a step needs to decide: a server that has changed holds it
+            # clearly, and one that has not need not fail a confirmation's length again
+            plan = StepPlan(failed.rate, _recheck_s(cfg, failed), "recheck")
             recheck = await run.step(plan, stop)
+            if _changed(failed, recheck) and recheck.duration_s < failed.duration_s:
+                # a short run that holds may have caught a quiet stretch: as long as the
+                # failure, pooled with it, before the search goes on above
+                recheck = await run.longer(
+                    replace(plan, duration_s=recheck.duration_s), failed.duration_s, stop
+                )
             if not _changed(failed, recheck):
                 break  # it fails still, or holds by a hair: the estimate stands
             above = failed.rate
@@ -119,6 +127,13 @@ CHANGED = math.log(1.25)
 step's, and by more than 2 standard errors of the two scores (from their quarters). A
 lower bar than a confirmation's (4): a recheck wrongly taken as changed costs one more
 search, which must itself be confirmed; it cannot report a wrong capacity."""
+
+
+def _recheck_s(cfg: ProbeConfig, failed: StepVerdict) -> float:
+    """How long a recheck of ``failed`` runs first: a search step's length, or what its
+    rate needs to decide (``ProbeConfig.needed_s``) if longer, but no longer than
+    ``failed``. One that looks changed is then made as long as ``failed``."""
+    return min(failed.duration_s, max(strategy_step_s(cfg), cfg.needed_s(failed.rate)))
 
 
 def _bounding_failure(trajectory: list[StepVerdict], est: CapacityEstimate) -> StepVerdict | None:
