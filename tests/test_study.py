@@ -219,6 +219,7 @@ def test_the_study_on_a_tiny_bank_writes_every_table_with_its_rows(tmp_path: Pat
     (tmp_path / "bank").mkdir()
     cfg = StudyConfig(
         seeds=2,
+        dev_seeds=2,
         ablation_seeds=1,
         jobs=1,
         bank=_tiny_bank(tmp_path / "bank"),
@@ -547,6 +548,8 @@ def test_the_command_runs_one_case_and_writes_its_document(tmp_path: Path) -> No
         "nlp-tail-b",
         "--seeds",
         "1",
+        "--dev-seeds",
+        "1",
         "--ablation-seeds",
         "0",
         "--jobs",
@@ -561,7 +564,8 @@ def test_the_command_runs_one_case_and_writes_its_document(tmp_path: Path) -> No
     assert "[ 1/1] nlp-tail-b" in run.stderr
     doc = out.read_text()
     assert (
-        "`ridgeline study vanguard --seeds 1 --jobs 1 --case nlp-tail-b --ablation-seeds 0`" in doc
+        "`ridgeline study vanguard --seeds 1 --dev-seeds 1 --jobs 1 --case nlp-tail-b "
+        "--ablation-seeds 0`" in doc
     )
     data = json.loads(js.read_text())
     assert [(p["case"], p["strategy"]) for p in data["probes"]] == [

@@ -30,7 +30,12 @@ def _commit() -> str | None:
 @app.command("vanguard")
 def vanguard(
     seeds: Annotated[
-        int | None, typer.Option(help="probes per case and strategy (default 5; --quick 2)")
+        int | None,
+        typer.Option(help="probes per held-out case and strategy (default 5; --quick 2)"),
+    ] = None,
+    dev_seeds: Annotated[
+        int | None,
+        typer.Option(help="probes per dev case and strategy (default 3; --quick 2)"),
     ] = None,
     jobs: Annotated[int, typer.Option(help="processes")] = 2,
     out: Annotated[
@@ -69,6 +74,8 @@ def vanguard(
         given: dict[str, object] = {"jobs": jobs}
         if seeds is not None:
             given["seeds"] = seeds
+        if dev_seeds is not None:
+            given["dev_seeds"] = dev_seeds
         if case:
             given["cases"] = tuple(case)
         if ablation_seeds is not None:
@@ -79,7 +86,12 @@ def vanguard(
             cfg, on_case=lambda done: err.print(case_line(done), markup=False, highlight=False)
         )
         command = " ".join(
-            ["ridgeline study vanguard", f"--seeds {result.seeds}", f"--jobs {jobs}"]
+            [
+                "ridgeline study vanguard",
+                f"--seeds {result.seeds}",
+                f"--dev-seeds {result.dev_seeds}",
+                f"--jobs {jobs}",
+            ]
             + (["--quick"] if quick else [])
             + [f"--case {c}" for c in case]
             + ([f"--ablation-seeds {ablation_seeds}"] if ablation_seeds is not None else [])

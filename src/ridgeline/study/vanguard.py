@@ -2,9 +2,11 @@
 ``ridgeline probe sim:FILE.yaml`` does with no options, and set the estimates beside the
 truth.
 
-For every case, ``seeds`` probes with each strategy (``adaptive``, ``binary``), seeds 0, 1,
-…: each is ``ridgeline probe sim:FILE.yaml --strategy S --seed k`` run as a library call
-(the case written out as a plain sim file, the driver made by the CLI's own
+For every held-out case, ``seeds`` probes with each strategy (``adaptive``, ``binary``),
+seeds 0, 1, …, and ``dev_seeds`` for every dev case (the held-out half is the one judged;
+the dev half, three times as large, is tuned on and needs fewer repeats): each is
+``ridgeline probe sim:FILE.yaml --strategy S --seed k`` run as a library call (the case
+written out as a plain sim file, the driver made by the CLI's own
 ``make_driver``, the config by ``cli_probe_config``, which builds what the CLI builds from
 its defaults). The truth of each case comes from ``truth.true_capacity``.
 
@@ -80,7 +82,8 @@ QUICK_CASES = (
 class StudyConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    seeds: int = Field(5, ge=1, le=100, description="probes per case and strategy")
+    seeds: int = Field(5, ge=1, le=100, description="probes per held-out case and strategy")
+    dev_seeds: int = Field(3, ge=1, le=100, description="probes per dev case and strategy")
     ablation_seeds: int = Field(2, ge=0, le=100, description="probes per case and ablation")
     jobs: int = Field(2, ge=1, le=64, description="processes")
     cases: tuple[str, ...] | None = Field(None, description="bank cases to run; None: all")
@@ -91,8 +94,12 @@ class StudyConfig(BaseModel):
     def quick(cls, **overrides: Any) -> StudyConfig:
         """A few minutes' study: ``QUICK_CASES``, 2 seeds, 1 per ablation."""
         return cls.model_validate(
-            {"seeds": 2, "ablation_seeds": 1, "cases": QUICK_CASES, **overrides}
+            {"seeds": 2, "dev_seeds": 2, "ablation_seeds": 1, "cases": QUICK_CASES, **overrides}
         )
+
+    def seeds_for(self, case: Case) -> int:
+        """Probes per strategy for ``case``: ``seeds`` held out, ``dev_seeds`` in dev."""
+        return self.seeds if case.split == "heldout" else self.dev_seeds
 
 
 def cli_probe_config(slo: str, strategy: str, seed: int, *, warmup: bool = True) -> ProbeConfig:
@@ -177,6 +184,9 @@ class CaseRow(BaseModel):
 
 class StudyResult(BaseModel):
     seeds: int
+    """Probes per held-out case and strategy."""
+    dev_seeds: int = 0
+    """Probes per dev case and strategy (0: a result from before they differed, ``seeds``)."""
     ablation_seeds: int
     jobs: int
     cpus: int | None = None
@@ -335,7 +345,8 @@ def _tasks(
     tasks: list[_ProbeTask | _TruthTask] = []
     for c in cases:
         cost = 1.0 + 1e4 / max(c.nominal_rps, 1.0)
-        probe: list[tuple[Strategy, Variant, int]] = [(s, "cli", cfg.seeds) for s in STRATEGIES]
+        n = cfg.seeds_for(c)
+        probe: list[tuple[Strategy, Variant, int]] = [(s, "cli", n) for s in STRATEGIES]
         window = batching_window_s(c)
         for v in ABLATIONS:
             if v == "batching-windows" and window == StepConfig().window_s:
@@ -409,6 +420,7 @@ def run_study(cfg: StudyConfig, *, on_case: CaseFn | None = None) -> StudyResult
     order = {c.name: i for i, c in enumerate(cases)}
     return StudyResult(
         seeds=cfg.seeds,
+        dev_seeds=cfg.dev_seeds,
         ablation_seeds=cfg.ablation_seeds,
         jobs=cfg.jobs,
         cpus=os.cpu_count(),
