@@ -49,7 +49,7 @@ def vanguard(
         typer.Option(help="write the dev pairs' a → b calibration here, for `allocate`"),
     ] = None,
     quick: Annotated[
-        bool, typer.Option(help="10 cases, 2 seeds, 1 per ablation: a few minutes' look")
+        bool, typer.Option(help="11 cases, 2 seeds, 1 per ablation: a few minutes' look")
     ] = False,
     case: Annotated[list[str], typer.Option(help="only this bank case (repeatable)")] = [],  # noqa: B006
     ablation_seeds: Annotated[

@@ -66,15 +66,16 @@ TruthVariant = Literal["poisson", "trace", "p99-only"]
 
 QUICK_CASES = (
     "rec-bigbatch-a",
-    "rec-bigbatch-b",
     "rank-tail",
     "vision-stall-a",
     "nlp-bert",
-    "rec-smalldelay",
     "rank-pair-a",
     "rank-pair-b",
-    "vision-warmup-time",
-    "nlp-tail-a",
+    "rec-errors-d",
+    "rank-stall-d",
+    "vision-pair-a",
+    "vision-pair-b",
+    "nlp-warmup-time",
 )
 """``--quick``: every class in each split, a pair in each, a large batching delay."""
 
