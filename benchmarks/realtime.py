@@ -31,7 +31,9 @@ Servers (RIDGELINE_RT_SERVERS, default stall,tail,work,plan):
   simulator, set by the tail, not by throughput.
 - work: fake server as `stall` without the stall, 3 × slower at first, back to normal
   linearly over its first 15,000 requests (30 s at 500/s, 60 s at 250/s); `p99<50ms`:
-  ~490/s warm in the simulator, ~200/s cold.
+  498/s warm in the simulator (`study.truth.true_capacity`); cold, its p99 is 42 ms at
+  1-5 req/s and 59 ms at 10 req/s, so the cold server holds the SLO only below ~8/s
+  (it can still serve ~205/s, well past the SLO).
 - plan: `ridgeline serve examples/plans/traffic-cpu.yaml` (real ONNX models from the zoo
   on CPU: detector → car and face classifiers, early dropping on, as served by default),
   probed over gRPC under the plan's own SLO, `p99<400ms`.
@@ -173,7 +175,7 @@ SERVERS = {
             fallback_rate=400,
             model=_fake(warmup={"factor": 3.0}),
             warm_requests=15_000,
-            warm_rate=200,  # the cold server's capacity: 2 × 8 rows / (3 × 26 ms) = 205/s
+            warm_rate=200,  # the cold server's throughput: 2 × 8 rows / (3 × 26 ms) = 205/s
         ),
         Server(
             "plan",
