@@ -152,9 +152,10 @@ class Run:
         return verdict
 
     async def longer(self, plan: StepPlan, seconds: float, stop: asyncio.Event) -> StepVerdict:
-        """The step just run (``plan``, as ``step`` ran it) made ``seconds`` long in all:
-        one more run at its rate, judged together with it (``loadgen.step.joined``)."""
-        more = self.cfg.capped_s(plan.rate, seconds - plan.duration_s)
+        """The step just run at ``plan``'s rate made ``seconds`` long in all: one more run,
+        judged together with it and any runs pooled into it (``loadgen.step.joined``)."""
+        assert self._last is not None, "longer() extends a step already run"
+        more = self.cfg.capped_s(plan.rate, seconds - self._last.summary.duration_s)
         return await self._assessed(replace(plan, duration_s=more), stop, pool=self._last)
 
     async def _assessed(

@@ -84,9 +84,7 @@ async def probe(
             if _changed(failed, recheck) and recheck.duration_s < failed.duration_s:
                 # a short run that holds may have caught a quiet stretch: as long as the
                 # failure, pooled with it, before the search goes on above
-                recheck = await run.longer(
-                    replace(plan, duration_s=recheck.duration_s), failed.duration_s, stop
-                )
+                recheck = await run.longer(plan, failed.duration_s, stop)
             if not _changed(failed, recheck):
                 break  # it fails still, or holds by a hair: the estimate stands
             above = failed.rate
