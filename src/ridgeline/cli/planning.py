@@ -95,6 +95,8 @@ def result_json(r: PlanResult) -> dict[str, Any]:
         "features": r.features.label,
         "slices": r.slices,
         "slices_used": r.slices_used,
+        "memory_slices": r.memory_slices,
+        "cost": r.cost,
         "available": r.available,
         "accuracy": r.accuracy,
         "solve_s": r.solve_s,

@@ -5,9 +5,14 @@ takes some of each; it may start only at certain memory slices, as NVIDIA's
 ``nvidia-smi mig -lgipp`` prints them (``{0,4}:4``: start at slice 0 or 4, span 4). A
 set of instances fits a GPU when their memory spans do not overlap and their compute
 slices add up to 7 or fewer (``fits``). The tables below follow NVIDIA's MIG user guide,
-"Supported MIG Profiles" (A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB), with SM counts
-from ``nvidia-smi mig -lgip`` and memory bandwidth a fraction of the GPU's by memory
-slices.
+"Supported MIG Profiles" (A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB, H200-SXM5-141GB),
+with SM counts from ``nvidia-smi mig -lgip`` (H200 has H100's, on the same 132-SM die) and
+memory bandwidth a fraction of the GPU's by memory slices. The ``+me`` (media extension)
+profiles are left out: they take the same slices as their plain ones.
+
+``layouts`` lists, per GPU type, every set of instances one GPU can hold that no further
+instance can join (NVIDIA's "valid combinations", with one placement of each): the
+planner chooses among them, so every plan it returns can be laid out.
 
 What an instance runs on (a MIG profile, an MPS share of one, CPU cores) is a segment:
 ``pipeline.segments``.
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cache
 from types import MappingProxyType
 
 from ridgeline.errors import ConfigError, UnknownKindError
@@ -86,24 +92,37 @@ def _a100(memory_gb: int, bandwidth: float) -> GpuType:
     )
 
 
-_H100 = GpuType(
-    name="H100-80GB",
-    memory_gb=80,
-    sms=132,
-    fp16_tflops=989.0,
-    bandwidth_gbps=3350.0,
-    profiles=(
-        MigProfile("1g.10gb", 1, 1, 10, 16, (0, 1, 2, 3, 4, 5, 6), 19),
-        MigProfile("1g.20gb", 1, 2, 20, 26, (0, 2, 4, 6), 15),
-        MigProfile("2g.20gb", 2, 2, 20, 32, (0, 2, 4), 14),
-        MigProfile("3g.40gb", 3, 4, 40, 60, (0, 4), 9),
-        MigProfile("4g.40gb", 4, 4, 40, 64, (0,), 5),
-        MigProfile("7g.80gb", 7, 8, 80, 132, (0,), 0),
-    ),
-)
+def _hopper(name: str, memory_gb: int, bandwidth: float, gb: tuple[int, int, int, int]) -> GpuType:
+    """H100 and H200: one die (132 SMs, 989 dense FP16 TFLOPS), different memory. ``gb``:
+    the memory in the names of the 1-, 2-, 4- and 8-memory-slice profiles."""
+    one, two, four, eight = gb
+    return GpuType(
+        name=name,
+        memory_gb=memory_gb,
+        sms=132,
+        fp16_tflops=989.0,
+        bandwidth_gbps=bandwidth,
+        profiles=(
+            MigProfile(f"1g.{one}gb", 1, 1, one, 16, (0, 1, 2, 3, 4, 5, 6), 19),
+            MigProfile(f"1g.{two}gb", 1, 2, two, 26, (0, 2, 4, 6), 15),
+            MigProfile(f"2g.{two}gb", 2, 2, two, 32, (0, 2, 4), 14),
+            MigProfile(f"3g.{four}gb", 3, 4, four, 60, (0, 4), 9),
+            MigProfile(f"4g.{four}gb", 4, 4, four, 64, (0,), 5),
+            MigProfile(f"7g.{eight}gb", 7, 8, eight, 132, (0,), 0),
+        ),
+    )
+
 
 GPU_TYPES: Mapping[str, GpuType] = MappingProxyType(
-    {g.name: g for g in (_a100(40, 1555.0), _a100(80, 2039.0), _H100)}
+    {
+        g.name: g
+        for g in (
+            _a100(40, 1555.0),
+            _a100(80, 2039.0),
+            _hopper("H100-80GB", 80, 3350.0, (10, 20, 40, 80)),
+            _hopper("H200-141GB", 141, 4800.0, (18, 35, 71, 141)),
+        )
+    }
 )
 """Every GPU type the planner knows, by name."""
 
@@ -161,3 +180,52 @@ def parse_gpus(text: str) -> dict[str, int]:
         gpu_type(name)
         out[name] = out.get(name, 0) + int(count)
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """A set of MIG instances one GPU can hold, with one valid placement of them."""
+
+    placed: tuple[Placed, ...]
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Instances per profile name."""
+        out: dict[str, int] = {}
+        for p in self.placed:
+            out[p.profile.name] = out.get(p.profile.name, 0) + 1
+        return out
+
+    @property
+    def label(self) -> str:
+        return " + ".join(f"{n}×{name}" for name, n in self.counts.items())
+
+
+def layouts(gpu: str) -> tuple[Layout, ...]:
+    """Every maximal layout of ``gpu``: each set of instances (by profile counts) one GPU
+    can hold that no other instance can join, with one placement of it. Any smaller set
+    that fits is a subset of one of these, so "the instances of each profile are at most
+    what the chosen layouts hold" is exactly "they can be laid out"."""
+    return _layouts(gpu_type(gpu).name)
+
+
+@cache
+def _layouts(name: str) -> tuple[Layout, ...]:
+    g = gpu_type(name)
+    options = [Placed(p, s) for p in g.profiles for s in p.starts]
+    found: dict[tuple[int, ...], tuple[Placed, ...]] = {}
+
+    def grow(placed: tuple[Placed, ...], after: int) -> None:
+        key = tuple(sum(q.profile is p for q in placed) for p in g.profiles)
+        found.setdefault(key, placed)
+        for i in range(after, len(options)):
+            if fits([*placed, options[i]]) is None:
+                grow((*placed, options[i]), i + 1)
+
+    grow((), 0)
+    maximal = [
+        k
+        for k in found
+        if not any(o != k and all(a >= b for a, b in zip(o, k, strict=True)) for o in found)
+    ]
+    return tuple(Layout(found[k]) for k in sorted(maximal, reverse=True))

@@ -10,17 +10,14 @@ each MIG instance starts, so that the set on every GPU is a layout NVIDIA allows
    of different sizes (one task's 1/2 with another's 1/3) may share a slice while they
    sum to at most 1. That is what the planner's cost assumes (a share of 1/k costs 1/k
    of a slice), so a plan's slice count stays close to what it pays for.
-2. MIG instances (whole ones, and the slices hosting MPS clients) go onto GPUs first-fit
-   decreasing by compute slices: each goes on the first GPU where one of its profile's
-   starts keeps the GPU's set valid, else on a fresh GPU. Starts are tried from the
-   highest down: the top memory slices are reachable only by some profiles (``1g.10gb``
-   cannot start at 7, ``4g`` and ``7g`` start only at 0), so filling from the top keeps
-   the bottom open; lowest-first would refuse ``3g + 2g + 1g + 1g`` on one A100, a
-   layout NVIDIA lists.
-
-First-fit decreasing is a heuristic: it is fast and usually tight, but it can fail, or
-use more GPUs, on a set that an exact packer would fit. ``min_gpus`` is a true lower
-bound to compare against, and the error when GPUs run out says both.
+2. MIG instances (whole ones, and the slices hosting MPS clients) go onto GPUs by an
+   exact packing: per GPU type, a small integer program (HiGHS) picks how many GPUs take
+   each of the type's maximal layouts (``gpu.layouts``, NVIDIA's valid combinations with
+   one placement each) so that every profile's instances find a slot, on the fewest
+   GPUs. The instances then take the slots of their profile, GPU by GPU. It is exact:
+   if any valid layout of the instances on the GPUs given exists, this finds one, and
+   ``min_gpus`` is the true minimum. The planner's MILP lays its instances out over the
+   same layouts, so every plan it returns places.
 
 GPU indices run over the GPUs given, type after type in the order of the ``gpus``
 mapping (``{"A100-80GB": 8, "H100-80GB": 4}``: A100s are 0–7, H100s 8–11), each type's
@@ -34,10 +31,13 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+import highspy
+import numpy as np
 import yaml
 
 from ridgeline.errors import PlanError
-from ridgeline.pipeline.gpu import COMPUTE_SLICES, MEMORY_SLICES, MigProfile, Placed, fits, gpu_type
+from ridgeline.pipeline._highs import Row, integer_model
+from ridgeline.pipeline.gpu import Layout, MigProfile, gpu_type, layouts
 from ridgeline.pipeline.plan import Plan
 from ridgeline.pipeline.segments import MigSegment, MpsSegment
 
@@ -150,48 +150,74 @@ class _Unit:
 
 
 def place(plan: Plan, gpus: Mapping[str, int]) -> Placement:
-    """Pack the plan's GPU instances onto ``gpus`` (available GPUs per type); see the
-    module docstring. Raises PlanError when the first-fit-decreasing packer runs out of
-    GPUs of a type, naming the type, the GPUs given, the lower bound and the instance
-    it could not place."""
+    """Lay the plan's GPU instances out on ``gpus`` (available GPUs per type); see the
+    module docstring. Raises PlanError when a type has too few GPUs for any valid
+    layout, naming the type, the GPUs given and the fewest that hold the instances."""
     for name, count in gpus.items():
         if count < 0:
             raise PlanError(f"gpus: {name} has count {count}; give 0 or more GPUs")
     by_type: dict[str, list[_Unit]] = defaultdict(list)
     for u in _units(plan):
         by_type[u.gpu].append(u)
-    bounds = min_gpus(plan)
     offsets = _offsets(gpus, by_type)
     slots: list[Slot] = []
     used: dict[str, int] = {}
     for gpu, units in by_type.items():
+        chosen = _fewest_layouts(gpu, Counter(u.profile.name for u in units))
         given = gpus.get(gpu, 0)
-        layouts, unplaced = _pack(units, given)
-        if unplaced is not None:
-            raise PlanError(_no_room(plan, gpu, given, bounds[gpu], unplaced))
-        used[gpu] = len(layouts)
-        for g, layout in enumerate(layouts):
-            slots += [
-                Slot(offsets[gpu] + g, gpu, u.profile.name, s, u.instances) for u, s in layout
-            ]
+        if len(chosen) > given:
+            raise PlanError(_no_room(plan, gpu, given, len(chosen)))
+        used[gpu] = len(chosen)
+        waiting: dict[str, list[_Unit]] = defaultdict(list)
+        for u in sorted(units, key=_Unit.order, reverse=True):
+            waiting[u.profile.name].append(u)
+        for g, layout in enumerate(chosen):
+            for placed in sorted(layout.placed, key=lambda q: (-q.profile.compute, -q.start)):
+                if waiting[placed.profile.name]:
+                    u = waiting[placed.profile.name].pop()
+                    slots.append(
+                        Slot(offsets[gpu] + g, gpu, u.profile.name, placed.start, u.instances)
+                    )
     return Placement(used, tuple(sorted(slots, key=lambda s: (s.gpu_index, s.start))))
 
 
 def min_gpus(plan: Plan) -> dict[str, int]:
-    """A lower bound on the GPUs each type needs: the compute slices over 7 and the
-    memory slices over 8, rounded up, whichever is more. MPS clients count as whole
-    slices (a client cannot span two), their shares' sum rounded up per profile. Memory
-    binds as often as compute: three ``3g.40gb`` and five ``1g.10gb`` take 14 compute
-    slices, two GPUs' worth, but 17 memory slices, which need three."""
-    compute: Counter[str] = Counter()
-    memory: Counter[str] = Counter()
-    for (gpu, profile), count in _slice_counts(plan).items():
-        compute[gpu] += profile.compute * count
-        memory[gpu] += profile.memory_slices * count
-    return {
-        gpu: max(math.ceil(compute[gpu] / COMPUTE_SLICES), math.ceil(memory[gpu] / MEMORY_SLICES))
-        for gpu in compute
-    }
+    """The fewest GPUs of each type that hold the plan's MIG instances in a layout NVIDIA
+    allows (exact: ``_fewest_layouts``). Memory binds as often as compute: three
+    ``3g.40gb`` and five ``1g.10gb`` take 14 compute slices, two GPUs' worth, but a GPU
+    holds two 3g at most, so they need three."""
+    counts: dict[str, Counter[str]] = defaultdict(Counter)
+    for (gpu, profile), n in _slice_counts(plan).items():
+        counts[gpu][profile.name] += n
+    return {gpu: len(_fewest_layouts(gpu, c)) for gpu, c in counts.items()}
+
+
+def _fewest_layouts(gpu: str, need: Mapping[str, int]) -> list[Layout]:
+    """The fewest GPUs' layouts (with repeats, largest first) whose slots hold ``need``
+    instances per profile: an integer program over ``gpu.layouts``."""
+    options = layouts(gpu)
+    bound = float(sum(need.values()))
+    rows: list[Row] = [
+        (
+            float(n),
+            math.inf,
+            {j: float(c) for j, lay in enumerate(options) if (c := lay.counts.get(p, 0))},
+        )
+        for p, n in need.items()
+        if n > 0
+    ]
+    if not rows:
+        return []
+    h = integer_model([bound] * len(options), rows, time_limit_s=10.0, mip_gap=0.0)
+    h.changeColsCost(len(options), np.arange(len(options), dtype=np.int32), np.ones(len(options)))
+    h.run()
+    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        raise PlanError(
+            f"laying out {dict(need)} on {gpu}: HiGHS ended with "
+            f"{h.modelStatusToString(h.getModelStatus())}"
+        )
+    taken = [round(v) for v in h.getSolution().col_value]
+    return [lay for lay, n in zip(options, taken, strict=True) for _ in range(n)]
 
 
 def _slice_counts(plan: Plan) -> Counter[tuple[str, MigProfile]]:
@@ -241,31 +267,6 @@ def _mps_slices(clients: Iterable[InstanceRef]) -> list[tuple[InstanceRef, ...]]
     return [tuple(s) for s in slices]
 
 
-def _pack(units: list[_Unit], given: int) -> tuple[list[list[tuple[_Unit, int]]], _Unit | None]:
-    """First-fit decreasing onto at most ``given`` GPUs of one type: per GPU, its units
-    and their starts; and the first unit that found no room, or None."""
-    layouts: list[list[tuple[_Unit, int]]] = []
-    for u in sorted(units, key=_Unit.order):
-        for layout in layouts:
-            start = _free_start([Placed(v.profile, s) for v, s in layout], u.profile)
-            if start is not None:
-                layout.append((u, start))
-                break
-        else:
-            if len(layouts) == given:
-                return layouts, u
-            layouts.append([(u, max(u.profile.starts))])
-    return layouts, None
-
-
-def _free_start(placed: list[Placed], profile: MigProfile) -> int | None:
-    """The highest start of ``profile`` that keeps ``placed`` a valid layout, if any."""
-    for start in sorted(profile.starts, reverse=True):
-        if fits([*placed, Placed(profile, start)]) is None:
-            return start
-    return None
-
-
 def _offsets(gpus: Mapping[str, int], needed: Iterable[str]) -> dict[str, int]:
     """The first GPU index of each type: types in the order given, then any the plan
     needs but ``gpus`` lacks (placing those fails, but the numbering stays defined)."""
@@ -277,28 +278,15 @@ def _offsets(gpus: Mapping[str, int], needed: Iterable[str]) -> dict[str, int]:
     return offsets
 
 
-def _no_room(plan: Plan, gpu: str, given: int, bound: int, unit: _Unit) -> str:
-    """Why ``unit`` found no room: too few GPUs for the plan's slices, or (with enough
-    by that bound) the packer's heuristic missing a layout."""
-    counts = _slice_counts(plan)
-    compute = sum(p.compute * n for (g, p), n in counts.items() if g == gpu)
-    memory = sum(p.memory_slices * n for (g, p), n in counts.items() if g == gpu)
-    need = (
-        f"plan {plan.name!r} needs at least {_gpus(bound, gpu)} ({compute} compute slices "
-        f"/ {COMPUTE_SLICES}, {memory} memory slices / {MEMORY_SLICES}, rounded up) and "
-        f"{given} {'was' if given == 1 else 'were'} given"
-    )
-    if bound > given:
-        return (
-            f"cannot place {unit.label}: {need}; the first-fit-decreasing packer placed "
-            f"what fit and ran out here. Give at least {_gpus(bound, gpu)}, or plan fewer or "
-            "smaller instances"
-        )
+def _no_room(plan: Plan, gpu: str, given: int, fewest: int) -> str:
+    """Why the plan's instances of ``gpu`` cannot be laid out on ``given`` GPUs."""
+    counts = {p.name: n for (g, p), n in _slice_counts(plan).items() if g == gpu}
+    listed = ", ".join(f"{n} × {name}" for name, n in counts.items())
     return (
-        f"cannot place {unit.label}: {need}, but the first-fit-decreasing packer filled "
-        f"them without room for it. The packer is a heuristic and can miss a layout an "
-        f"exact packer would find; give {given + 1} or more {gpu} GPUs, or plan fewer or "
-        "smaller instances"
+        f"cannot place plan {plan.name!r} on {gpu}: its MIG instances ({listed}) need at "
+        f"least {_gpus(fewest, gpu)} in any layout NVIDIA allows, and {given} "
+        f"{'was' if given == 1 else 'were'} given. Give at least {_gpus(fewest, gpu)}, or "
+        "plan fewer or smaller instances"
     )
 
 

@@ -17,11 +17,22 @@ code:
   per-task budgets of SLO / the longest path's task count);
 * accuracy: on every path, the product of the chosen variants' accuracies (each a
   fraction of its task's best) ≥ the floor, as a sum of logarithms;
-* resources: slices used ≤ those available, per pool (compute slices of a GPU type, or
-  CPU cores), and memory slices ≤ 8 per GPU (``placement`` then lays them out).
+* resources, per pool: CPU cores used ≤ those available; on a GPU type, compute slices
+  ≤ those available, and the MIG instances laid out exactly. An integer ``y[l]`` counts
+  the GPUs that take layout ``l`` (``gpu.layouts``: every maximal set of instances one GPU
+  holds, NVIDIA's valid combinations); at most ⌈available / 7⌉ GPUs take one, and each
+  profile's instances are at most what the chosen layouts hold. MPS clients of a
+  profile need whole slices of it: an integer ``m[p] ≥`` the sum of their shares (a
+  half and a third share a slice; ``placement`` packs them so). So every plan the MILP
+  returns can be placed, and ``placement.place`` finds a layout for it.
 
-Objective: fewest slices, then the highest accuracy (``objective="accuracy"``: the
-reverse), solved in two passes: the first optimum becomes a bound for the second.
+Objective: the least cost, then the highest accuracy (``objective="accuracy"``: the
+reverse), solved in two passes: the first optimum becomes a bound for the second. An
+instance's cost is what it takes of its GPU's two resources, in compute slices: the mean
+of its compute slices and 7/8 of its memory slices (``instance_cost``), so a whole GPU
+costs 7, a ``1g.10gb`` 0.9375 and an H100 ``1g.20gb`` 1.375 (the same compute, twice the
+memory). It adds up over a GPU's instances and never past 7. Compute slices, memory
+slices and cost are all reported.
 
 Switches (``Features``): A (accuracy scaling: other variants than each task's best),
 S (spatial partitioning: MIG slices and MPS shares; off: whole GPUs only), T
@@ -36,10 +47,8 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
-import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal
@@ -48,7 +57,8 @@ import highspy
 import numpy as np
 
 from ridgeline.errors import InfeasiblePlan, PlanError
-from ridgeline.pipeline.gpu import COMPUTE_SLICES, MEMORY_SLICES, gpu_type
+from ridgeline.pipeline._highs import Row, integer_model
+from ridgeline.pipeline.gpu import COMPUTE_SLICES, MEMORY_SLICES, MigProfile, gpu_type, layouts
 from ridgeline.pipeline.profiles import ProfileRow, ProfileTable
 from ridgeline.pipeline.segments import CPU, parse_segment, segment_cost
 from ridgeline.pipeline.spec import PipelineSpec
@@ -142,7 +152,7 @@ class PlanResult:
     features: Features
     tasks: dict[str, PlannedTask]
     slices: dict[str, float]
-    """Slices (or cores) used, per pool."""
+    """Compute slices (or cores) used, per pool; an MPS host slice counts whole."""
     available: dict[str, float]
     accuracy: float
     """System accuracy: the lowest over paths of the product of task accuracies, as a
@@ -151,6 +161,11 @@ class PlanResult:
     gap: float
     """The MILP's relative optimality gap at the end of the (first) solve."""
     path_latency_ms: dict[tuple[str, ...], float] = field(default_factory=dict)
+    memory_slices: dict[str, float] = field(default_factory=dict)
+    """Memory slices (of 8 per GPU) used, per GPU pool."""
+    cost: dict[str, float] = field(default_factory=dict)
+    """What the plan takes, per pool (the objective): ``instance_cost`` summed on a GPU
+    type, cores on the CPU."""
 
     @property
     def slices_used(self) -> float:
@@ -350,40 +365,44 @@ class _Milp:
                     for i, (p, _) in zip(w[t], self.options_of[t], strict=True):
                         terms[i] = math.log(p.config.accuracy)
                 rows.append((math.log(spec.accuracy_floor), inf, terms))
+        upper = [1.0] * k  # the w are binaries; the resource columns follow them
+        cost_of: dict[int, float] = {}  # the resource columns' cost (a host slice's)
         if self.resources:
-            # Resources: slices (or cores) used ≤ those available, per pool; and on a GPU
-            # pool, memory slices used ≤ 8 per GPU (a 3g takes 4 of 8: three 3g need
-            # two GPUs by compute, but 12 memory slices, so three GPUs).
             for pool, cap in self.available.items():
-                terms, memory = {}, {}
-                for t, opts in self.options_of.items():
-                    for i, (p, _) in zip(w[t], opts, strict=True):
-                        if p.config.row.pool == pool:
-                            terms[i] = float(p.slices)
-                            if pool != CPU:
-                                memory[i] = float(_memory_slices(p))
-                if terms:
-                    rows.append((-inf, cap, terms))
-                if memory:
-                    rows.append((-inf, cap / COMPUTE_SLICES * MEMORY_SLICES, memory))
+                if pool == CPU:
+                    # Resources: cores used ≤ those available.
+                    terms = {
+                        i: float(p.slices)
+                        for t, opts in self.options_of.items()
+                        for i, (p, _) in zip(w[t], opts, strict=True)
+                        if p.config.row.pool == pool
+                    }
+                    if terms:
+                        rows.append((-inf, cap, terms))
+                    continue
+                rows += self._gpu_rows(pool, cap, w, upper, cost_of)
         # --- objective --------------------------------------------------------------------
-        slices, lost = np.zeros(k), np.zeros(k)
+        n = len(upper)
+        slices, lost = np.zeros(n), np.zeros(n)
         for t, opts in self.options_of.items():
             for i, (p, _) in zip(w[t], opts, strict=True):
-                slices[i] = float(p.slices)
+                slices[i] = _option_cost(p) if self.resources else float(p.slices)
                 lost[i] = -math.log(p.config.accuracy)  # accuracy lost, to minimise
+        for i, c in cost_of.items():
+            slices[i] = c
         first, second = (slices, lost) if self.options.objective == "slices" else (lost, slices)
         # --- solve, in two passes: the first optimum bounds the second ------------------
-        h = _highs(k, rows, self.options)
+        o = self.options
+        h = integer_model(upper, rows, time_limit_s=o.time_limit_s, mip_gap=o.mip_gap)
         gap = 0.0
-        for n, objective in enumerate((first, second)):
-            h.changeColsCost(k, np.arange(k, dtype=np.int32), objective)
+        for n_pass, objective in enumerate((first, second)):
+            h.changeColsCost(n, np.arange(n, dtype=np.int32), objective)
             h.run()
             # --- status check --------------------------------------------------------------
             status = h.getModelStatus()
             if status == highspy.HighsModelStatus.kInfeasible:
                 return None
-            if status == highspy.HighsModelStatus.kTimeLimit and n == 0:
+            if status == highspy.HighsModelStatus.kTimeLimit and n_pass == 0:
                 if not h.getInfo().primal_solution_status:
                     raise PlanError(
                         f"HiGHS found no plan within {self.options.time_limit_s:g} s; raise "
@@ -391,7 +410,7 @@ class _Milp:
                     )
             elif status != highspy.HighsModelStatus.kOptimal:
                 raise PlanError(f"HiGHS ended with status {h.modelStatusToString(status)}")
-            if n == 0:
+            if n_pass == 0:
                 gap = float(h.getInfo().mip_gap)
                 best = h.getInfo().objective_function_value
                 nz = np.nonzero(objective)[0].astype(np.int32)
@@ -403,59 +422,77 @@ class _Milp:
         }
         return chosen, gap
 
+    def _gpu_rows(
+        self,
+        pool: str,
+        cap: float,
+        w: Mapping[str, list[int]],
+        upper: list[float],
+        cost_of: dict[int, float],
+    ) -> list[Row]:
+        """The rows that lay one GPU type's instances out exactly, adding their integer
+        columns to ``upper`` (and an MPS host slice's cost to ``cost_of``)."""
+        g = gpu_type(pool)
+        gpus = math.ceil(cap / COMPUTE_SLICES - 1e-9)
+        whole: dict[str, dict[int, float]] = {p.name: {} for p in g.profiles}
+        shared: dict[str, dict[int, float]] = {}
+        budget: dict[int, float] = {}
+        for t, opts in self.options_of.items():
+            for i, (p, _) in zip(w[t], opts, strict=True):
+                if p.config.row.pool != pool:
+                    continue
+                seg = parse_segment(pool, p.config.row.segment)
+                if seg.share == 1:
+                    whole[seg.profile][i] = float(p.instances)
+                    budget[i] = float(p.slices)
+                else:
+                    shared.setdefault(seg.profile, {})[i] = float(seg.share * p.instances)
+        if not budget and not shared:
+            return []
+        rows: list[Row] = []
+        # MPS clients of a profile take whole slices of it: m[p] ≥ the sum of their
+        # shares (m[p] is also counted with that profile's whole instances below).
+        for name, terms in shared.items():
+            m = len(upper)
+            upper.append(float(gpus * COMPUTE_SLICES))
+            cost_of[m] = instance_cost(g.profile(name))
+            whole[name][m] = 1.0
+            budget[m] = float(g.profile(name).compute)
+            rows.append((0.0, math.inf, {m: 1.0} | {i: -v for i, v in terms.items()}))
+        # Compute slices used ≤ those available.
+        rows.append((-math.inf, cap, budget))
+        # y[l]: the GPUs that take layout l; at most the GPUs available take one.
+        y = {}
+        for layout in layouts(pool):
+            y[len(upper)] = layout.counts
+            upper.append(float(gpus))
+        rows.append((-math.inf, float(gpus), dict.fromkeys(y, 1.0)))
+        # Each profile's instances ≤ what the chosen layouts hold.
+        for name, terms in whole.items():
+            if terms:
+                held = {j: -float(c[name]) for j, c in y.items() if c.get(name)}
+                rows.append((-math.inf, 0.0, terms | held))
+        return rows
 
-def _memory_slices(p: PlannedTask) -> Fraction:
-    """Memory slices (of 8 per GPU) the instances of ``p`` span."""
-    seg = parse_segment(p.config.row.pool, p.config.row.segment)
-    return gpu_type(seg.gpu).profile(seg.profile).memory_slices * seg.share * p.instances
+
+def instance_cost(profile: MigProfile) -> float:
+    """What one instance of ``profile`` takes of its GPU, in compute slices: the mean of
+    its compute slices and 7/8 of its memory slices (the memory slices as compute-slice
+    equivalents: 8 of them are a GPU, as 7 compute slices are)."""
+    memory = COMPUTE_SLICES * profile.memory_slices / MEMORY_SLICES
+    return (profile.compute + memory) / 2
 
 
-def _highs(
-    k: int, rows: list[tuple[float, float, dict[int, float]]], o: PlannerOptions
-) -> highspy.Highs:
-    """A HiGHS model of ``k`` binaries and ``rows`` (lower, upper, {column: coefficient})."""
-    h = _new_highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("mip_rel_gap", o.mip_gap)
-    h.setOptionValue("time_limit", o.time_limit_s)
-    h.setOptionValue("threads", 1)
-    empty_i, empty_f = np.array([], dtype=np.int32), np.array([], dtype=np.float64)
-    h.addCols(k, np.zeros(k), np.zeros(k), np.ones(k), 0, empty_i, empty_i, empty_f)
-    h.changeColsIntegrality(
-        k, np.arange(k, dtype=np.int32), np.full(k, highspy.HighsVarType.kInteger)
-    )
-    starts: list[int] = []
-    index: list[int] = []
-    value: list[float] = []
-    for _, _, terms in rows:
-        starts.append(len(index))
-        index.extend(terms)
-        value.extend(terms.values())
-    h.addRows(
-        len(rows),
-        np.array([r[0] for r in rows], dtype=np.float64),
-        np.array([r[1] for r in rows], dtype=np.float64),
-        len(index),
-        np.array(starts, dtype=np.int32),
-        np.array(index, dtype=np.int32),
-        np.array(value, dtype=np.float64),
-    )
-    return h
-
-
-def _new_highs() -> highspy.Highs:
-    """A HiGHS instance. HiGHS prints a banner on stdout (the file descriptor, past
-    Python) when a process makes its first one, which would break ``--json`` output: it
-    is made with descriptor 1 pointed at /dev/null."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 1)
-            return highspy.Highs()  # type: ignore[no-untyped-call]
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
+def _option_cost(p: PlannedTask) -> float:
+    """An option's own cost in the objective: cores, or its whole MIG instances' cost
+    (an MPS option's is carried by the host slices it needs)."""
+    row = p.config.row
+    if row.pool == CPU:
+        return float(p.slices)
+    seg = parse_segment(row.pool, row.segment)
+    if seg.share != 1:
+        return 0.0
+    return instance_cost(gpu_type(row.pool).profile(seg.profile)) * p.instances
 
 
 def _result(
@@ -467,9 +504,15 @@ def _result(
     started: float,
 ) -> PlanResult:
     slices: dict[str, float] = {}
-    for p in chosen.values():
-        pool = p.config.row.pool
-        slices[pool] = slices.get(pool, 0.0) + float(p.slices)
+    memory: dict[str, float] = {}
+    cost: dict[str, float] = {}
+    for (pool, profile), n in mig_instances(chosen.values()).items():
+        if profile is None:  # CPU cores
+            slices[pool] = cost[pool] = slices.get(pool, 0.0) + n
+            continue
+        slices[pool] = slices.get(pool, 0.0) + profile.compute * n
+        memory[pool] = memory.get(pool, 0.0) + profile.memory_slices * n
+        cost[pool] = cost.get(pool, 0.0) + instance_cost(profile) * n
     paths = [tuple(p) for p in spec.paths()]
     accuracy = min(math.prod(chosen[t].config.accuracy for t in p) for p in paths)
     latency = {p: sum(chosen[t].latency_ms for t in p) for p in paths}
@@ -483,7 +526,34 @@ def _result(
         time.perf_counter() - started,
         gap,
         latency,
+        memory,
+        cost,
     )
+
+
+def mig_instances(
+    planned: Iterable[PlannedTask],
+) -> dict[tuple[str, MigProfile | None], float]:
+    """MIG instances per (GPU pool, profile) that planned tasks take, MPS clients packed
+    into whole slices (their shares' sum rounded up); a CPU pool's cores under
+    ``(pool, None)``."""
+    out: dict[tuple[str, MigProfile | None], float] = {}
+    shares: dict[tuple[str, MigProfile], Fraction] = {}
+    for p in planned:
+        row = p.config.row
+        if row.pool == CPU:
+            out[row.pool, None] = out.get((row.pool, None), 0.0) + float(p.slices)
+            continue
+        seg = parse_segment(row.pool, row.segment)
+        profile = gpu_type(row.pool).profile(seg.profile)
+        if seg.share == 1:
+            out[row.pool, profile] = out.get((row.pool, profile), 0.0) + p.instances
+        else:
+            key = (row.pool, profile)
+            shares[key] = shares.get(key, Fraction(0)) + seg.share * p.instances
+    for key, total in shares.items():
+        out[key] = out.get(key, 0.0) + math.ceil(total)
+    return out
 
 
 def _diagnose(

@@ -228,15 +228,25 @@ def plan_table(r: PlanResult) -> Table:
             f"{p.latency_ms:.1f}",
             f"{p.utilisation:.0%}",
         )
-    used = ", ".join(f"{v:g} of {r.available[k]:g} on {k}" for k, v in r.slices.items())
+    used = "; ".join(_pool_use(r, pool) for pool in r.slices)
     worst = max(r.path_latency_ms.values())
     t.caption = (
-        f"slices {used}; accuracy {r.accuracy:.3f} of the best (floor "
+        f"{used}; accuracy {r.accuracy:.3f} of the best (floor "
         f"{r.spec.accuracy_floor:g}); slowest path {worst:.1f} ms of {r.spec.slo_ms:g}; "
         f"features {r.features.label}; solved in {r.solve_s * 1000:.0f} ms"
     )
     t.caption_justify = "left"
     return t
+
+
+def _pool_use(r: PlanResult, pool: str) -> str:
+    """What a plan takes of one pool: cores, or compute slices, memory slices and cost."""
+    if pool not in r.memory_slices:
+        return f"{r.slices[pool]:g} of {r.available[pool]:g} cores"
+    return (
+        f"{pool}: {r.slices[pool]:g} of {r.available[pool]:g} compute slices, "
+        f"{r.memory_slices[pool]:g} memory slices, cost {r.cost[pool]:g}"
+    )
 
 
 def measured_table(table: ProfileTable) -> Table:
