@@ -24,9 +24,17 @@ from ridgeline.errors import ConfigError, InfeasiblePlan, PlanError
 from ridgeline.pipeline.gpu import gpu_type, parse_gpus
 from ridgeline.pipeline.plan import load_plan
 from ridgeline.pipeline.planned import max_demand, to_plan
-from ridgeline.pipeline.planner import Features, PlannerOptions, PlanResult, plan_pipeline
+from ridgeline.pipeline.planner import (
+    Config,
+    Features,
+    PlannedTask,
+    PlannerOptions,
+    PlanResult,
+    plan_pipeline,
+)
 from ridgeline.pipeline.profiles import ProfileRow, ProfileTable
 from ridgeline.pipeline.roofline import modelled_rows
+from ridgeline.pipeline.segments import segment_cost
 from ridgeline.pipeline.spec import PipelineSpec, load_spec
 
 GPU = "A100-80GB"
@@ -59,8 +67,9 @@ def spec(**over: Any) -> PipelineSpec:
 
 def check(result: PlanResult, table: ProfileTable, available: dict[str, float]) -> None:
     """Re-check a plan from its Plan document, the spec and the table alone: demand met
-    at 80 % utilisation, every path within the SLO, slices within what is available, the
-    accuracy floor on every path."""
+    at most 90 % busy, every path's fill and execution within the SLO (the wait is
+    checked against a simulation in test_queueing), compute slices within what is
+    available and a layout on the GPUs, the accuracy floor on every path."""
     s, plan = result.spec, to_plan(result)
     rows = {(r.variant, r.pool, r.segment, r.batch): r for r in table}
 
@@ -82,7 +91,7 @@ def check(result: PlanResult, table: ProfileTable, available: dict[str, float]) 
             else f"{seg.profile}@{Fraction(seg.share).limit_denominator(12)}"
         )
         r = rows[(t.variant, seg.gpu, label, t.batch_size)]
-        assert t.instances * r.throughput_rps * 0.8 >= demand(name) * (1 - 1e-9), name
+        assert t.instances * r.throughput_rps * 0.9 >= demand(name) * (1 - 1e-9), name
         fill_ms = (t.batch_size - 1) / demand(name) * 1000
         assert t.max_queue_delay_ms <= r.latency_ms + 1e-6
         latency[name] = min(fill_ms, r.latency_ms) + r.latency_ms
@@ -252,7 +261,7 @@ def test_an_slo_under_the_fastest_path_names_the_gap() -> None:
 
 
 def test_too_few_slices_says_how_many_are_needed() -> None:
-    with pytest.raises(InfeasiblePlan, match=r"3.5 slices needed on A100-80GB, 2 available") as e:
+    with pytest.raises(InfeasiblePlan, match=r"4 slices needed on A100-80GB, 2 available") as e:
         plan_pipeline(spec(), table_two_tasks(), {GPU: 2})
     assert e.value.binding == "resources"
 
@@ -378,12 +387,14 @@ def test_the_plan_uses_no_more_slices_than_brute_force(
 
 
 def brute_force(s: PipelineSpec, table: ProfileTable, avail: dict[str, float]) -> float | None:
+    """The least cost over every combination of (row, instance count) per task, each
+    option's latency as the planner's own ``PlannedTask`` gives it (this checks the
+    MILP's search, not the latency model), its layout by the documented A100 layouts."""
     names = list(s.tasks)
-    options = [
-        [r for r in table if r.variant in {v.name for v in s.tasks[t].variants}] for t in names
-    ]
+    options = PlannerOptions()
     best: float | None = None
-    for combo in itertools.product(*options):
+    rows = [[r for r in table if r.variant in {v.name for v in s.tasks[t].variants}] for t in names]
+    for combo in itertools.product(*rows):
         pick = dict(zip(names, combo, strict=True))
         variants = {t: r.variant for t, r in pick.items()}
         acc_ok = all(
@@ -393,28 +404,32 @@ def brute_force(s: PipelineSpec, table: ProfileTable, avail: dict[str, float]) -
             >= s.accuracy_floor - 1e-12
             for p in walk(s)
         )
-        lat = {
-            t: r.latency_ms + min((r.batch - 1) / s.demand(t, variants) * 1000, r.latency_ms)
-            for t, r in pick.items()
-        }
-        if not acc_ok or any(sum(lat[t] for t in p) > s.slo_ms for p in walk(s)):
+        if not acc_ok:
             continue
-        counts: Counter[str] = Counter()
-        shares: dict[str, Fraction] = defaultdict(Fraction)
-        for t, r in pick.items():
-            d = s.demand(t, variants)
-            n = math.ceil(d / (0.8 * r.throughput_rps) - 1e-9)
-            profile, _, share = r.segment.partition("@")
-            if share:
-                shares[profile] += Fraction(share) * n
-            else:
-                counts[profile] += n
-        for profile, total in shares.items():
-            counts[profile] += math.ceil(total)
-        compute = sum(gpu_type(GPU).profile(p).compute * n for p, n in counts.items())
-        fits = compute <= avail[GPU] + 1e-9 and gpus_needed(counts) <= math.ceil(avail[GPU] / 7)
-        if fits and (best is None or cost(counts) < best):
-            best = cost(counts)
+        each = [
+            PlannedTask.candidates(
+                Config(t, r, 1.0, segment_cost(GPU, r.segment)), s.demand(t, variants), options
+            )
+            for t, r in pick.items()
+        ]
+        for planned in itertools.product(*each):
+            by_task = dict(zip(names, planned, strict=True))
+            if any(sum(by_task[t].latency_ms for t in p) > s.slo_ms for p in walk(s)):
+                continue
+            counts: Counter[str] = Counter()
+            shares: dict[str, Fraction] = defaultdict(Fraction)
+            for p in planned:
+                profile, _, share = p.config.row.segment.partition("@")
+                if share:
+                    shares[profile] += Fraction(share) * p.instances
+                else:
+                    counts[profile] += p.instances
+            for profile, total in shares.items():
+                counts[profile] += math.ceil(total)
+            compute = sum(gpu_type(GPU).profile(p).compute * n for p, n in counts.items())
+            room = gpus_needed(counts) <= math.ceil(avail[GPU] / 7)
+            if compute <= avail[GPU] + 1e-9 and room and (best is None or cost(counts) < best):
+                best = cost(counts)
     return best
 
 

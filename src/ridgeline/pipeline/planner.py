@@ -4,12 +4,14 @@ by a MILP solved with HiGHS (the JigsawServe method).
 Every task ``t`` picks one configuration ``c`` = (variant, segment type, batch size)
 from the profile table. Its demand is the pipeline's rate times the factors along its
 incoming paths, which may depend on the upstream variants; so the model's choices are
-options (configuration, scenario of those upstream variants), each with its exact
-demand, and from it the fewest instances that serve it at ``max_utilisation`` (queues
-stay short) and the time its batch may wait to fill: ``(batch − 1)`` over the demand, at
-most one execution time (the queue delay the plan sets). An option's latency is that
-wait plus the batch execution. The constraints, each as its English statement in the
-code:
+options (configuration, scenario of those upstream variants, instance count), each
+with its exact demand. From the fewest instances that keep each at most
+``max_utilisation`` busy, an option may add instances while that shortens the wait for a
+free one. An option's latency is the time its batch may wait to fill (``(batch − 1)``
+over the demand, at most one execution time: the queue delay the plan sets), plus the
+wait for a free instance at the 99th percentile (``queueing``: a batch-service G/G/c
+approximation), plus the batch execution. The constraints, each as its English
+statement in the code:
 
 * one option per task, its scenario agreeing with what the upstream tasks chose;
 * latency: on every source-to-sink path, the sum of the chosen latencies ≤ the SLO
@@ -60,6 +62,7 @@ from ridgeline.errors import InfeasiblePlan, PlanError
 from ridgeline.pipeline._highs import Row, integer_model
 from ridgeline.pipeline.gpu import COMPUTE_SLICES, MEMORY_SLICES, MigProfile, gpu_type, layouts
 from ridgeline.pipeline.profiles import ProfileRow, ProfileTable
+from ridgeline.pipeline.queueing import wait_quantile_s
 from ridgeline.pipeline.segments import CPU, parse_segment, segment_cost
 from ridgeline.pipeline.spec import PipelineSpec
 
@@ -111,23 +114,61 @@ class Config:
 
 @dataclass(frozen=True, slots=True)
 class PlannedTask:
-    """A configuration at a demand: what it costs and how long a request takes."""
+    """A configuration at a demand and an instance count: what it costs and how long a
+    request takes."""
 
     task: str
     config: Config
     instances: int
-    """The fewest that serve ``demand_rps`` at ``max_utilisation``."""
     demand_rps: float
     queue_ms: float
     """The longest a batch waits to fill: ``(batch − 1)`` over the demand, at most one
     execution time (the queue delay the plan sets)."""
+    wait_ms: float = 0.0
+    """A full batch's wait for a free instance at the planner's quantile
+    (``queueing.wait_quantile_s``)."""
 
     @classmethod
-    def at(cls, config: Config, demand_rps: float, max_utilisation: float) -> PlannedTask:
+    def at(
+        cls, config: Config, demand_rps: float, instances: int, options: PlannerOptions
+    ) -> PlannedTask:
         row = config.row
-        n = math.ceil(demand_rps / (max_utilisation * row.throughput_rps) - 1e-9)
         fill_ms = (row.batch - 1) / demand_rps * 1000.0
-        return cls(config.task, config, max(n, 1), demand_rps, min(fill_ms, row.latency_ms))
+        wait_s = wait_quantile_s(
+            instances,
+            demand_rps,
+            row.batch,
+            row.latency_ms / 1000.0,
+            quantile=options.quantile,
+            service_cv=options.service_cv,
+        )
+        return cls(
+            config.task,
+            config,
+            instances,
+            demand_rps,
+            min(fill_ms, row.latency_ms),
+            wait_s * 1000.0,
+        )
+
+    @classmethod
+    def candidates(
+        cls, config: Config, demand_rps: float, options: PlannerOptions
+    ) -> list[PlannedTask]:
+        """The instance counts worth choosing among: from the fewest that keep each
+        instance at most ``max_utilisation`` busy, one more at a time while the wait
+        for a free instance is more than ``NEGLIGIBLE_WAIT`` of the execution (at most
+        ``MAX_SPARE`` more): more instances buy latency, the MILP decides where that is
+        worth it."""
+        fewest = math.ceil(
+            demand_rps / (options.max_utilisation * config.row.throughput_rps) - 1e-9
+        )
+        out = [cls.at(config, demand_rps, max(fewest, 1), options)]
+        while (
+            out[-1].wait_ms > NEGLIGIBLE_WAIT * config.row.latency_ms and len(out) <= MAX_SPARE
+        ):
+            out.append(cls.at(config, demand_rps, out[-1].instances + 1, options))
+        return out
 
     @property
     def variant(self) -> str:
@@ -135,7 +176,8 @@ class PlannedTask:
 
     @property
     def latency_ms(self) -> float:
-        return self.queue_ms + self.config.row.latency_ms
+        """Fill, wait for an instance, execution: the task's share of a path's bound."""
+        return self.queue_ms + self.wait_ms + self.config.row.latency_ms
 
     @property
     def slices(self) -> Fraction:
@@ -175,10 +217,23 @@ class PlanResult:
 @dataclass(frozen=True, slots=True)
 class PlannerOptions:
     objective: Objective = "slices"
-    max_utilisation: float = 0.8
-    """Instances are sized so each runs at most this busy: queues stay short."""
+    max_utilisation: float = 0.9
+    """No instance is planned busier than this. The queueing bound sets how many
+    instances a latency budget needs; this ceiling keeps a margin for what it cannot
+    see (service times that drift, a host that stalls)."""
+    quantile: float = 0.99
+    """The quantile of the wait for a free instance that a task's latency includes."""
+    service_cv: float = 0.1
+    """The coefficient of variation of batch execution times the queueing bound assumes."""
     time_limit_s: float = 10.0
     mip_gap: float = 0.01
+
+
+MAX_SPARE = 8
+"""Instances beyond the fewest an option may add to shorten the wait (``candidates``)."""
+NEGLIGIBLE_WAIT = 0.05
+"""A wait for a free instance this small a fraction of the execution is not worth
+another instance's column (``candidates``): it is within the execution's own noise."""
 
 
 def candidates(
@@ -278,10 +333,10 @@ class _Milp:
     status check.
 
     One binary ``w[t, o]`` per task ``t`` and option ``o`` = (configuration, scenario of
-    the upstream variants its demand depends on). An option's demand is exact, so are
-    its instance count (the fewest at ``max_utilisation``), its slices and its batch
-    fill time: the model is a pure 0–1 program, whose LP relaxation is tight enough for
-    HiGHS to close the gap fast."""
+    the upstream variants its demand depends on, instance count). An option's demand is
+    exact, so are its slices and its latency; the layout integers (``_gpu_rows``) are
+    the only general integers, and the LP relaxation is tight enough for HiGHS to close
+    the gap fast."""
 
     def __init__(
         self,
@@ -304,12 +359,14 @@ class _Milp:
             opts = []
             for sc in scenarios(spec, t):
                 d = demand_in(spec, t, sc)
-                for c in cs:
-                    p = PlannedTask.at(c, d, options.max_utilisation)
-                    if p.latency_ms <= spec.slo_ms and (
-                        not resources or float(p.slices) <= available.get(c.row.pool, 0.0)
-                    ):
-                        opts.append((p, sc))
+                fit = [
+                    p
+                    for c in cs
+                    for p in PlannedTask.candidates(c, d, options)
+                    if p.latency_ms <= spec.slo_ms
+                    and (not resources or float(p.slices) <= available.get(c.row.pool, 0.0))
+                ]
+                opts += [(p, sc) for p in _frontier(fit)]
             self.options_of[t] = opts
 
     def solve(self) -> tuple[dict[str, PlannedTask], float] | None:
@@ -402,7 +459,7 @@ class _Milp:
             status = h.getModelStatus()
             if status == highspy.HighsModelStatus.kInfeasible:
                 return None
-            if status == highspy.HighsModelStatus.kTimeLimit and n_pass == 0:
+            if status == highspy.HighsModelStatus.kTimeLimit:
                 if not h.getInfo().primal_solution_status:
                     raise PlanError(
                         f"HiGHS found no plan within {self.options.time_limit_s:g} s; raise "
@@ -473,6 +530,26 @@ class _Milp:
                 held = {j: -float(c[name]) for j, c in y.items() if c.get(name)}
                 rows.append((-math.inf, 0.0, terms | held))
         return rows
+
+
+def _frontier(planned: Iterable[PlannedTask]) -> list[PlannedTask]:
+    """The options worth a column: per (variant, pool, segment), those no other beats on
+    both instances and latency (the batch sizes and instance counts on the Pareto front).
+    One with as many instances, or fewer, and no more latency costs as much or less and
+    leaves every path more room; its variant, and so its accuracy and what it sends
+    downstream, is the same."""
+    groups: dict[tuple[str, str, str], list[PlannedTask]] = {}
+    for p in planned:
+        row = p.config.row
+        groups.setdefault((row.variant, row.pool, row.segment), []).append(p)
+    kept: list[PlannedTask] = []
+    for group in groups.values():
+        best = math.inf
+        for p in sorted(group, key=lambda q: (q.instances, q.latency_ms)):
+            if p.latency_ms < best:
+                kept.append(p)
+                best = p.latency_ms
+    return kept
 
 
 def instance_cost(profile: MigProfile) -> float:
@@ -581,7 +658,7 @@ def _diagnose(
         )
     fastest = {
         t: min(
-            PlannedTask.at(c, demand_in(spec, t, sc), options.max_utilisation).latency_ms
+            PlannedTask.candidates(c, demand_in(spec, t, sc), options)[-1].latency_ms
             for c in cs
             for sc in scenarios(spec, t)
         )
