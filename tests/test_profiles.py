@@ -247,6 +247,31 @@ def test_an_unknown_mig_profile_names_its_line() -> None:
         ProfileTable.from_csv(text, "p.csv")
 
 
+def test_every_source_round_trips_through_csv(tmp_path: Path) -> None:
+    rows = [
+        ProfileRow("a", "A100-80GB", "1g.10gb", 4, 12.5, 320.0, "measured"),
+        ProfileRow("a", "A100-80GB", "7g.80gb", 4, 6.25, 640.0, "calibrated"),
+        ProfileRow("a", "H100-80GB", "1g.10gb@1/2", 1, 3.0, 333.3333333333333, "modelled"),
+    ]
+    path = tmp_path / "p.csv"
+    path.write_text(ProfileTable(rows).to_csv())
+    assert load_profiles(path).rows == rows
+
+
+def test_a_table_from_before_calibrated_rows_still_loads() -> None:
+    text = HEADER + GOOD + "a,cpu,cpu1,1,4.0,250.0,measured\n"
+    assert [r.source for r in ProfileTable.from_csv(text)] == ["modelled", "measured"]
+
+
+def test_an_unknown_source_names_its_line_and_the_valid_ones() -> None:
+    text = HEADER + GOOD + "a,H100-80GB,1g.10gb,2,3.0,666.0,fitted\n"
+    with pytest.raises(
+        PlanError,
+        match=r"p\.csv line 3: source 'fitted' is not one of measured, calibrated, modelled",
+    ):
+        ProfileTable.from_csv(text, "p.csv")
+
+
 # --- measuring against the serving runtime -----------------------------------------------
 
 
