@@ -37,20 +37,37 @@ def by_key(rows: list[ProfileRow]) -> dict[tuple[str, str, int], ProfileRow]:
     return {(r.variant, r.segment, r.batch): r for r in rows}
 
 
+GUESS = Roofline()
+"""Round constants (efficiency 0.4, overhead 1 ms, no occupancy term): the formula's
+arithmetic on hand-picked numbers. GPU rows by default use the fit (test_roofline_fit)."""
+
+
 # --- the formula on hand-picked numbers ----------------------------------------------------
 
 
 def test_compute_bound_on_a_whole_h100() -> None:
     """7g.80gb is all 132 SMs: 989 TFLOP/s × 0.4 = 395.6 TFLOP/s reached, so 395.6 GFLOPs
     take 1 ms per item; 335 MB at 3,350 GB/s is 0.1 ms, under it. Plus 1 ms overhead."""
-    rows = by_key(modelled_rows([Cost("c", 395.6, 335.0)], H100, [1, 4]))
+    rows = by_key(modelled_rows([Cost("c", 395.6, 335.0)], H100, [1, 4], model=GUESS))
     assert rows["c", "7g.80gb", 1].latency_ms == pytest.approx(2.0, rel=1e-12)
     assert rows["c", "7g.80gb", 1].throughput_rps == pytest.approx(500.0, rel=1e-12)
     assert rows["c", "7g.80gb", 4].latency_ms == pytest.approx(5.0, rel=1e-12)
     assert rows["c", "7g.80gb", 4].throughput_rps == pytest.approx(800.0, rel=1e-12)
     assert {r.source for r in rows.values()} == {"modelled"}
-    twice = by_key(modelled_rows([Cost("c", 395.6, 335.0)], H100, [4], calibration=2.0))
+    twice = by_key(
+        modelled_rows([Cost("c", 395.6, 335.0)], H100, [4], calibration=2.0, model=GUESS)
+    )
     assert twice["c", "7g.80gb", 4].latency_ms == pytest.approx(10.0, rel=1e-12)
+
+
+def test_a_batch_that_gives_each_sm_its_saturation_keeps_1_minus_1_over_e_busy() -> None:
+    """132 GFLOPs over 7g.80gb's 132 SMs is 1 GFLOP per SM, the saturation: 63.2 % of the
+    SMs are busy, so the 0.3337 ms the whole roof would take stretch to 0.5279 ms; at
+    batch 8 (8 GFLOPs per SM) 99.97 % are busy."""
+    occupied = GUESS.model_copy(update={"saturation_gflop_per_sm": 1.0, "overhead_ms": 0.0})
+    rows = by_key(modelled_rows([Cost("c", 132.0, 1.0)], H100, [1, 8], model=occupied))
+    assert rows["c", "7g.80gb", 1].latency_ms == pytest.approx(0.52787, rel=1e-4)
+    assert rows["c", "7g.80gb", 8].latency_ms == pytest.approx(8 * 0.33367 / 0.99966, rel=1e-4)
 
 
 def test_memory_bound_weights_are_read_once_per_batch() -> None:
