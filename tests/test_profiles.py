@@ -211,16 +211,34 @@ def test_calibration_needs_rows_in_common() -> None:
         calibrate([ProfileRow("a", CPU, "cpu2", 1, 5.0, 200.0, "measured")], model)
 
 
-def test_gpu_rows_from_a_spec_without_zoo_models_are_uncalibrated() -> None:
-    """Synthetic models have no FLOPs to compare with: the bare roofline, said so."""
+def test_gpu_rows_from_a_spec_without_zoo_models_have_no_cpu_factor() -> None:
+    """Synthetic models have no FLOPs to compare with: no factor, said so; the GPU rows
+    are the fitted roofline's either way."""
     spec = synthetic_spec(gflops=2.0)
     measured = ProfileTable([ProfileRow("s", CPU, "cpu1", 1, 6.0, 166.7, "measured")])
     m = model_gpus(spec, measured, [H100, "A100-40GB"], [1, 2], ensure_zoo(spec, Path("nozoo")))
-    assert (m.calibration, m.basis) == (1.0, 0)
+    assert (m.cpu_factor, m.basis) == (1.0, 0)
     assert m.rows == [
         *modelled_rows(spec.tasks["t"].variants, H100, [1, 2]),
         *modelled_rows(spec.tasks["t"].variants, "A100-40GB", [1, 2]),
     ]
+
+
+def test_the_cpu_factor_is_reported_and_not_carried_to_the_gpu_rows() -> None:
+    """An artifact of 0.05 GFLOPs measured at 3 × its CPU roofline: the factor is 3, and
+    the A100-80GB rows are still the fit's, calibrated, unscaled."""
+    variant = {"name": "a", "accuracy": 1.0, "artifact": "a.onnx", "gflops": 0.05}
+    spec = PipelineSpec.model_validate(
+        {"name": "a", "slo_ms": 100, "demand_rps": 1, "tasks": {"t": {"variants": [variant]}}}
+    )
+    (cpu,) = cpu_modelled_rows([Cost("a", 0.05)], [1], [1])
+    measured = ProfileTable(
+        [dataclasses.replace(cpu, latency_ms=3 * cpu.latency_ms, source="measured")]
+    )
+    m = model_gpus(spec, measured, ["A100-80GB"], [1, 4], None)
+    assert (m.cpu_factor, m.basis) == (pytest.approx(3.0, rel=1e-12), 1)
+    assert m.rows == modelled_rows(spec.tasks["t"].variants, "A100-80GB", [1, 4])
+    assert {r.source for r in m.rows} == {"calibrated"}
 
 
 # --- the CSV table ------------------------------------------------------------------------
@@ -370,14 +388,16 @@ def test_the_command_writes_measured_and_modelled_rows(tmp_path: Path) -> None:
         ("cpu1", 2, "measured")
     ]
     assert len(table.for_variant("s", H100)) == len(segment_types(H100))
-    assert "uncalibrated" in result.output
+    assert {r.source for r in table.for_variant("s", H100)} == {"modelled"}
+    assert f"modelled on {H100}" in result.output
+    assert "no measured row's model has known FLOPs" in result.output
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_a_zoo_variant_is_built_measured_and_calibrates_the_gpu_rows(tmp_path: Path) -> None:
-    """ArcFace R18 from a zoo the command builds; its measured rows calibrate the GPU
-    rows, which use the full-size model's FLOPs."""
+def test_a_zoo_variant_is_built_measured_and_its_gpu_rows_are_the_fit(tmp_path: Path) -> None:
+    """ArcFace R18 from a zoo the command builds; its measured rows give this host's CPU
+    factor, reported; the GPU rows, on the full-size model's FLOPs, are the fit's."""
     zoo = tmp_path / "zoo"
     result, table = _profile(
         tmp_path,
@@ -393,4 +413,6 @@ def test_a_zoo_variant_is_built_measured_and_calibrates_the_gpu_rows(tmp_path: P
     ]
     gpu = table.for_variant("arcface-r18", "A100-80GB")
     assert len(gpu) == 2 * len(segment_types("A100-80GB"))
-    assert "calibrated ×" in result.output and "by 2 measured rows" in result.output
+    assert {r.source for r in gpu} == {"calibrated"}
+    assert "calibrated on A100-80GB" in result.output
+    assert "its roofline by 2 measured rows" in result.output
