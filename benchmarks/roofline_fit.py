@@ -19,6 +19,7 @@ from ridgeline.pipeline.fit import (
     Measurement,
     error,
     load_measurements,
+    predictor,
     run_fit,
     seven_to_one,
     to_json,
@@ -88,6 +89,26 @@ def tables(fit: Fit, rows: list[Measurement]) -> list[str]:
             + " | ".join(cells.get(b, "—") for b in batches)
             + " |"
         )
+    return [*lines, "", *latencies(fit, rows)]
+
+
+def latencies(fit: Fit, rows: list[Measurement]) -> list[str]:
+    """Fitted beside measured latency at the corners: batch 1 and 256, 1g and 7g."""
+    corners = [r for r in rows if r.batch in (1, 256) and r.profile in ("1g.10gb", "7g.80gb")]
+    fitted = predictor(corners)(fit.roofline)
+    lines = [
+        "Latency at the corners, ms (fitted / measured):",
+        "",
+        "| model | 1g.10gb b=1 | 7g.80gb b=1 | 1g.10gb b=256 | 7g.80gb b=256 |",
+        "|---|---|---|---|---|",
+    ]
+    cell = {
+        (r.model, r.profile, r.batch): f"{ms:.1f} / {r.latency_ms:.1f}"
+        for r, ms in zip(corners, fitted, strict=True)
+    }
+    for name in dict.fromkeys(r.model for r in rows):
+        keys = [("1g.10gb", 1), ("7g.80gb", 1), ("1g.10gb", 256), ("7g.80gb", 256)]
+        lines.append(f"| {name} | " + " | ".join(cell[name, p, b] for p, b in keys) + " |")
     return lines
 
 
