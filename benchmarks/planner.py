@@ -1,8 +1,9 @@
 """Planner benchmarks (issue: the JigsawServe MILP). Not a test: `make bench`.
 
-For the three example applications (`examples/specs/`), on modelled A100-80GB profiles
-(the roofline of `pipeline/roofline.py`, batches 1–32, every MIG profile and MPS shares
-of 1/2 and 1/3 of a 1g slice):
+For the three example applications (`examples/specs/`), on calibrated A100-80GB profiles
+(the roofline of `pipeline/roofline.py` with its constants fitted to MIGProfiler's
+measurements, docs/gpu-model.md; batches 1–32, every MIG profile and MPS shares of 1/2
+and 1/3 of a 1g slice):
 
 1. Solve time at 1, 8 and 100 GPUs: the demand is 70 % of the most those GPUs serve
    (found by `max_demand`); the time is the median of 3 solves of `plan_pipeline` (two
@@ -96,8 +97,9 @@ def main() -> None:
             for g, (d, s, gap) in times.items()
         )
         ok = times[100][1] <= 1.0 and times[100][2] <= 0.01
+        kind = "/".join(sorted({r.source for r in table}))
         rows.append(
-            f"| {date} | planner solve time | {app}: {len(table)} modelled A100-80GB rows,"
+            f"| {date} | planner solve time | {app}: {len(table)} {kind} A100-80GB rows,"
             f" demand at 70 % of the most the GPUs serve | {cells} | goal ≤ 1 s at 100 GPUs,"
             f" gap ≤ 1 %: **{'met' if ok else 'not met'}** | {machine()} |"
         )
@@ -109,9 +111,10 @@ def main() -> None:
         ensure_section(
             HEADING,
             [
-                "Command: `make bench` (or `.venv/bin/python benchmarks/planner.py`). Modelled",
-                "A100-80GB profiles (roofline, `pipeline/roofline.py`); HiGHS, one thread,",
-                "relative gap 1 %; median of 3 solves. The ablation is in `docs/ablation.md`.",
+                "Command: `make bench` (or `.venv/bin/python benchmarks/planner.py`). A100-80GB",
+                "profiles from the roofline (`pipeline/roofline.py`, its constants fitted to",
+                "MIGProfiler's measurements: `docs/gpu-model.md`); HiGHS, one thread, relative",
+                "gap 1 %; median of 3 solves. The ablation is in `docs/ablation.md`.",
                 "",
                 "| date | what | setup | result | goal | machine |",
                 "|---|---|---|---|---|---|",

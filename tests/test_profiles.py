@@ -37,20 +37,37 @@ def by_key(rows: list[ProfileRow]) -> dict[tuple[str, str, int], ProfileRow]:
     return {(r.variant, r.segment, r.batch): r for r in rows}
 
 
+GUESS = Roofline()
+"""Round constants (efficiency 0.4, overhead 1 ms, no occupancy term): the formula's
+arithmetic on hand-picked numbers. GPU rows by default use the fit (test_roofline_fit)."""
+
+
 # --- the formula on hand-picked numbers ----------------------------------------------------
 
 
 def test_compute_bound_on_a_whole_h100() -> None:
     """7g.80gb is all 132 SMs: 989 TFLOP/s × 0.4 = 395.6 TFLOP/s reached, so 395.6 GFLOPs
     take 1 ms per item; 335 MB at 3,350 GB/s is 0.1 ms, under it. Plus 1 ms overhead."""
-    rows = by_key(modelled_rows([Cost("c", 395.6, 335.0)], H100, [1, 4]))
+    rows = by_key(modelled_rows([Cost("c", 395.6, 335.0)], H100, [1, 4], model=GUESS))
     assert rows["c", "7g.80gb", 1].latency_ms == pytest.approx(2.0, rel=1e-12)
     assert rows["c", "7g.80gb", 1].throughput_rps == pytest.approx(500.0, rel=1e-12)
     assert rows["c", "7g.80gb", 4].latency_ms == pytest.approx(5.0, rel=1e-12)
     assert rows["c", "7g.80gb", 4].throughput_rps == pytest.approx(800.0, rel=1e-12)
     assert {r.source for r in rows.values()} == {"modelled"}
-    twice = by_key(modelled_rows([Cost("c", 395.6, 335.0)], H100, [4], calibration=2.0))
+    twice = by_key(
+        modelled_rows([Cost("c", 395.6, 335.0)], H100, [4], calibration=2.0, model=GUESS)
+    )
     assert twice["c", "7g.80gb", 4].latency_ms == pytest.approx(10.0, rel=1e-12)
+
+
+def test_a_batch_that_gives_each_sm_its_saturation_keeps_1_minus_1_over_e_busy() -> None:
+    """132 GFLOPs over 7g.80gb's 132 SMs is 1 GFLOP per SM, the saturation: 63.2 % of the
+    SMs are busy, so the 0.3337 ms the whole roof would take stretch to 0.5279 ms; at
+    batch 8 (8 GFLOPs per SM) 99.97 % are busy."""
+    occupied = GUESS.model_copy(update={"saturation_gflop_per_sm": 1.0, "overhead_ms": 0.0})
+    rows = by_key(modelled_rows([Cost("c", 132.0, 1.0)], H100, [1, 8], model=occupied))
+    assert rows["c", "7g.80gb", 1].latency_ms == pytest.approx(0.52787, rel=1e-4)
+    assert rows["c", "7g.80gb", 8].latency_ms == pytest.approx(8 * 0.33367 / 0.99966, rel=1e-4)
 
 
 def test_memory_bound_weights_are_read_once_per_batch() -> None:
@@ -194,16 +211,34 @@ def test_calibration_needs_rows_in_common() -> None:
         calibrate([ProfileRow("a", CPU, "cpu2", 1, 5.0, 200.0, "measured")], model)
 
 
-def test_gpu_rows_from_a_spec_without_zoo_models_are_uncalibrated() -> None:
-    """Synthetic models have no FLOPs to compare with: the bare roofline, said so."""
+def test_gpu_rows_from_a_spec_without_zoo_models_have_no_cpu_factor() -> None:
+    """Synthetic models have no FLOPs to compare with: no factor, said so; the GPU rows
+    are the fitted roofline's either way."""
     spec = synthetic_spec(gflops=2.0)
     measured = ProfileTable([ProfileRow("s", CPU, "cpu1", 1, 6.0, 166.7, "measured")])
     m = model_gpus(spec, measured, [H100, "A100-40GB"], [1, 2], ensure_zoo(spec, Path("nozoo")))
-    assert (m.calibration, m.basis) == (1.0, 0)
+    assert (m.cpu_factor, m.basis) == (1.0, 0)
     assert m.rows == [
         *modelled_rows(spec.tasks["t"].variants, H100, [1, 2]),
         *modelled_rows(spec.tasks["t"].variants, "A100-40GB", [1, 2]),
     ]
+
+
+def test_the_cpu_factor_is_reported_and_not_carried_to_the_gpu_rows() -> None:
+    """An artifact of 0.05 GFLOPs measured at 3 × its CPU roofline: the factor is 3, and
+    the A100-80GB rows are still the fit's, calibrated, unscaled."""
+    variant = {"name": "a", "accuracy": 1.0, "artifact": "a.onnx", "gflops": 0.05}
+    spec = PipelineSpec.model_validate(
+        {"name": "a", "slo_ms": 100, "demand_rps": 1, "tasks": {"t": {"variants": [variant]}}}
+    )
+    (cpu,) = cpu_modelled_rows([Cost("a", 0.05)], [1], [1])
+    measured = ProfileTable(
+        [dataclasses.replace(cpu, latency_ms=3 * cpu.latency_ms, source="measured")]
+    )
+    m = model_gpus(spec, measured, ["A100-80GB"], [1, 4], None)
+    assert (m.cpu_factor, m.basis) == (pytest.approx(3.0, rel=1e-12), 1)
+    assert m.rows == modelled_rows(spec.tasks["t"].variants, "A100-80GB", [1, 4])
+    assert {r.source for r in m.rows} == {"calibrated"}
 
 
 # --- the CSV table ------------------------------------------------------------------------
@@ -244,6 +279,31 @@ def test_a_bad_row_names_its_line(text: str, says: str) -> None:
 def test_an_unknown_mig_profile_names_its_line() -> None:
     text = HEADER + GOOD + "a,H100-80GB,5g.50gb,1,2.0,500.0,modelled\n"
     with pytest.raises(PlanError, match=r"line 3.*5g\.50gb"):
+        ProfileTable.from_csv(text, "p.csv")
+
+
+def test_every_source_round_trips_through_csv(tmp_path: Path) -> None:
+    rows = [
+        ProfileRow("a", "A100-80GB", "1g.10gb", 4, 12.5, 320.0, "measured"),
+        ProfileRow("a", "A100-80GB", "7g.80gb", 4, 6.25, 640.0, "calibrated"),
+        ProfileRow("a", "H100-80GB", "1g.10gb@1/2", 1, 3.0, 333.3333333333333, "modelled"),
+    ]
+    path = tmp_path / "p.csv"
+    path.write_text(ProfileTable(rows).to_csv())
+    assert load_profiles(path).rows == rows
+
+
+def test_a_table_from_before_calibrated_rows_still_loads() -> None:
+    text = HEADER + GOOD + "a,cpu,cpu1,1,4.0,250.0,measured\n"
+    assert [r.source for r in ProfileTable.from_csv(text)] == ["modelled", "measured"]
+
+
+def test_an_unknown_source_names_its_line_and_the_valid_ones() -> None:
+    text = HEADER + GOOD + "a,H100-80GB,1g.10gb,2,3.0,666.0,fitted\n"
+    with pytest.raises(
+        PlanError,
+        match=r"p\.csv line 3: source 'fitted' is not one of measured, calibrated, modelled",
+    ):
         ProfileTable.from_csv(text, "p.csv")
 
 
@@ -328,14 +388,16 @@ def test_the_command_writes_measured_and_modelled_rows(tmp_path: Path) -> None:
         ("cpu1", 2, "measured")
     ]
     assert len(table.for_variant("s", H100)) == len(segment_types(H100))
-    assert "uncalibrated" in result.output
+    assert {r.source for r in table.for_variant("s", H100)} == {"modelled"}
+    assert f"modelled on {H100}" in result.output
+    assert "no measured row's model has known FLOPs" in result.output
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_a_zoo_variant_is_built_measured_and_calibrates_the_gpu_rows(tmp_path: Path) -> None:
-    """ArcFace R18 from a zoo the command builds; its measured rows calibrate the GPU
-    rows, which use the full-size model's FLOPs."""
+def test_a_zoo_variant_is_built_measured_and_its_gpu_rows_are_the_fit(tmp_path: Path) -> None:
+    """ArcFace R18 from a zoo the command builds; its measured rows give this host's CPU
+    factor, reported; the GPU rows, on the full-size model's FLOPs, are the fit's."""
     zoo = tmp_path / "zoo"
     result, table = _profile(
         tmp_path,
@@ -351,4 +413,6 @@ def test_a_zoo_variant_is_built_measured_and_calibrates_the_gpu_rows(tmp_path: P
     ]
     gpu = table.for_variant("arcface-r18", "A100-80GB")
     assert len(gpu) == 2 * len(segment_types("A100-80GB"))
-    assert "calibrated ×" in result.output and "by 2 measured rows" in result.output
+    assert {r.source for r in gpu} == {"calibrated"}
+    assert "calibrated on A100-80GB" in result.output
+    assert "its roofline by 2 measured rows" in result.output

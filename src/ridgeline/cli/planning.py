@@ -36,8 +36,9 @@ def profile_command(
     as_json: Annotated[bool, typer.Option("--json", help="print the rows as JSON")] = False,
 ) -> None:
     """Measure every variant of a pipeline spec on this host's CPU (the serving runtime,
-    one instance per core count and batch size), add roofline rows for GPU types
-    calibrated by them, and write the profile table `ridgeline plan` reads."""
+    one instance per core count and batch size), add roofline rows for GPU types (fitted
+    to public GPU measurements: calibrated on A100-80GB, modelled on the others), and
+    write the profile table `ridgeline plan` reads."""
     from ridgeline.aio import run_coroutine
     from ridgeline.loop.profiling import ensure_zoo, measure_cpu, model_gpus
     from ridgeline.pipeline.profiles import ProfileTable
@@ -63,7 +64,7 @@ def profile_command(
     if as_json:
         doc = {
             "rows": [dataclasses.asdict(r) for r in table],
-            "calibration": None if modelled is None else modelled.calibration,
+            "cpu_factor": None if modelled is None else modelled.cpu_factor,
         }
         out.print_json(json.dumps(doc))
     else:

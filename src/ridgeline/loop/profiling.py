@@ -18,9 +18,13 @@ process; on a host with few cores they compete with the worker for them.
 A point takes the server's start (a process spawned, the model loaded and warmed), the
 warm-up, ``seconds``, and the last batch's drain.
 
-``model_gpus`` adds roofline rows for GPU types, calibrated by the measured rows
-(``roofline``): each measured model's FLOPs are those of the model that ran (the zoo's
-reduced model, not the full-size one the spec's figure describes).
+``model_gpus`` adds roofline rows for GPU types (``roofline``: the constants fitted to
+public GPU measurements, ``calibrated`` on the GPU type they were measured on, ``modelled``
+on the others). It also compares the measured CPU rows with the CPU roofline, each
+measured model's FLOPs those of the model that ran (the zoo's reduced model, not the
+full-size one the spec's figure describes): how far this host runs from its roofline, a
+factor it reports and no longer carries over to the GPU rows, whose constants come from
+GPU measurements.
 """
 
 from __future__ import annotations
@@ -285,13 +289,14 @@ def ensure_zoo(spec: PipelineSpec, zoo: Path) -> Manifest | None:
 
 @dataclass(frozen=True, slots=True)
 class Modelled:
-    """Roofline rows for GPU types, and the calibration they carry."""
+    """Roofline rows for GPU types, and how far this host's CPU runs from its roofline."""
 
     rows: list[ProfileRow]
-    calibration: float
-    """Measured / modelled CPU latency (1: uncalibrated)."""
+    cpu_factor: float
+    """Measured / modelled CPU latency (``roofline.calibrate``; 1 when nothing could be
+    compared). Reported only: the GPU rows do not carry it."""
     basis: int
-    """Measured rows the calibration rests on; 0 when none could be modelled."""
+    """Measured rows the factor rests on; 0 when none could be modelled."""
 
 
 def measured_costs(spec: PipelineSpec, manifest: Manifest | None) -> list[Cost]:
@@ -320,16 +325,17 @@ def model_gpus(
     model: Roofline | None = None,
 ) -> Modelled:
     """Roofline rows of every variant of ``spec`` on every segment type of each GPU type
-    in ``gpus``, calibrated by the measured CPU rows whose models' FLOPs are known."""
+    in ``gpus``, by ``model`` (default: the fitted GPU constants); and the factor between
+    the measured CPU rows whose models' FLOPs are known and the CPU roofline."""
     costs = measured_costs(spec, manifest)
     cpu = [r for r in measured if r.pool == CPU and r.source == "measured"]
     known = {c.name for c in costs}
     basis = [r for r in cpu if r.variant in known]
-    calibration = 1.0
+    factor = 1.0
     if basis:
         cores = sorted({int(r.segment[3:]) for r in basis})
         sizes = sorted({r.batch for r in basis})
-        calibration = calibrate(basis, cpu_modelled_rows(costs, cores, sizes, model=model))
+        factor = calibrate(basis, cpu_modelled_rows(costs, cores, sizes))
     names = [v for _, v in variants(spec)]
-    rows = [r for g in gpus for r in modelled_rows(names, g, batches, calibration, model=model)]
-    return Modelled(rows, calibration, len(basis))
+    rows = [r for g in gpus for r in modelled_rows(names, g, batches, model=model)]
+    return Modelled(rows, factor, len(basis))

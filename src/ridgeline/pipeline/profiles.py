@@ -2,12 +2,20 @@
 
 One row says: an instance of ``variant`` on one segment of type ``segment`` (of the
 ``pool``: a GPU type such as ``A100-80GB``, or ``cpu``) runs a batch of ``batch`` in
-``latency_ms`` and so serves ``throughput_rps`` items per second. Each row is marked
-``measured`` (by ``ridgeline profile``, against the serving runtime's workers) or
-``modelled`` (a roofline calibrated by the measured rows). Stored as CSV::
+``latency_ms`` and so serves ``throughput_rps`` items per second. Each row says where it
+came from (``source``):
+
+- ``measured``: timed here, by ``ridgeline profile`` against the serving runtime's
+  workers, or on a GPU by ``benchmarks/gpu_profile.py``;
+- ``calibrated``: the roofline with constants fitted to public measurements of that GPU
+  type (A100-80GB: MIGProfiler's; ``pipeline.fit``);
+- ``modelled``: the roofline on hardware nothing was fitted to (the fitted constants
+  carried over to another GPU type's peak, bandwidth and SMs; the CPU's guesses).
+
+Stored as CSV (tables written before ``calibrated`` existed load unchanged)::
 
     variant,pool,segment,batch,latency_ms,throughput_rps,source
-    yolov5n,A100-80GB,1g.10gb,4,6.1,655.7,modelled
+    yolov5n,A100-80GB,1g.10gb,4,6.1,655.7,calibrated
 """
 
 from __future__ import annotations
@@ -22,7 +30,9 @@ from typing import Literal
 from ridgeline.errors import ConfigError, PlanError
 from ridgeline.pipeline.segments import segment_cost
 
-Source = Literal["measured", "modelled"]
+Source = Literal["measured", "calibrated", "modelled"]
+"""Where a row came from, most trusted first."""
+SOURCES: tuple[Source, ...] = ("measured", "calibrated", "modelled")
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,11 +115,10 @@ class ProfileTable:
 
 
 def _source(text: str) -> Source:
-    if text == "measured":
-        return "measured"
-    if text == "modelled":
-        return "modelled"
-    raise ValueError(f"source {text!r} is neither measured nor modelled")
+    for known in SOURCES:
+        if text == known:
+            return known
+    raise ValueError(f"source {text!r} is not one of {', '.join(SOURCES)}")
 
 
 def load_profiles(path: str | Path) -> ProfileTable:

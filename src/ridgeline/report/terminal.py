@@ -264,12 +264,20 @@ def profile_summary(modelled: Modelled | None, out_path: Path) -> str:
     note = f"written to {out_path}"
     if modelled is None:
         return note
-    how = (
-        f"calibrated ×{modelled.calibration:.3g} by {modelled.basis} measured rows"
-        if modelled.basis
-        else "uncalibrated: no measured row's model has known FLOPs"
+    pools: dict[str, dict[str, None]] = {}  # by source, the pools in order
+    for r in modelled.rows:
+        pools.setdefault(r.source, {})[r.pool] = None
+    kinds = "; ".join(
+        f"{sum(r.source == source for r in modelled.rows)} {source} on {', '.join(names)}"
+        for source, names in pools.items()
     )
-    return f"{len(modelled.rows)} modelled GPU rows ({how}); {note}"
+    cpu = (
+        f"this host's CPU runs ×{modelled.cpu_factor:.3g} its roofline by {modelled.basis} "
+        "measured rows (not carried over to GPUs)"
+        if modelled.basis
+        else "no measured row's model has known FLOPs to compare the CPU roofline with"
+    )
+    return f"{len(modelled.rows)} GPU rows ({kinds or 'none'}); {cpu}; {note}"
 
 
 def allocation_table(a: Allocation) -> Table:
