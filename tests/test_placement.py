@@ -19,7 +19,7 @@ from ridgeline.pipeline.plan import Plan
 from ridgeline.pipeline.planned import max_demand, to_plan
 from ridgeline.pipeline.planner import Features, PlanResult, plan_pipeline
 from ridgeline.pipeline.profiles import ProfileRow, ProfileTable
-from ridgeline.pipeline.segments import MigSegment, MpsSegment, segment_types
+from ridgeline.pipeline.segments import GpuSegment, MigSegment, MpsSegment, segment_types
 from ridgeline.pipeline.spec import PipelineSpec
 
 A100 = "A100-80GB"
@@ -66,6 +66,9 @@ def assert_valid_gpu(slots: list[Slot]) -> None:
     """One GPU's slots: one type, starts the table allows, disjoint memory spans inside
     the 8 slices, at most 7 compute slices, MPS shares within each slice."""
     (gpu,) = {s.gpu for s in slots}
+    if any(s.profile == "gpu" for s in slots):  # MIG off: the GPU holds one instance
+        assert len(slots) == 1 and len(slots[0].instances) == 1, slots
+        return
     table = {p.name: p for p in gpu_type(gpu).profiles}
     used: set[int] = set()
     compute = 0
@@ -97,7 +100,7 @@ def assert_each_instance_once(p: Plan, placement: Placement) -> None:
     for s in placement.slots:
         for i in s.instances:
             seg = gpu_tasks[i.task].segment
-            assert isinstance(seg, MigSegment | MpsSegment)
+            assert isinstance(seg, MigSegment | MpsSegment | GpuSegment)
             assert (s.gpu, s.profile) == (seg.gpu, seg.profile)
             assert i.share == (seg.share if isinstance(seg, MpsSegment) else 1.0)
 
@@ -396,3 +399,24 @@ def test_the_max_demand_plan_places_on_the_gpus_given(
         return
     assert top > 0
     assert_places(result, gpus)
+
+
+def test_a_gpu_with_mig_off_holds_one_instance_and_mig_parted_turns_mig_off() -> None:
+    p = plan(a={"segment": {"kind": "gpu", "gpu": A100}, "instances": 2}, b=mig("3g.40gb", 1))
+    placement = place(p, {A100: 3})
+    assert placement.gpus == {A100: 3}
+    assert placement.device_map() == {"b": [(0, "3g.40gb", 4)], "a": [(1, "gpu", 0), (2, "gpu", 0)]}
+    assert min_gpus(p) == {A100: 3}
+    doc = yaml.safe_load(placement.mig_parted())
+    assert doc["mig-configs"]["ridgeline"] == [
+        {"devices": [0], "mig-enabled": True, "mig-devices": {"3g.40gb": 1}},
+        {"devices": [1, 2], "mig-enabled": False},
+    ]
+    with pytest.raises(PlanError, match="need at least 3 A100-80GB GPUs"):
+        place(p, {A100: 2})
+
+
+def test_a_gpu_with_mig_off_has_every_sm_the_7g_profile_has_fewer() -> None:
+    g = gpu_type(A100)
+    assert (g.profile("gpu").sms, g.profile("7g.80gb").sms) == (108, 98)
+    assert (g.profile("gpu").compute, g.profile("gpu").memory_slices) == (7, 8)

@@ -243,9 +243,13 @@ def test_switches_off_narrow_the_choices() -> None:
         spec(accuracy_floor=0.5, slo_ms=200), t, {GPU: 14}, Features(False, True, True)
     )
     assert no_a.tasks["detect"].variant == "big"  # only each task's best
-    whole = ProfileTable([*t, row("big", "7g.80gb", 8, 8.0), row("cls", "7g.80gb", 8, 5.0)])
+    # without spatial partitioning only whole GPUs with MIG off: not the 7g profile
+    whole = ProfileTable(
+        [*t, *(row(v, seg, 8, 8.0) for v in ("big", "cls") for seg in ("7g.80gb", "gpu"))]
+    )
     no_s = plan_pipeline(spec(), whole, {GPU: 14}, Features(True, False, True))
-    assert {p.config.row.segment for p in no_s.tasks.values()} == {"7g.80gb"}
+    assert {p.config.row.segment for p in no_s.tasks.values()} == {"gpu"}
+    assert (no_s.slices, no_s.memory_slices, no_s.cost) == ({GPU: 14}, {GPU: 16}, {GPU: 14})
     assert Features.parse("a, t").label == "A+T" and Features.parse("none").label == "none"
     with pytest.raises(PlanError, match="features X: write a subset of A,S,T"):
         Features.parse("A,X")

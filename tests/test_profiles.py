@@ -105,7 +105,7 @@ def test_every_segment_type_of_the_gpu_gets_rows() -> None:
     assert {r.segment for r in rows} == labels
     assert len(rows) == 2 * len(labels) * 2
     whole_only = modelled_rows([Cost("a", 1.0)], "A100-80GB", [1], spatial=False)
-    assert [r.segment for r in whole_only] == ["7g.80gb"]
+    assert [r.segment for r in whole_only] == ["gpu"]  # MIG off: every SM
 
 
 def test_gflops_come_from_the_spec_then_the_published_figures() -> None:

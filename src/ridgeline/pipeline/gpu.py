@@ -29,6 +29,8 @@ from ridgeline.errors import ConfigError, UnknownKindError
 
 COMPUTE_SLICES = 7
 MEMORY_SLICES = 8
+NO_MIG = "gpu"
+"""The segment label of a whole GPU with MIG off (``GpuType.no_mig``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,10 +64,22 @@ class GpuType:
     profiles: tuple[MigProfile, ...]
 
     def profile(self, name: str) -> MigProfile:
+        """The MIG profile ``name``, or (``NO_MIG``, ``gpu``) the whole GPU without MIG."""
+        if name == NO_MIG:
+            return self.no_mig
         for p in self.profiles:
             if p.name == name:
                 return p
-        raise UnknownKindError(f"{self.name} MIG profile", name, [p.name for p in self.profiles])
+        raise UnknownKindError(
+            f"{self.name} MIG profile", name, [*(p.name for p in self.profiles), NO_MIG]
+        )
+
+    @property
+    def no_mig(self) -> MigProfile:
+        """The whole GPU with MIG off, as a profile: all 7 compute and 8 memory slices and
+        every SM (108 on an A100, where the MIG ``7g`` profile has 98). A GPU runs MIG or
+        not, so such an instance has a GPU to itself; it is no MIG instance (id −1)."""
+        return MigProfile(NO_MIG, COMPUTE_SLICES, MEMORY_SLICES, self.memory_gb, self.sms, (0,), -1)
 
     @property
     def whole(self) -> MigProfile:

@@ -37,9 +37,9 @@ import yaml
 
 from ridgeline.errors import PlanError
 from ridgeline.pipeline._highs import Row, integer_model
-from ridgeline.pipeline.gpu import Layout, MigProfile, gpu_type, layouts
+from ridgeline.pipeline.gpu import NO_MIG, Layout, MigProfile, gpu_type, layouts
 from ridgeline.pipeline.plan import Plan
-from ridgeline.pipeline.segments import MigSegment, MpsSegment
+from ridgeline.pipeline.segments import GpuSegment, MigSegment, MpsSegment
 
 _EPS = 1e-9
 """Slack on share sums: three clients of a float 1/3 must fill one slice."""
@@ -95,7 +95,8 @@ class Placement:
 
     def mig_parted(self, config: str = "ridgeline") -> str:
         """The layout as an NVIDIA mig-parted config (``nvidia-mig-parted apply -f FILE
-        -c ridgeline``); GPUs with the same profile counts share one entry.
+        -c ridgeline``); GPUs with the same profile counts share one entry, and a GPU
+        a plan runs with MIG off has ``mig-enabled: false``.
 
         mig-parted takes counts per profile, not starts: the starts here are one valid
         layout of those counts, not necessarily the one the driver picks, so look a
@@ -107,7 +108,9 @@ class Placement:
             "version": "v1",
             "mig-configs": {
                 config: [
-                    {"devices": devices, "mig-enabled": True, "mig-devices": dict(counts)}
+                    {"devices": devices, "mig-enabled": False}
+                    if NO_MIG in dict(counts)
+                    else {"devices": devices, "mig-enabled": True, "mig-devices": dict(counts)}
                     for counts, devices in entries.items()
                 ]
             },
@@ -163,11 +166,15 @@ def place(plan: Plan, gpus: Mapping[str, int]) -> Placement:
     slots: list[Slot] = []
     used: dict[str, int] = {}
     for gpu, units in by_type.items():
+        whole = [u for u in units if u.profile.name == NO_MIG]
+        units = [u for u in units if u.profile.name != NO_MIG]
         chosen = _fewest_layouts(gpu, Counter(u.profile.name for u in units))
         given = gpus.get(gpu, 0)
-        if len(chosen) > given:
-            raise PlanError(_no_room(plan, gpu, given, len(chosen)))
-        used[gpu] = len(chosen)
+        if len(chosen) + len(whole) > given:
+            raise PlanError(_no_room(plan, gpu, given, len(chosen) + len(whole)))
+        used[gpu] = len(chosen) + len(whole)
+        for g, u in enumerate(sorted(whole, key=_Unit.order), start=len(chosen)):
+            slots.append(Slot(offsets[gpu] + g, gpu, NO_MIG, 0, u.instances))
         waiting: dict[str, list[_Unit]] = defaultdict(list)
         for u in sorted(units, key=_Unit.order, reverse=True):
             waiting[u.profile.name].append(u)
@@ -189,7 +196,7 @@ def min_gpus(plan: Plan) -> dict[str, int]:
     counts: dict[str, Counter[str]] = defaultdict(Counter)
     for (gpu, profile), n in _slice_counts(plan).items():
         counts[gpu][profile.name] += n
-    return {gpu: len(_fewest_layouts(gpu, c)) for gpu, c in counts.items()}
+    return {gpu: c.pop(NO_MIG, 0) + len(_fewest_layouts(gpu, c)) for gpu, c in counts.items()}
 
 
 def _fewest_layouts(gpu: str, need: Mapping[str, int]) -> list[Layout]:
@@ -226,7 +233,7 @@ def _slice_counts(plan: Plan) -> Counter[tuple[str, MigProfile]]:
     shares: defaultdict[tuple[str, MigProfile], float] = defaultdict(float)
     for tp in plan.tasks.values():
         seg = tp.segment
-        if isinstance(seg, MigSegment):
+        if isinstance(seg, MigSegment | GpuSegment):
             whole[seg.gpu, gpu_type(seg.gpu).profile(seg.profile)] += tp.instances
         elif isinstance(seg, MpsSegment):
             shares[seg.gpu, gpu_type(seg.gpu).profile(seg.profile)] += seg.share * tp.instances
@@ -242,7 +249,7 @@ def _units(plan: Plan) -> list[_Unit]:
     clients: defaultdict[tuple[str, MigProfile], list[InstanceRef]] = defaultdict(list)
     for task, tp in plan.tasks.items():
         seg = tp.segment
-        if isinstance(seg, MigSegment):
+        if isinstance(seg, MigSegment | GpuSegment):
             p = gpu_type(seg.gpu).profile(seg.profile)
             units += [_Unit(seg.gpu, p, (InstanceRef(task, i, 1.0),)) for i in range(tp.instances)]
         elif isinstance(seg, MpsSegment):

@@ -60,7 +60,14 @@ import numpy as np
 
 from ridgeline.errors import InfeasiblePlan, PlanError
 from ridgeline.pipeline._highs import Row, integer_model
-from ridgeline.pipeline.gpu import COMPUTE_SLICES, MEMORY_SLICES, MigProfile, gpu_type, layouts
+from ridgeline.pipeline.gpu import (
+    COMPUTE_SLICES,
+    MEMORY_SLICES,
+    NO_MIG,
+    MigProfile,
+    gpu_type,
+    layouts,
+)
 from ridgeline.pipeline.profiles import ProfileRow, ProfileTable
 from ridgeline.pipeline.queueing import wait_quantile_s
 from ridgeline.pipeline.segments import CPU, parse_segment, segment_cost
@@ -164,9 +171,7 @@ class PlannedTask:
             demand_rps / (options.max_utilisation * config.row.throughput_rps) - 1e-9
         )
         out = [cls.at(config, demand_rps, max(fewest, 1), options)]
-        while (
-            out[-1].wait_ms > NEGLIGIBLE_WAIT * config.row.latency_ms and len(out) <= MAX_SPARE
-        ):
+        while out[-1].wait_ms > NEGLIGIBLE_WAIT * config.row.latency_ms and len(out) <= MAX_SPARE:
             out.append(cls.at(config, demand_rps, out[-1].instances + 1, options))
         return out
 
@@ -264,12 +269,12 @@ def candidates(
 
 
 def _whole(pool: str, label: str, table: ProfileTable) -> bool:
-    """Whether ``label`` is a whole device: the largest segment of the pool."""
+    """Whether ``label`` is a whole device: the host's largest CPU segment, or a whole GPU
+    with MIG off (not the ``7g`` profile: MIG keeps 10 of an A100's 108 SMs back)."""
     if pool == CPU:
         largest = max(segment_cost(CPU, r.segment) for r in table if r.pool == CPU)
         return segment_cost(CPU, label) == largest
-    seg = parse_segment(pool, label)
-    return seg.share == 1 and seg.slices() == 7
+    return parse_segment(pool, label).profile == NO_MIG
 
 
 def plan_pipeline(
@@ -494,12 +499,16 @@ class _Milp:
         whole: dict[str, dict[int, float]] = {p.name: {} for p in g.profiles}
         shared: dict[str, dict[int, float]] = {}
         budget: dict[int, float] = {}
+        no_mig: dict[int, float] = {}  # instances on whole GPUs with MIG off
         for t, opts in self.options_of.items():
             for i, (p, _) in zip(w[t], opts, strict=True):
                 if p.config.row.pool != pool:
                     continue
                 seg = parse_segment(pool, p.config.row.segment)
-                if seg.share == 1:
+                if seg.profile == NO_MIG:
+                    no_mig[i] = float(p.instances)
+                    budget[i] = float(p.slices)
+                elif seg.share == 1:
                     whole[seg.profile][i] = float(p.instances)
                     budget[i] = float(p.slices)
                 else:
@@ -518,12 +527,13 @@ class _Milp:
             rows.append((0.0, math.inf, {m: 1.0} | {i: -v for i, v in terms.items()}))
         # Compute slices used ≤ those available.
         rows.append((-math.inf, cap, budget))
-        # y[l]: the GPUs that take layout l; at most the GPUs available take one.
+        # y[l]: the GPUs that take layout l; they and the GPUs with MIG off (one per
+        # instance) are at most the GPUs available.
         y = {}
         for layout in layouts(pool):
             y[len(upper)] = layout.counts
             upper.append(float(gpus))
-        rows.append((-math.inf, float(gpus), dict.fromkeys(y, 1.0)))
+        rows.append((-math.inf, float(gpus), dict.fromkeys(y, 1.0) | no_mig))
         # Each profile's instances ≤ what the chosen layouts hold.
         for name, terms in whole.items():
             if terms:

@@ -1,17 +1,18 @@
 """Segments: what one instance of a model runs on, what its label says, and what it costs.
 
 A segment is a MIG profile of a GPU (``1g.10gb``), an MPS share of one (a fraction of a
-``1g`` slice's threads, ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``: ``1g.10gb@1/2``), or
-cores of the host's CPU (``cpu2``, in the pool ``cpu``). Whole GPUs are the largest
-profile (``7g``). Three forms of the one concept live here:
+``1g`` slice's threads, ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``: ``1g.10gb@1/2``), a whole
+GPU with MIG off (``gpu``: every SM, 108 on an A100 where ``7g`` has 98), or cores of
+the host's CPU (``cpu2``, in the pool ``cpu``). Three forms of the one concept live
+here:
 
 * a label in a pool (``ProfileRow.segment``): ``parse_segment`` reads a GPU one into a
   ``SegmentType``, ``segment_cost`` says what it costs, ``plan_segment`` turns it into
   the plan's form;
 * ``SegmentType``, a GPU segment the planner can choose (``segment_types`` lists them):
   its compute slices, SMs and memory bandwidth;
-* ``CpuSegment | MigSegment | MpsSegment`` (``Segment``), the validated form a ``Plan``
-  binds each instance to.
+* ``CpuSegment | MigSegment | MpsSegment | GpuSegment`` (``Segment``), the validated form
+  a ``Plan`` binds each instance to.
 
 The planner counts cost in compute slices of a GPU (an MPS share of 1/k costs 1/k of a
 slice) or in cores of the CPU.
@@ -27,7 +28,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ridgeline.errors import PlanError
-from ridgeline.pipeline.gpu import MEMORY_SLICES, gpu_type
+from ridgeline.pipeline.gpu import MEMORY_SLICES, NO_MIG, gpu_type
 
 CPU = "cpu"
 """The pool of a host's CPU cores; its segment labels are ``cpuN`` (N cores)."""
@@ -71,13 +72,12 @@ MPS_SHARES: tuple[Fraction, ...] = (Fraction(1, 2), Fraction(1, 3))
 def segment_types(
     gpu: str, *, spatial: bool = True, mps: Sequence[Fraction] = MPS_SHARES
 ) -> list[SegmentType]:
-    """The segment types of ``gpu``: with spatial partitioning, every MIG profile with
-    one memory-slice span per compute slice class (the smallest memory for each compute
-    size) and MPS shares of the smallest; without, the whole GPU only."""
+    """The segment types of ``gpu``: the whole GPU with MIG off (``gpu``); with spatial
+    partitioning also every MIG profile and MPS shares of the smallest."""
     g = gpu_type(gpu)
     if not spatial:
-        return [SegmentType(gpu, g.whole.name)]
-    out = [SegmentType(gpu, p.name) for p in g.profiles]
+        return [SegmentType(gpu, NO_MIG)]
+    out = [SegmentType(gpu, NO_MIG), *(SegmentType(gpu, p.name) for p in g.profiles)]
     smallest = min(g.profiles, key=lambda p: (p.compute, p.memory_slices))
     out += [SegmentType(gpu, smallest.name, s) for s in mps]
     return out
@@ -146,15 +146,32 @@ class MpsSegment(_Frozen):
         return f"{self.profile}@{self.share:g}"
 
 
-Segment = Annotated[CpuSegment | MigSegment | MpsSegment, Field(discriminator="kind")]
+class GpuSegment(_Frozen):
+    """A whole GPU of a ``gpu`` type with MIG off: one instance has it to itself."""
+
+    kind: Literal["gpu"] = "gpu"
+    gpu: str = Field(description="GPU type, e.g. A100-80GB")
+
+    @property
+    def label(self) -> str:
+        return NO_MIG
+
+    @property
+    def profile(self) -> str:
+        return NO_MIG
+
+
+Segment = Annotated[CpuSegment | MigSegment | MpsSegment | GpuSegment, Field(discriminator="kind")]
 """Any segment of a plan; its ``kind`` field selects the class."""
 
 
-def plan_segment(pool: str, label: str) -> CpuSegment | MigSegment | MpsSegment:
+def plan_segment(pool: str, label: str) -> CpuSegment | MigSegment | MpsSegment | GpuSegment:
     """The plan's segment for label ``label`` of ``pool`` (a profile row's segment)."""
     if pool == CPU:
         return CpuSegment(cores=_cores(label))
     seg = parse_segment(pool, label)
+    if seg.profile == NO_MIG:
+        return GpuSegment(gpu=pool)
     if seg.share == 1:
         return MigSegment(gpu=pool, profile=seg.profile)
     return MpsSegment(gpu=pool, profile=seg.profile, share=float(seg.share))

@@ -6,7 +6,8 @@ A task's model comes from, in order: its ``synthetic`` latency model; its ``arti
 ``cores`` cores of the host's (handed out in turn, wrapping round when the plan asks for
 more than the host has) and ``threads`` intra-op threads; a MIG segment gets a MIG
 device of its profile (``CUDA_VISIBLE_DEVICES`` = its UUID, from ``nvidia-smi -L``); an
-MPS segment also gets ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` = its share.
+MPS segment also gets ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` = its share; a whole-GPU
+segment (MIG off) gets a GPU with no MIG devices (its UUID).
 
 Every problem is a ``PlanError`` naming the task's field and the fix: a missing
 artifact, a variant the zoo does not have, a batch size over the model's limit, a GPU
@@ -26,6 +27,7 @@ from pathlib import Path
 
 from ridgeline.errors import PlanError
 from ridgeline.pipeline.plan import Plan, TaskPlan
+from ridgeline.pipeline.gpu import NO_MIG
 from ridgeline.pipeline.segments import CpuSegment
 from ridgeline.serve.affinity import Placement
 from ridgeline.serve.backends import (
@@ -163,6 +165,7 @@ class _MigDealer:
     """MIG devices by profile, from ``nvidia-smi -L``, handed out in turn."""
 
     _LINE = re.compile(r"MIG (\S+)\s+Device\s+\d+: \(UUID: (MIG-[^)]+)\)")
+    _GPU = re.compile(r"GPU \d+: .*\(UUID: (GPU-[^)]+)\)")
 
     def __init__(self) -> None:
         self._devices: dict[str, list[str]] | None = None
@@ -195,4 +198,14 @@ class _MigDealer:
         found: dict[str, list[str]] = defaultdict(list)
         for profile, uuid in self._LINE.findall(text):
             found[profile].append(uuid)
+        # a GPU with no MIG device under it runs with MIG off: a whole-GPU segment
+        gpus: list[tuple[str, bool]] = []  # (UUID, has MIG devices)
+        for line in text.splitlines():
+            if (m := self._GPU.match(line)) is not None:
+                gpus.append((m.group(1), False))
+            elif gpus and self._LINE.search(line):
+                gpus[-1] = (gpus[-1][0], True)
+        found[NO_MIG] += [uuid for uuid, mig in gpus if not mig]
+        if not found[NO_MIG]:
+            del found[NO_MIG]
         return dict(found)
