@@ -51,14 +51,16 @@ def arrival_schedule(
     seed: int = 0,
 ) -> Schedule:
     """The arrivals: an arrival spec at ``rate`` (``workload.arrivals``), or a recorded
-    trace's first ``target_rate × duration_s`` arrivals, time-scaled to hold that rate
-    with the trace's burstiness (``loadgen.schedule.trace_at_rate``, as a probe's steps)."""
+    trace's first ``target_rate × duration_s`` arrivals (``rate`` when no target rate is
+    given, as ``ridgeline run`` reads it), time-scaled to hold that rate with the trace's
+    burstiness (``loadgen.schedule.trace_at_rate``, as a probe's steps replay a trace)."""
     if trace is not None:
-        if target_rate is None:
+        target = target_rate if target_rate is not None else rate
+        if target is None:
             raise ConfigError(
                 "a trace needs --target-rate, the mean rate to scale it to (requests/s)"
             )
-        return trace_at_rate(read_trace(trace), target_rate, duration_s)
+        return trace_at_rate(read_trace(trace), target, duration_s)
     if rate is None:
         raise ConfigError(
             "give the arrivals: --rate R (with --arrival, default poisson), or --trace FILE "
