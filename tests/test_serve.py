@@ -30,8 +30,7 @@ from ridgeline.loadgen.step import StepConfig
 from ridgeline.loadgen.validity import ValidityConfig
 from ridgeline.pipeline.plan import Plan, dump_plan, load_plan
 from ridgeline.policies.batching import BatchingConfig
-from ridgeline.serve.batcher import TaskQueue
-from ridgeline.serve.dropping import (
+from ridgeline.policies.dropping import (
     ExecModel,
     Slack,
     TaskTiming,
@@ -39,6 +38,7 @@ from ridgeline.serve.dropping import (
     expected_wait_s,
     should_drop,
 )
+from ridgeline.serve.batcher import TaskQueue
 from ridgeline.serve.graph import adapt
 from ridgeline.serve.metrics import ServeMetrics
 from ridgeline.serve.runtime import PlanServer

@@ -6,7 +6,18 @@ from __future__ import annotations
 
 import typer
 
-from ridgeline.cli import fake, loop, measure, models, planning, runs, serving, sizing, study
+from ridgeline.cli import (
+    fake,
+    loop,
+    measure,
+    models,
+    planning,
+    runs,
+    serving,
+    simulate,
+    sizing,
+    study,
+)
 
 app = typer.Typer(
     help="ridgeline: what is the least GPU that serves demand D within my SLO, and does it "
@@ -26,6 +37,7 @@ app.command("run")(measure.run)
 app.command("probe")(measure.probe)
 app.command("fake-server")(fake.fake_server)
 app.command("serve")(serving.serve)
+app.command("simulate")(simulate.simulate)
 app.command("verify")(loop.verify)
 app.command("demo")(loop.demo)
 app.add_typer(study.app, name="study")

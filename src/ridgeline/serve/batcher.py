@@ -23,7 +23,7 @@ import numpy as np
 from ridgeline.clock import Clock
 from ridgeline.errors import InferFailed
 from ridgeline.policies.batching import BatchingConfig, Wait, decide
-from ridgeline.serve.dropping import (
+from ridgeline.policies.dropping import (
     ExecModel,
     TaskTiming,
     expected_wait_s,

@@ -33,8 +33,8 @@ import numpy as np
 from ridgeline.clock import Clock
 from ridgeline.errors import InferFailed
 from ridgeline.pipeline.plan import Edge, Plan
+from ridgeline.policies.dropping import Slack, should_drop
 from ridgeline.serve.batcher import TaskQueue
-from ridgeline.serve.dropping import Slack, should_drop
 from ridgeline.v2.spec import TensorSpec
 from ridgeline.v2.tensors import NUMPY_DTYPES, Array
 

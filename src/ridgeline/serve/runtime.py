@@ -23,8 +23,8 @@ from ridgeline.clock import Clock, MonotonicClock
 from ridgeline.errors import ConfigError, PlanError, RidgelineError
 from ridgeline.pipeline.plan import Plan
 from ridgeline.policies.batching import BatchingConfig
+from ridgeline.policies.dropping import ExecModel, Slack
 from ridgeline.serve.batcher import TaskQueue
-from ridgeline.serve.dropping import ExecModel, Slack
 from ridgeline.serve.graph import GraphRunner
 from ridgeline.serve.loading import setup_plan
 from ridgeline.serve.metrics import InstanceView, ServeMetrics

@@ -1,0 +1,466 @@
+"""The event loop: a plan's task queues, batched and dropped as the serving runtime does,
+in virtual time.
+
+It mirrors ``serve.graph.GraphRunner`` and ``serve.batcher.TaskQueue`` decision for
+decision, with the same pure policies:
+
+* a request arrives with a deadline of arrival + ``(1 − margin)``·SLO − the ``Slack``
+  the answers show; if the pipeline's expected time (``dropping.expected_remaining_s``
+  along its longest path, over the sources) passes it, it is dropped at once, unless
+  every queue is idle (then it, and everything it sends on, is never dropped);
+* at each task its rows join the queue in chunks of at most the batch size, each
+  dropped on arrival if ``should_drop`` says so; a free instance asks
+  ``batching.decide`` (dispatch now, or wait until when: a timer), and each request
+  taken into a batch is checked again against the batch's time and the path after it;
+* a batch runs ``service`` time (base + per-row, times a lognormal draw); when it ends
+  the instance's execution model learns from it (``ExecModel.observe``) and the queue
+  pumps, then each request whose chunks are all answered fans out along its edges,
+  ``rows × factor`` rows with fractional factors carried from request to request;
+* a request is answered when the last of its task runs ends; a drop anywhere fails it
+  (its other branches still run, as the runtime's ``gather`` lets them).
+
+Events at one instant run in the event loop's phases: timers fire, then each batch
+ends (its model learns, its queue pumps), then the requests those batches answered go on.
+Batches ending together end in the order they started (the runtime's loop breaks such
+ties arbitrarily; with any noise they do not happen).
+
+Each instance runs one batch at a time. Noise is drawn per task in the order its
+batches start, from a stream seeded by (seed, task): two runs that differ only in
+instance counts see the same arrivals and give the k-th batch of a task the same draw.
+The execution model starts where the runtime's warm-up leaves it: from a one-row and a
+full batch, here at their mean times.
+
+Requests are columns (arrival, finish, status), not objects; the expected time of each
+task is cached until its queue, its instances or its execution model (or a task after
+it) change, so a pure policy is asked only when its answer could differ.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from heapq import heappop, heappush
+from itertools import count
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ridgeline.errors import PlanError
+from ridgeline.pipeline.plan import Plan
+from ridgeline.plansim.service import ServiceTime
+from ridgeline.policies.batching import BatchingConfig, Wait, decide
+from ridgeline.policies.dropping import (
+    ExecModel,
+    Slack,
+    TaskTiming,
+    expected_wait_s,
+    should_drop,
+)
+from ridgeline.synthetic.model import lognormal_params
+
+PENDING, ANSWERED, DROPPED = 0, 1, 2
+"""A request's status in ``EngineRun.status``."""
+
+_COMPLETE, _TIMER = 0, 1
+_NOISE_BLOCK = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class TaskCounters:
+    """What one task did over a run."""
+
+    submitted: int
+    """Requests (chunks of at most a batch) that reached its queue."""
+    drops: int
+    batches: int
+    rows: int
+    busy_s: float
+    """Instance-seconds spent executing batches."""
+    wait_s: float
+    """Summed time from joining the queue to the batch starting, over batched requests."""
+    batched: int
+    """Requests that went into a batch."""
+
+
+@dataclass(frozen=True, eq=False)
+class EngineRun:
+    """The raw outcome: per-request columns and per-task counters."""
+
+    finish_s: NDArray[np.float64]
+    """When each request was answered (or failed)."""
+    status: NDArray[np.uint8]
+    """``ANSWERED`` or ``DROPPED``."""
+    tasks: dict[str, TaskCounters]
+    dropped_at_arrival: int
+    end_s: float
+    """When the last event happened."""
+    in_system_s: float
+    """The integral of the number of requests in the system over ``[0, horizon_s]``."""
+
+
+class Noise:
+    """A task's batch-time noise: lognormal factors of mean 1 and coefficient of
+    variation ``cv``, from a stream seeded by (``seed``, the task's index in the plan),
+    drawn in the order batches start."""
+
+    __slots__ = ("_draws", "_k", "_mu", "_rng", "_sigma", "cv")
+
+    def __init__(self, cv: float, seed: int, index: int) -> None:
+        self.cv = cv
+        self._mu, self._sigma = lognormal_params(cv)
+        self._rng = np.random.default_rng(np.random.SeedSequence([seed, index]))
+        self._draws: list[float] = []
+        self._k = 0
+
+    def draw(self) -> float:
+        if self._k == len(self._draws):
+            self._draws = self._rng.lognormal(self._mu, self._sigma, _NOISE_BLOCK).tolist()
+            self._k = 0
+        self._k += 1
+        return self._draws[self._k - 1]
+
+
+class _Task:
+    __slots__ = (
+        "after",
+        "batched",
+        "batches",
+        "busy_s",
+        "cfg",
+        "children",
+        "delay_s",
+        "drops",
+        "edges",
+        "exec",
+        "expected",
+        "free",
+        "gen",
+        "instances",
+        "items",
+        "mean",
+        "name",
+        "noise",
+        "parents",
+        "rows",
+        "rows_run",
+        "running",
+        "size",
+        "submitted",
+        "wait_s",
+    )
+
+    def __init__(
+        self, name: str, cfg: BatchingConfig, instances: int, service: ServiceTime, noise: Noise
+    ) -> None:
+        self.name, self.cfg, self.instances = name, cfg, instances
+        self.size, self.delay_s = cfg.max_batch_size, cfg.max_queue_delay_s
+        self.mean = [service.mean_s(r) for r in range(self.size + 1)]
+        self.noise = noise
+        # the runtime's warm-up: a one-row and a full batch give the first model
+        self.exec = ExecModel.from_warmup(self.mean[1], self.size, self.mean[self.size])
+        self.items: deque[tuple[list[Any], int, float, float, bool]] = deque()
+        self.rows = 0
+        self.free = list(range(instances))
+        self.running = 0
+        self.gen = 0
+        self.expected: float | None = None
+        self.after: float | None = None
+        self.children: list[_Task] = []
+        self.parents: list[_Task] = []
+        self.edges: list[tuple[int, _Task, float]] = []
+        self.submitted = self.drops = self.batches = self.rows_run = self.batched = 0
+        self.busy_s = self.wait_s = 0.0
+
+    def counters(self) -> TaskCounters:
+        return TaskCounters(
+            self.submitted,
+            self.drops,
+            self.batches,
+            self.rows_run,
+            self.busy_s,
+            self.wait_s,
+            self.batched,
+        )
+
+
+class Engine:
+    """One simulated run of ``plan``; ``run(times)`` once."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        services: Mapping[str, ServiceTime],
+        *,
+        drop: bool = True,
+        margin: float = 0.1,
+        seed: int = 0,
+        horizon_s: float = math.inf,
+    ) -> None:
+        self.plan, self.drop, self.margin, self.horizon_s = plan, drop, margin, horizon_s
+        self.slo_s = plan.slo_ms / 1000.0
+        self.slack = Slack(initial_s=0.05 * plan.slo_ms / 1000.0)  # GraphRunner's, to the bit
+        self.tasks: dict[str, _Task] = {}
+        for k, (name, t) in enumerate(plan.tasks.items()):
+            cfg = BatchingConfig(
+                max_batch_size=t.batch_size,
+                max_queue_delay_s=t.max_queue_delay_ms / 1000.0,
+                preferred_batch_sizes=t.preferred_batch_sizes,
+            )
+            noise = Noise(services[name].noise_cv, seed, k)
+            self.tasks[name] = _Task(name, cfg, t.instances, services[name], noise)
+        for i, e in enumerate(plan.edges):
+            src, dst = self.tasks[e.source], self.tasks[e.target]
+            src.children.append(dst)
+            src.edges.append((i, dst, e.factor))
+            dst.parents.append(src)
+        self.sources = [self.tasks[s] for s in plan.sources()]
+        self._carry = [0.0] * len(plan.edges)
+        self._heap: list[tuple[float, int, int, _Task, Any]] = []
+        self._seq = count()
+        self._active = 0
+        """Requests queued plus batches running, over every task: 0 is idle."""
+
+    # --- the expected times (cached) ------------------------------------------------
+
+    def _expected(self, t: _Task) -> float:
+        """``TaskQueue.expected_s``: from joining ``t`` now to the end of its longest path."""
+        e = t.expected
+        if e is None:
+            timing = TaskTiming(
+                t.exec, t.rows, t.size, t.instances, t.delay_s, t.instances - len(t.free)
+            )
+            e = expected_wait_s(timing) + t.exec.time(timing.own_rows) + self._after(t)
+            t.expected = e
+        return e
+
+    def _after(self, t: _Task) -> float:
+        """``TaskQueue.remaining_after``: the expected time of the tasks after ``t``."""
+        a = t.after
+        if a is None:
+            a = max((self._expected(c) for c in t.children), default=0.0)
+            t.after = a
+        return a
+
+    @staticmethod
+    def _dirty(t: _Task) -> None:
+        """``t``'s queue, instances or model changed: forget its expectation and that of
+        every task before it. (A task's cache is set only with those after it set, and
+        forgotten with those before it, so a task already forgotten has every task
+        before it forgotten too.)"""
+        if t.expected is None:
+            return
+        t.expected = None
+        for p in t.parents:
+            p.after = None
+            Engine._dirty(p)
+
+    # --- the run ---------------------------------------------------------------------
+
+    def run(self, times: NDArray[np.float64]) -> EngineRun:
+        arrivals: list[float] = times.tolist()
+        n = len(arrivals)
+        self._arrival = arrivals
+        self._open = array("q", bytes(8 * n))
+        self._failed = bytearray(n)
+        self._status = bytearray(n)
+        self._finish = array("d", bytes(8 * n))
+        self._expect = array("d", bytes(8 * n))
+        self._inside, self._area, self._last = 0, 0.0, 0.0
+        self._dropped_at_arrival = 0
+        heap, now, i = self._heap, 0.0, 0
+        horizon = self.horizon_s
+        while True:
+            nxt = arrivals[i] if i < n else math.inf
+            if heap and heap[0][0] <= nxt:
+                now, _, kind, task, payload = heappop(heap)
+                if heap and heap[0][0] == now:
+                    self._instant(now, kind, task, payload)
+                elif kind == _COMPLETE:
+                    self._end(task, payload, now)
+                    for item in payload[1]:
+                        self._chunk_done(item[0], now, failed=False)
+                elif payload == task.gen:
+                    self._pump(task, now)
+            elif i < n:
+                now = nxt
+                self._arrive(i, now)
+                i += 1
+            else:
+                break
+        self._tick(horizon if now > horizon else now)
+        return EngineRun(
+            np.frombuffer(self._finish, dtype=np.float64).copy(),
+            np.frombuffer(bytes(self._status), dtype=np.uint8).copy(),
+            {name: t.counters() for name, t in self.tasks.items()},
+            self._dropped_at_arrival,
+            now,
+            self._area,
+        )
+
+    def _tick(self, now: float) -> None:
+        t = now if now < self.horizon_s else self.horizon_s
+        if t > self._last:
+            self._area += self._inside * (t - self._last)
+            self._last = t
+
+    def _arrive(self, req: int, now: float) -> None:
+        """``GraphRunner.infer``: the pipeline's drop check, then each source task."""
+        deadline = now + (1 - self.margin) * self.slo_s - self.slack.slack_s
+        expected = max(self._expected(s) for s in self.sources)
+        idle = self._active == 0
+        if self.drop and not idle and should_drop(now, deadline, expected):
+            self._status[req] = DROPPED
+            self._finish[req] = now
+            self._dropped_at_arrival += 1
+            return
+        self._expect[req] = expected
+        self._open[req] = len(self.sources)
+        self._tick(now)
+        self._inside += 1
+        for s in self.sources:
+            self._start(s, 1, req, deadline, idle, now)
+
+    def _start(
+        self, t: _Task, rows: int, req: int, deadline: float, keep: bool, now: float
+    ) -> None:
+        """``GraphRunner._run``: ``rows`` rows of request ``req`` at ``t``, in chunks."""
+        size = t.size
+        chunks = -(-rows // size)
+        node = [req, t, rows, chunks, False, deadline, keep]
+        for k in range(0, rows, size):
+            self._submit(t, node, min(size, rows - k), deadline, keep, now)
+
+    def _submit(
+        self, t: _Task, node: list[Any], rows: int, deadline: float, keep: bool, now: float
+    ) -> None:
+        """``TaskQueue.submit``."""
+        t.submitted += 1
+        if self.drop and not keep and should_drop(now, deadline, self._expected(t)):
+            t.drops += 1
+            self._chunk_done(node, now, failed=True)
+            return
+        t.items.append((node, rows, now, deadline, keep))
+        t.rows += rows
+        self._active += 1
+        self._dirty(t)
+        self._pump(t, now)
+
+    def _pump(self, t: _Task, now: float) -> None:
+        """``TaskQueue._pump``: batches to free instances while ``decide`` says so."""
+        items, free = t.items, t.free
+        while items and free:
+            d = decide(t.rows, items[0][2], now, t.cfg)
+            if isinstance(d, Wait):
+                if d.until is not None:
+                    t.gen += 1
+                    heappush(self._heap, (d.until, next(self._seq), _TIMER, t, t.gen))
+                return
+            size = d.size
+            rest = t.exec.time(size) + self._after(t)
+            batch = []
+            rows = taken = 0
+            while items and rows + items[0][1] <= size:
+                item = items.popleft()
+                taken += 1
+                t.rows -= item[1]
+                if self.drop and not item[4] and should_drop(now, item[3], rest):
+                    t.drops += 1
+                    self._chunk_done(item[0], now, failed=True)
+                    continue
+                batch.append(item)
+                rows += item[1]
+            if not taken:
+                raise PlanError(
+                    f"task {t.name!r}: a request of {items[0][1]} rows is larger than the "
+                    f"batch of {size} that preferred_batch_sizes "
+                    f"{list(t.cfg.preferred_batch_sizes)} dispatches, so no batch can take "
+                    "it and the queue would spin; add its size to preferred_batch_sizes or "
+                    "remove them"
+                )
+            self._active -= taken
+            self._dirty(t)
+            if not batch:
+                continue
+            slot = free.pop(0)
+            t.running += 1
+            self._active += 1
+            took = t.mean[rows]
+            if took > 0.0 and t.noise.cv > 0.0:
+                took *= t.noise.draw()
+            t.batches += 1
+            t.rows_run += rows
+            t.busy_s += took
+            t.batched += len(batch)
+            t.wait_s += sum(now - item[2] for item in batch)
+            heappush(
+                self._heap, (now + took, next(self._seq), _COMPLETE, t, (slot, batch, rows, took))
+            )
+
+    def _instant(self, now: float, kind: int, task: _Task, payload: Any) -> None:
+        """Several events at one instant, in the event loop's order: the timers fire,
+        then each batch ends (its model learns, its queue pumps), and only then do the
+        requests those batches answered go on (their continuations come later)."""
+        heap, due = self._heap, [(kind, task, payload)]
+        while heap and heap[0][0] == now:
+            _, _, kind, task, payload = heappop(heap)
+            due.append((kind, task, payload))
+        for kind, task, payload in due:
+            if kind == _TIMER and payload == task.gen:
+                self._pump(task, now)
+        ended = [(task, payload) for kind, task, payload in due if kind == _COMPLETE]
+        for task, payload in ended:
+            self._end(task, payload, now)
+        for _, payload in ended:
+            for item in payload[1]:
+                self._chunk_done(item[0], now, failed=False)
+
+    def _end(self, t: _Task, payload: tuple[int, list[Any], int, float], now: float) -> None:
+        """``TaskQueue._execute``'s end: the model learns, the instance is free, the
+        queue pumps."""
+        slot, _, rows, took = payload
+        t.exec = t.exec.observe(rows, took)
+        t.free.append(slot)
+        t.running -= 1
+        self._active -= 1
+        self._dirty(t)
+        self._pump(t, now)
+
+    def _chunk_done(self, node: list[Any], now: float, *, failed: bool) -> None:
+        req = node[0]
+        if failed:
+            node[4] = True
+            self._failed[req] = 1
+        node[3] -= 1
+        if node[3]:
+            return
+        if not node[4]:
+            t: _Task = node[1]
+            carry = self._carry
+            spawn = []
+            for i, child, factor in t.edges:
+                carried = carry[i] + node[2] * factor
+                n = math.floor(carried + 1e-9)
+                carry[i] = carried - n
+                if n:
+                    spawn.append((child, n))
+            self._open[req] += len(spawn)
+            for child, n in spawn:
+                self._start(child, n, req, node[5], node[6], now)
+        left = self._open[req] - 1
+        self._open[req] = left
+        if left == 0:
+            self._answer(req, now)
+
+    def _answer(self, req: int, now: float) -> None:
+        self._tick(now)
+        self._inside -= 1
+        self._finish[req] = now
+        if self._failed[req]:
+            self._status[req] = DROPPED
+        else:
+            self._status[req] = ANSWERED
+            self.slack.observe(now - self._arrival[req], self._expect[req])
