@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ridgeline.errors import PlanError
-from ridgeline.pipeline.plan import Plan, TaskPlan
 from ridgeline.pipeline.gpu import NO_MIG
+from ridgeline.pipeline.plan import Plan, TaskPlan
 from ridgeline.pipeline.segments import CpuSegment
 from ridgeline.serve.affinity import Placement
 from ridgeline.serve.backends import (
