@@ -418,7 +418,7 @@ def brute_force(s: PipelineSpec, table: ProfileTable, avail: dict[str, float]) -
         ]
         for planned in itertools.product(*each):
             by_task = dict(zip(names, planned, strict=True))
-            if any(sum(by_task[t].latency_ms for t in p) > s.slo_ms for p in walk(s)):
+            if any(sum(by_task[t].latency_ms for t in p) > options.bound_ms(s) for p in walk(s)):
                 continue
             counts: Counter[str] = Counter()
             shares: dict[str, Fraction] = defaultdict(Fraction)
@@ -468,6 +468,10 @@ def test_ridgeline_plan_prints_a_plan_its_placement_and_writes_what_serve_reads(
     assert set(doc["tasks"]) == {"detect", "car", "face"}
     assert doc["slices_used"] <= 21 and doc["accuracy"] >= 0.9
     assert sum(doc["placement"]["gpus"].values()) <= 3
+    (run,) = doc["check"]["runs"]  # served in the simulator under Poisson arrivals first
+    assert run["violation_rate"] < 0.005 and run["requests"] >= 19_000
+    unchecked = runner.invoke(app, [*args, "--gpus", "3xA100-80GB", "--json", "--no-check"])
+    assert "check" not in json.loads(unchecked.stdout)
     plan = load_plan(tmp_path / "plan.yaml")
     assert {t: p.instances for t, p in plan.tasks.items()} == {
         t: v["instances"] for t, v in doc["tasks"].items()

@@ -164,6 +164,23 @@ def test_a_busy_instance_adds_half_a_batch() -> None:
     assert expected_wait_s(t) == pytest.approx(0.005)
 
 
+def test_the_first_of_many_busy_instances_frees_soon() -> None:
+    """43 busy instances: the first comes free, on average, in 1/44 of a batch; with 43
+    full batches ahead the request waits for the last of them, then a round."""
+    busy = TaskTiming(
+        ExecModel(0.088), queued_rows=0, batch_size=1, instances=43, max_queue_delay_s=0.0, busy=43
+    )
+    assert expected_wait_s(busy) == pytest.approx(0.002)
+    behind = TaskTiming(
+        ExecModel(0.088), queued_rows=43, batch_size=1, instances=43, max_queue_delay_s=0.0, busy=43
+    )
+    assert expected_wait_s(behind) == pytest.approx(0.088 + 0.002)
+    one_idle = TaskTiming(
+        ExecModel(0.088), queued_rows=0, batch_size=1, instances=43, max_queue_delay_s=0.0, busy=42
+    )
+    assert expected_wait_s(one_idle) == 0.0
+
+
 def test_the_exec_model_fits_warmup_and_scales_up_fast_down_slowly() -> None:
     m = ExecModel.from_warmup(0.012, 8, 0.026)  # 1 row 12 ms, 8 rows 26 ms: 10 + 2/row
     assert (m.time(1), m.time(8)) == (pytest.approx(0.012), pytest.approx(0.026))

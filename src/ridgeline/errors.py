@@ -5,7 +5,8 @@ RidgelineError
 │   ├── UnknownKindError     a name (arrival kind, preset, scheme) is not a valid one
 │   ├── TraceFormatError     a trace file is malformed (names file, line, column)
 │   ├── PlanError            a plan or pipeline spec is invalid (names the field and fix)
-│   │   └── InfeasiblePlan   no plan meets every constraint (says which binds: .binding)
+│   │   ├── InfeasiblePlan   no plan meets every constraint (says which binds: .binding)
+│   │   └── PlanCheckFailed  no plan held the SLO in simulation (the best one: .best)
 │   ├── GpuUnavailableError  no GPU can be monitored the way asked
 │   ├── PlacementError       a worker cannot be placed as asked (serve.affinity)
 │   └── BackendConfigError   a backend cannot be built or load its model (serve backends)
@@ -76,6 +77,15 @@ class InfeasiblePlan(PlanError):
         super().__init__(message)
         self.binding = binding
         """``latency``, ``accuracy`` or ``resources``."""
+
+
+class PlanCheckFailed(PlanError):
+    """No plan held the SLO when served in simulation (``plansim.check``); ``best`` is the
+    closest one found, with the runs that judged it (None if none could be made)."""
+
+    def __init__(self, message: str, best: object | None) -> None:
+        super().__init__(message)
+        self.best = best
 
 
 class PlacementError(ConfigError):

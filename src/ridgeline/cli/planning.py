@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from ridgeline.pipeline.placement import Placement
     from ridgeline.pipeline.planner import PlanResult
     from ridgeline.pipeline.profiles import ProfileRow
+    from ridgeline.plansim.check import CheckedPlan
 
 
 def profile_command(
@@ -138,17 +139,35 @@ def plan_command(
     mig_parted: Annotated[
         Path | None, typer.Option(help="write the GPUs' MIG layout as a mig-parted config")
     ] = None,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check/--no-check",
+            help="serve each plan in the simulator before returning it, and size it up "
+            "until the simulation meets the SLO (violations < 0.5 %)",
+        ),
+    ] = True,
+    check_arrivals: Annotated[
+        str,
+        typer.Option(
+            help="arrivals the check simulates, comma-separated: poisson, gamma:cv=2, "
+            "trace:BUNDLED (the shipped production trace), trace:FILE.csv",
+        ),
+    ] = "poisson",
     as_json: JsonOption = False,
 ) -> None:
-    """Plan a pipeline by MILP (HiGHS): per task the variant, segment (MIG slice or MPS
-    share), batch size and instances, so every path meets the SLO and accuracy stays
-    above its floor on the fewest slices; then lay the MIG instances out on the GPUs."""
+    """Plan a pipeline by MILP (HiGHS): per task the variant, segment (MIG slice, MPS
+    share or a whole GPU), batch size and instances, so every path meets the SLO and
+    accuracy stays above its floor at the least cost; check it in the served-plan
+    simulator (sized up until it meets the SLO there); then lay the MIG instances out
+    on the GPUs."""
     from ridgeline.errors import InfeasiblePlan
     from ridgeline.pipeline.plan import dump_plan
     from ridgeline.pipeline.planned import max_demand, to_plan
     from ridgeline.pipeline.planner import Features, PlannerOptions, plan_pipeline
     from ridgeline.pipeline.profiles import load_profiles
-    from ridgeline.pipeline.spec import load_spec
+    from ridgeline.pipeline.spec import PipelineSpec, load_spec
+    from ridgeline.plansim.check import CheckConfig, checked_plan
     from ridgeline.report.terminal import plan_table
 
     with failing():
@@ -161,14 +180,26 @@ def plan_command(
         available = _available(gpus)
         options = PlannerOptions(objective="slices" if objective == "slices" else "accuracy")
         f = Features.parse(features)
+        checking = CheckConfig(arrivals=_arrivals(check_arrivals))
+        checked: dict[float, CheckedPlan] = {}
+
+        def make(moved: PipelineSpec) -> PlanResult:
+            if not check:
+                return plan_pipeline(moved, table, available, f, options)
+            got = checked_plan(moved, table, available, f, options, checking)
+            checked[moved.demand_rps] = got
+            return got.result
+
         if find_max_demand:
-            top, result = max_demand(s, table, available, f, options)
+            top, result = max_demand(s, table, available, f, options, plan_fn=make)
             if result is None:
                 raise InfeasiblePlan(f"no demand fits {gpus} under {f.label}", "resources")
             if not as_json:
                 out.print(f"max demand on {gpus} ({f.label}): {top:,.1f} req/s")
         else:
-            result = plan_pipeline(s, table, available, f, options)
+            top = s.demand_rps
+            result = make(s)
+        verdict = checked.get(top)
         placement = _place(result, gpus)
         if as_json:
             doc = result_json(result)
@@ -176,18 +207,64 @@ def plan_command(
                 doc["placement"] = {"gpus": placement.gpus, "devices": placement.device_map()}
             if find_max_demand:
                 doc = {"max_demand_rps": top, **doc}
+            if verdict is not None:
+                doc["check"] = _check_json(verdict)
             out.print_json(json.dumps(doc))
         else:
             out.print(plan_table(result))
+            if verdict is not None:
+                out.print(_check_line(verdict), markup=False, highlight=False, soft_wrap=True)
             if placement is not None:
                 used = ", ".join(f"{n} × {g}" for g, n in placement.gpus.items())
                 out.print(f"placed on {used} ({len(placement.slots)} MIG instances)")
         if mig_parted is not None and placement is not None:
             mig_parted.write_text(placement.mig_parted())
         if out_plan is not None:
-            out_plan.write_text(dump_plan(to_plan(result)))
+            served = verdict.plan if verdict is not None else to_plan(result)
+            out_plan.write_text(dump_plan(served))
             if not as_json:
                 out.print(f"plan written to {out_plan}; serve it with `ridgeline serve {out_plan}`")
+
+
+def _arrivals(text: str) -> tuple[str, ...]:
+    parts = tuple(p.strip() for p in text.split(",") if p.strip())
+    if not parts:
+        raise ConfigError("--check-arrivals is empty: give e.g. poisson, or poisson,trace:BUNDLED")
+    return parts
+
+
+def _check_json(c: CheckedPlan) -> dict[str, Any]:
+    return {
+        "sized_for_rps": c.sized_for_rps,
+        "headroom": c.headroom,
+        "rounds": [{"sized_for_rps": d, "verdict": v} for d, v in c.rounds],
+        "runs": [
+            {
+                "arrivals": r.arrivals,
+                "requests": r.requests,
+                "violation_rate": r.violation_rate,
+                "dropped": r.dropped,
+                "late": r.late,
+                "latency_ms": r.latency_ms,
+            }
+            for r in c.runs
+        ],
+    }
+
+
+def _check_line(c: CheckedPlan) -> str:
+    runs = "; ".join(
+        f"{r.arrivals.split(',')[0]}: {r.violation_rate:.2%} late or dropped, p99 "
+        f"{(r.latency_ms.get('p99') or 0):.1f} ms of {r.requests:,} requests"
+        for r in c.runs
+    )
+    sized = (
+        ""
+        if c.headroom == 1
+        else f" (sized for {c.sized_for_rps:,.1f} req/s, {c.headroom:.2f}× the demand, after "
+        f"{len(c.rounds) - 1} failed round(s))"
+    )
+    return f"checked in the served-plan simulator{sized}: {runs}"
 
 
 def _place(result: PlanResult, gpus: str) -> Placement | None:

@@ -4,9 +4,9 @@ largest demand a set of GPUs serves (``max_demand``, by bisection over plans).""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
-from ridgeline.errors import InfeasiblePlan
+from ridgeline.errors import InfeasiblePlan, PlanCheckFailed
 from ridgeline.pipeline.plan import Plan, TaskPlan
 from ridgeline.pipeline.planner import Features, PlannerOptions, PlanResult, plan_pipeline
 from ridgeline.pipeline.profiles import ProfileTable
@@ -14,6 +14,8 @@ from ridgeline.pipeline.segments import plan_segment
 from ridgeline.pipeline.spec import PipelineSpec
 
 ALL_FEATURES = Features()
+PlanFn = Callable[[PipelineSpec], PlanResult]
+"""Makes the plan for a spec, or raises ``InfeasiblePlan``."""
 DEFAULT_OPTIONS = PlannerOptions()
 
 
@@ -24,16 +26,21 @@ def max_demand(
     features: Features = ALL_FEATURES,
     options: PlannerOptions = DEFAULT_OPTIONS,
     rel: float = 0.01,
+    plan_fn: PlanFn | None = None,
 ) -> tuple[float, PlanResult | None]:
     """The largest demand ``available`` can serve (to relative precision ``rel``), by
-    bisection over plans, and the plan there (None when not even the smallest fits)."""
+    bisection over plans, and the plan there (None when not even the smallest fits).
+    ``plan_fn`` makes each plan (default ``plan_pipeline``); one that raises
+    ``InfeasiblePlan`` or ``PlanCheckFailed`` (the plan did not hold in simulation)
+    counts as a demand that cannot be served."""
 
     def feasible(rate: float) -> PlanResult | None:
+        moved = spec.model_copy(update={"demand_rps": rate})
         try:
-            return plan_pipeline(
-                spec.model_copy(update={"demand_rps": rate}), table, available, features, options
-            )
-        except InfeasiblePlan:
+            if plan_fn is not None:
+                return plan_fn(moved)
+            return plan_pipeline(moved, table, available, features, options)
+        except (InfeasiblePlan, PlanCheckFailed):
             return None
 
     lo, hi = 0.0, spec.demand_rps

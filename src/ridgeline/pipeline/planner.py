@@ -230,8 +230,18 @@ class PlannerOptions:
     """The quantile of the wait for a free instance that a task's latency includes."""
     service_cv: float = 0.1
     """The coefficient of variation of batch execution times the queueing bound assumes."""
+    slo_share: float = 0.9
+    """The share of the SLO a path's bound may use. The rest is a margin for what the
+    bound does not see and the runtime does: it keeps 5 % of the SLO back from its drop
+    deadlines (``policies.dropping.DROP_MARGIN``) and adds the errors of its own model
+    of the queues (``Slack``), so a plan that used the whole SLO would see requests
+    dropped that would have made it."""
     time_limit_s: float = 10.0
     mip_gap: float = 0.01
+
+    def bound_ms(self, spec: PipelineSpec) -> float:
+        """What a path's latency may add up to: ``slo_share`` of the spec's SLO."""
+        return spec.slo_ms * self.slo_share
 
 
 MAX_SPARE = 8
@@ -368,7 +378,7 @@ class _Milp:
                     p
                     for c in cs
                     for p in PlannedTask.candidates(c, d, options)
-                    if p.latency_ms <= spec.slo_ms
+                    if p.latency_ms <= options.bound_ms(spec)
                     and (not resources or float(p.slices) <= available.get(c.row.pool, 0.0))
                 ]
                 opts += [(p, sc) for p in _frontier(fit)]
@@ -404,7 +414,7 @@ class _Milp:
                         if p.variant == v.name:
                             terms[i] = terms.get(i, 0.0) - 1.0
                     rows.append((0, 0, terms))
-        slo = spec.slo_ms
+        slo = self.options.bound_ms(spec)
         if self.features.graph_budgets:
             # Latency: on every path the chosen latencies add up to the SLO or less.
             for path in self.paths:
@@ -675,15 +685,16 @@ def _diagnose(
         for t, cs in configs.items()
     }
     worst = max(spec.paths(), key=lambda p: sum(fastest[t] for t in p))
-    over = sum(fastest[t] for t in worst) - spec.slo_ms
+    bound = options.bound_ms(spec)
+    over = sum(fastest[t] for t in worst) - bound
     if over > 0 or not features.graph_budgets:
         detail = (
             f"the fastest path {' -> '.join(worst)} already takes "
             f"{sum(fastest[t] for t in worst):.1f} ms, {over:.1f} ms over the SLO "
-            f"{spec.slo_ms:g} ms"
+            f"{spec.slo_ms:g} ms (paths may use {options.slo_share:.0%} of it)"
             if over > 0
             else f"with equal per-task budgets (T off), some task cannot fit "
-            f"{spec.slo_ms / max(len(p) for p in spec.paths()):.1f} ms"
+            f"{bound / max(len(p) for p in spec.paths()):.1f} ms"
         )
         return InfeasiblePlan(
             f"{detail}; raise the SLO, or profile faster segments or smaller variants",

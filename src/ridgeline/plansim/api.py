@@ -19,6 +19,7 @@ from ridgeline.pipeline.profiles import ProfileTable
 from ridgeline.plansim.engine import Engine
 from ridgeline.plansim.result import PlanSimResult, summarise
 from ridgeline.plansim.service import service_times
+from ridgeline.policies.dropping import DROP_MARGIN
 from ridgeline.synthetic.model import NoiseCv
 from ridgeline.workload.arrivals import parse_arrival
 from ridgeline.workload.traces import read_trace
@@ -37,7 +38,10 @@ class SimConfig(BaseModel):
     )
     drop: bool = Field(True, description="drop requests that cannot meet the SLO, as served")
     drop_margin: float = Field(
-        0.1, ge=0.0, lt=1.0, description="share of the SLO the runtime keeps back from drops"
+        DROP_MARGIN,
+        ge=0.0,
+        lt=1.0,
+        description="share of the SLO the runtime keeps back from drops",
     )
 
 

@@ -75,16 +75,23 @@ class TaskTiming:
 
 
 def expected_wait_s(t: TaskTiming) -> float:
-    """Expected time from joining the queue to the start of its batch: half a full
-    batch when every instance is busy (the mean residual of the running ones), the full
-    batches ahead shared by the instances; plus the queue delay when the request's own
-    batch would not fill."""
+    """Expected time from joining the queue to the start of its batch, plus the queue
+    delay when the request's own batch would not fill.
+
+    Batches go to instances in turn as they come free. An idle instance is free now; the
+    ``busy`` ones come free in order at the mean order statistics of uniform residuals,
+    ``S·i/(busy + 1)`` for the i-th, ``S`` a full batch's time (the first of 43 busy
+    instances frees in ``S/44``, not ``S/2``). The request's batch, with ``j`` full ones
+    ahead, starts when its instance in that turn is free, ``j // instances`` full rounds
+    later."""
     full = t.exec.time(t.batch_size)
-    full_ahead = t.queued_rows // t.batch_size
-    rounds = math.ceil(full_ahead / t.instances) if full_ahead else 0
-    residual = full / 2 if t.busy >= t.instances else 0.0
+    ahead = t.queued_rows // t.batch_size
+    rounds, turn = divmod(ahead, t.instances)
+    idle = max(0, t.instances - t.busy)
+    busy = t.instances - idle
+    free = 0.0 if turn < idle else full * (turn - idle + 1) / (busy + 1)
     fills = t.own_rows >= t.batch_size
-    return residual + rounds * full + (0.0 if fills else t.max_queue_delay_s)
+    return free + rounds * full + (0.0 if fills else t.max_queue_delay_s)
 
 
 def expected_remaining_s(
@@ -94,6 +101,14 @@ def expected_remaining_s(
     t = timings[task]
     after = max((expected_remaining_s(c, timings, children) for c in children[task]), default=0.0)
     return expected_wait_s(t) + t.exec.time(t.own_rows) + after
+
+
+DROP_MARGIN = 0.05
+"""The share of the SLO the drop deadline keeps back for what neither the execution
+model nor the ``Slack`` sees (the frontend's own time is measured and kept back apart).
+It was 10 %; in the served-plan simulator that dropped up to 0.9 % of requests at the
+planned load of the example traffic plan, none of which would have been late (5 %:
+0.37 %), while under 30 % overload both shed as much and let none through late."""
 
 
 def should_drop(now: float, deadline: float, expected_s: float) -> bool:

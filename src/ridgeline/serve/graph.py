@@ -16,9 +16,10 @@ is real, the content of a child's input is not.
 If the graph's expected time already passes the deadline at arrival, the whole request
 is dropped at once; a drop or an error at any task fails the whole request with it. The
 deadline the tasks see keeps a margin of the SLO back for what the queue model does not
-see: ``margin`` of the SLO (default 10 %) for what happens outside the pipeline (parsing,
-the network), and the ``dropping.Slack`` the answers show (the hops to worker processes
-and back, the glue between tasks, batch times swinging on shared cores). A request that
+see: ``margin`` of the SLO (default 5 %, ``DROP_MARGIN``) for what happens outside the
+pipeline (parsing, the network), and the ``dropping.Slack`` the answers show (the hops
+to worker processes and back, the glue between tasks, batch times swinging on shared
+cores). A request that
 finds every task idle is never dropped, at any task (``dropping``).
 """
 
@@ -33,7 +34,7 @@ import numpy as np
 from ridgeline.clock import Clock
 from ridgeline.errors import InferFailed
 from ridgeline.pipeline.plan import Edge, Plan
-from ridgeline.policies.dropping import Slack, should_drop
+from ridgeline.policies.dropping import DROP_MARGIN, Slack, should_drop
 from ridgeline.serve.batcher import TaskQueue
 from ridgeline.v2.spec import TensorSpec
 from ridgeline.v2.tensors import NUMPY_DTYPES, Array
@@ -64,7 +65,7 @@ class GraphRunner:
         plan: Plan,
         queues: Mapping[str, TaskQueue],
         clock: Clock,
-        margin: float = 0.1,
+        margin: float = DROP_MARGIN,
         frontend_s: Callable[[], float] = lambda: 0.0,
     ) -> None:
         self.plan, self.queues, self.clock, self.margin = plan, queues, clock, margin

@@ -23,7 +23,7 @@ from ridgeline.clock import Clock, MonotonicClock
 from ridgeline.errors import ConfigError, PlanError, RidgelineError
 from ridgeline.pipeline.plan import Plan
 from ridgeline.policies.batching import BatchingConfig
-from ridgeline.policies.dropping import ExecModel, Slack
+from ridgeline.policies.dropping import DROP_MARGIN, ExecModel, Slack
 from ridgeline.serve.batcher import TaskQueue
 from ridgeline.serve.graph import GraphRunner
 from ridgeline.serve.loading import setup_plan
@@ -164,7 +164,7 @@ class PlanServer(AsyncService):
         token: str | None = None,
         zoo: Path | None = None,
         drop: bool = True,
-        drop_margin: float = 0.1,
+        drop_margin: float = DROP_MARGIN,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         clock: Clock | None = None,
     ) -> None:

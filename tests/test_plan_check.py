@@ -1,0 +1,82 @@
+"""Plans checked in the served-plan simulator before they are returned: a plan the
+simulation passes is returned as made; one it fails is sized up until it passes, and
+what it returns then passes a fresh simulation (another seed, more requests); when no
+plan passes within the GPUs, the error says so and keeps the best one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ridgeline.errors import InfeasiblePlan, PlanCheckFailed
+from ridgeline.pipeline.profiles import ProfileRow, ProfileTable
+from ridgeline.pipeline.spec import PipelineSpec
+from ridgeline.plansim import SimConfig, arrival_schedule, simulate_plan
+from ridgeline.plansim.check import CheckConfig, checked_plan
+
+pytestmark = pytest.mark.timeout(120)
+
+GPU = "A100-80GB"
+
+
+def spec(**over: Any) -> PipelineSpec:
+    doc: dict[str, Any] = {
+        "name": "p",
+        "slo_ms": 120,
+        "demand_rps": 200,
+        "tasks": {
+            "detect": {"variants": [{"name": "det", "accuracy": 50}]},
+            "classify": {"variants": [{"name": "cls", "accuracy": 80}]},
+        },
+        "edges": [{"source": "detect", "target": "classify", "factor": 1}],
+    }
+    doc.update(over)
+    return PipelineSpec.model_validate(doc)
+
+
+def rows() -> ProfileTable:
+    """det: 10 ms a batch of one on 1g, 4 ms + 4 ms/row at larger batches; cls faster."""
+    out = []
+    for variant, base, per in (("det", 4.0, 4.0), ("cls", 2.0, 2.0)):
+        for b in (1, 2, 4, 8):
+            ms = base + per * b
+            out.append(ProfileRow(variant, GPU, "1g.10gb", b, ms, b / ms * 1000.0))
+    return ProfileTable(out)
+
+
+def test_a_plan_the_simulation_passes_comes_back_as_made() -> None:
+    got = checked_plan(spec(), rows(), {GPU: 56})
+    assert got.headroom == 1.0
+    assert [v for _, v in got.rounds] == ["held"]
+    (run,) = got.runs
+    assert run.violation_rate < 0.005
+    assert got.plan.demand_rps == 200
+
+
+def test_a_burstier_arrival_than_the_bound_assumes_is_sized_up_until_it_holds() -> None:
+    """Gamma arrivals with CV 4 queue far longer than the Poisson bound expects: the first
+    plan fails in simulation, a larger one holds, and holds again under a fresh seed."""
+    check = CheckConfig(arrivals=("gamma:cv=4",), requests=20_000)
+    got = checked_plan(spec(), rows(), {GPU: 56}, check=check)
+    assert got.headroom > 1.0
+    assert got.rounds[0][1] != "held" and got.rounds[-1][1] == "held"
+    fresh = simulate_plan(
+        got.plan,
+        arrival_schedule("gamma:cv=4", rate=200, duration_s=200, seed=7),
+        SimConfig(seed=7),
+        rows(),
+    )
+    assert fresh.violation_rate < 0.01  # another seed, 40,000 requests
+
+
+def test_when_no_plan_holds_within_the_gpus_the_error_keeps_the_best() -> None:
+    check = CheckConfig(arrivals=("gamma:cv=4",), requests=10_000, max_rounds=3)
+    with pytest.raises(PlanCheckFailed, match="no plan held the SLO 120 ms") as e:
+        checked_plan(spec(), rows(), {GPU: 3}, check=check)
+    assert e.value.best is not None
+
+
+def test_a_plan_that_cannot_be_made_at_all_is_infeasible_as_before() -> None:
+    with pytest.raises(InfeasiblePlan):
+        checked_plan(spec(slo_ms=5), rows(), {GPU: 56})
