@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/realtime.py
 	$(BIN)/python benchmarks/serve.py
 	$(BIN)/python benchmarks/planner.py
+	$(BIN)/python benchmarks/plan_check.py
 	$(BIN)/python benchmarks/startup.py
 	$(BIN)/python benchmarks/plansim.py
 
