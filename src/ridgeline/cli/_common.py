@@ -27,6 +27,14 @@ DbOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="print one JSON object")]
+ArrivalOption = Annotated[
+    str,
+    typer.Option(
+        help="constant | poisson | gamma:cv=2 | ramp:from=10,to=100 | steps:rates=10/20,step=5"
+        " | diurnal:amplitude=0.5,period=60"
+    ),
+]
+"""An arrival process (``workload.arrivals``), for the commands that make arrivals."""
 ZooOption = Annotated[
     Path | None, typer.Option(help="model zoo directory (default $RIDGELINE_ZOO or cache)")
 ]

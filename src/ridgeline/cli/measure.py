@@ -7,7 +7,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ridgeline.cli._common import DbOption, JsonOption, ProcessesOption, emit, err, failing, out
+from ridgeline.cli._common import (
+    ArrivalOption,
+    DbOption,
+    JsonOption,
+    ProcessesOption,
+    emit,
+    err,
+    failing,
+    out,
+)
 
 if TYPE_CHECKING:
     from ridgeline.loadgen.schedule import Schedule
@@ -52,13 +61,7 @@ def run(
     ],
     rate: Annotated[float | None, typer.Option(help="mean offered rate, requests/s")] = None,
     duration: Annotated[float, typer.Option(help="step length, seconds")] = 10.0,
-    arrival: Annotated[
-        str,
-        typer.Option(
-            help="constant | poisson | gamma:cv=2 | ramp:from=10,to=100 | steps:rates=10/20,step=5"
-            " | diurnal:amplitude=0.5,period=60"
-        ),
-    ] = "poisson",
+    arrival: ArrivalOption = "poisson",
     trace: Annotated[Path | None, typer.Option(help="replay a recorded trace (CSV/JSONL)")] = None,
     target_rate: Annotated[
         float | None,

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ridgeline.cli._common import JsonOption, emit, err, failing, out
+from ridgeline.cli._common import ArrivalOption, JsonOption, emit, err, failing, out
 
 
 def simulate(
@@ -16,13 +16,7 @@ def simulate(
     rate: Annotated[
         float | None, typer.Option(help="mean arrival rate, requests/s (with --arrival)")
     ] = None,
-    arrival: Annotated[
-        str,
-        typer.Option(
-            help="constant | poisson | gamma:cv=2 | ramp:from=10,to=100 | steps:rates=10/20,step=5"
-            " | diurnal:amplitude=0.5,period=60"
-        ),
-    ] = "poisson",
+    arrival: ArrivalOption = "poisson",
     trace: Annotated[
         Path | None, typer.Option(help="arrivals from a recorded trace (CSV/JSONL) instead")
     ] = None,
