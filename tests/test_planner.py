@@ -509,3 +509,32 @@ def test_bad_specs_and_gpus_name_the_problem(tmp_path: Path) -> None:
         parse_gpus("4xV100")
     with pytest.raises(ConfigError, match=r"unknown A100-80GB MIG profile '5g\.50gb'; valid"):
         gpu_type(GPU).profile("5g.50gb")
+
+
+def test_the_accuracy_floor_holds_per_path_by_default_or_over_the_whole_graph() -> None:
+    """a feeds b and c. Cheap b2 and c2 are 93 % as accurate: each path (a, b2) and
+    (a, c2) keeps 0.93 ≥ 0.9, but over the graph 0.93² = 0.865 < 0.9, so the graph floor
+    needs one of b or c at its best."""
+    s = spec(
+        tasks={
+            "a": {"variants": [{"name": "a1", "accuracy": 1}]},
+            "b": {"variants": [{"name": "b1", "accuracy": 100}, {"name": "b2", "accuracy": 93}]},
+            "c": {"variants": [{"name": "c1", "accuracy": 100}, {"name": "c2", "accuracy": 93}]},
+        },
+        edges=[
+            {"source": "a", "target": "b", "factor": 1},
+            {"source": "a", "target": "c", "factor": 1},
+        ],
+    )
+    times = {"a1": 5.0, "b1": 40.0, "b2": 5.0, "c1": 40.0, "c2": 5.0}
+    t = ProfileTable([row(v, "1g.10gb", 1, ms) for v, ms in times.items()])
+    per_path = plan_pipeline(s, t, {GPU: 56})
+    assert {n: p.variant for n, p in per_path.tasks.items()} == {"a": "a1", "b": "b2", "c": "c2"}
+    assert per_path.accuracy == pytest.approx(0.93)
+    assert per_path.graph_accuracy == pytest.approx(0.93**2)
+    graph = plan_pipeline(s, t, {GPU: 56}, options=PlannerOptions(accuracy_scope="graph"))
+    assert sorted(p.variant for n, p in graph.tasks.items() if n != "a") in (
+        ["b1", "c2"],
+        ["b2", "c1"],
+    )
+    assert graph.graph_accuracy == pytest.approx(0.93) and graph.cost[GPU] > per_path.cost[GPU]

@@ -101,6 +101,7 @@ def result_json(r: PlanResult) -> dict[str, Any]:
         "cost": r.cost,
         "available": r.available,
         "accuracy": r.accuracy,
+        "graph_accuracy": r.graph_accuracy,
         "solve_s": r.solve_s,
         "gap": r.gap,
         "tasks": {
@@ -130,6 +131,13 @@ def plan_command(
     ] = None,
     features: Annotated[str, typer.Option(help="A,S,T subset or none (ablation)")] = "A,S,T",
     objective: Annotated[str, typer.Option(help="slices (then accuracy) or accuracy")] = "slices",
+    accuracy_scope: Annotated[
+        str,
+        typer.Option(
+            help="where the accuracy floor holds: path (every source-to-sink path) or "
+            "graph (the product over every task)"
+        ),
+    ] = "path",
     find_max_demand: Annotated[
         bool, typer.Option("--max-demand", help="find the largest demand the GPUs serve")
     ] = False,
@@ -178,7 +186,12 @@ def plan_command(
             s = s.model_copy(update={"demand_rps": demand})
         table = load_profiles(profiles)
         available = _available(gpus)
-        options = PlannerOptions(objective="slices" if objective == "slices" else "accuracy")
+        if accuracy_scope not in ("path", "graph"):
+            raise typer.BadParameter("--accuracy-scope must be path or graph")
+        options = PlannerOptions(
+            objective="slices" if objective == "slices" else "accuracy",
+            accuracy_scope="graph" if accuracy_scope == "graph" else "path",
+        )
         f = Features.parse(features)
         checking = CheckConfig(arrivals=_arrivals(check_arrivals))
         checked: dict[float, CheckedPlan] = {}

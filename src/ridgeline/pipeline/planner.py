@@ -74,6 +74,7 @@ from ridgeline.pipeline.segments import CPU, parse_segment, segment_cost
 from ridgeline.pipeline.spec import PipelineSpec
 
 Objective = Literal["slices", "accuracy"]
+AccuracyScope = Literal["path", "graph"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +214,9 @@ class PlanResult:
     cost: dict[str, float] = field(default_factory=dict)
     """What the plan takes, per pool (the objective): ``instance_cost`` summed on a GPU
     type, cores on the CPU."""
+    graph_accuracy: float = 1.0
+    """The product of every task's accuracy (a fraction of its best): the floor's other
+    scope (``PlannerOptions.accuracy_scope``)."""
 
     @property
     def slices_used(self) -> float:
@@ -230,6 +234,11 @@ class PlannerOptions:
     """The quantile of the wait for a free instance that a task's latency includes."""
     service_cv: float = 0.1
     """The coefficient of variation of batch execution times the queueing bound assumes."""
+    accuracy_scope: AccuracyScope = "path"
+    """Where the accuracy floor holds: ``path``, on every source-to-sink path (what one
+    request's answer goes through: the default), or ``graph``, on the product over every
+    task (stricter where paths branch: traffic's two paths at 0.907 and 0.940 multiply
+    to 0.882 over the graph)."""
     slo_share: float = 0.9
     """The share of the SLO a path's bound may use. The rest is a margin for what the
     bound does not see and the runtime does: it keeps 5 % of the SLO back from its drop
@@ -429,7 +438,15 @@ class _Milp:
             for t, opts in self.options_of.items():
                 terms = {i: p.latency_ms for i, (p, _) in zip(w[t], opts, strict=True)}
                 rows.append((-inf, share, terms))
-        if self.accuracy:
+        if self.accuracy and self.options.accuracy_scope == "graph":
+            # Accuracy over the whole graph: Σ over every task ln(accuracy / best) ≥ ln(floor).
+            terms = {
+                i: math.log(p.config.accuracy)
+                for t, opts in self.options_of.items()
+                for i, (p, _) in zip(w[t], opts, strict=True)
+            }
+            rows.append((math.log(spec.accuracy_floor), inf, terms))
+        elif self.accuracy:
             # Accuracy: on every path, Σ ln(accuracy / the task's best) ≥ ln(floor).
             for path in self.paths:
                 terms = {}
@@ -612,6 +629,7 @@ def _result(
         cost[pool] = cost.get(pool, 0.0) + instance_cost(profile) * n
     paths = [tuple(p) for p in spec.paths()]
     accuracy = min(math.prod(chosen[t].config.accuracy for t in p) for p in paths)
+    graph_accuracy = math.prod(p.config.accuracy for p in chosen.values())
     latency = {p: sum(chosen[t].latency_ms for t in p) for p in paths}
     return PlanResult(
         spec,
@@ -625,6 +643,7 @@ def _result(
         latency,
         memory,
         cost,
+        graph_accuracy,
     )
 
 
