@@ -328,3 +328,21 @@ def test_a_trace_step_offers_its_labelled_rate_with_the_traces_gaps(
     if n > 1 and gaps.sum() > 0:  # each gap the trace's, times one factor (to a nanosecond)
         scaled = gaps[: n - 1] * (duration / gaps.sum())
         np.testing.assert_allclose(np.diff(step.times), scaled, rtol=1e-6, atol=1e-9)
+
+
+def test_a_held_trace_holds_its_rate_every_stretch_and_replays_the_trace_in_order() -> None:
+    """The bundled trace at 30 req/s for 12 s, held every 2 s: 60 requests in each 2 s
+    (time-scaled as a whole, its opening puts most of them in the last 2 s), and the
+    first stretch is the trace's first 60 requests time-scaled to it."""
+    from ridgeline.loadgen.schedule import trace_at_rate, trace_held
+
+    trace = read_trace(bundled_trace_path())
+    held = trace_held(trace, 30.0, 12.0)
+    counts = np.histogram(held.times, bins=np.arange(0.0, 12.1, 2.0))[0]
+    assert counts.tolist() == [60] * 6
+    whole = np.histogram(trace_at_rate(trace, 30.0, 12.0).times, bins=np.arange(0.0, 12.1, 2.0))
+    assert whole[0].max() > 150  # the burstiness a held trace keeps within 2 s only
+    first = trace_at_rate(Trace.from_times(trace.times[:61]), 30.0, 2.0)
+    np.testing.assert_allclose(held.times[:60], first.times)
+    with pytest.raises(ConfigError, match="hold_s must be finite and > 0"):
+        trace_held(trace, 30.0, 12.0, hold_s=0.0)

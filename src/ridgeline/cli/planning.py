@@ -185,7 +185,7 @@ def plan_command(
         if demand is not None:
             s = s.model_copy(update={"demand_rps": demand})
         table = load_profiles(profiles)
-        available = _available(gpus)
+        available = available_for(gpus)
         if accuracy_scope not in ("path", "graph"):
             raise typer.BadParameter("--accuracy-scope must be path or graph")
         options = PlannerOptions(
@@ -290,7 +290,7 @@ def _place(result: PlanResult, gpus: str) -> Placement | None:
     return place(to_plan(result), parse_gpus(gpus))
 
 
-def _available(gpus: str) -> dict[str, float]:
+def available_for(gpus: str) -> dict[str, float]:
     """``8xA100-80GB`` → 56 compute slices; ``2cpu`` → 2 cores."""
     if gpus.endswith(CPU) and gpus[: -len(CPU)].isdigit():
         return {CPU: float(gpus[: -len(CPU)])}

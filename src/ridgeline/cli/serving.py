@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from ridgeline.cli._common import HostOption, ServerTokenOption, ZooOption, failing
+from ridgeline.errors import ConfigError
 
 
 def serve(
@@ -18,12 +19,53 @@ def serve(
     token: ServerTokenOption = None,
     zoo: ZooOption = None,
     drop: Annotated[bool, typer.Option(help="drop requests that cannot meet the SLO")] = True,
+    reconfigure: Annotated[
+        bool,
+        typer.Option(
+            "--reconfigure",
+            help="run the controller: re-plan (needs --spec and --profiles) when demand "
+            "leaves the band around the plan's, and apply the difference live",
+        ),
+    ] = False,
+    spec: Annotated[
+        Path | None, typer.Option(help="the pipeline spec the plan was made from")
+    ] = None,
+    profiles: Annotated[
+        Path | None, typer.Option(help="the profile table CSV the plan was made from")
+    ] = None,
+    gpus: Annotated[
+        str, typer.Option(help="what a re-plan may use: COUNTxTYPE[,...] or Ncpu")
+    ] = "",
 ) -> None:
     """Serve a plan: a task-graph inference server with dynamic batching and early
-    dropping, over the Open Inference Protocol v2 (HTTP and gRPC), until Ctrl-C."""
+    dropping, over the Open Inference Protocol v2 (HTTP and gRPC), until Ctrl-C. With
+    --reconfigure the controller re-plans as demand moves and applies the change live."""
+    import os
+
     from ridgeline.serve.runtime import serve_plan_forever
 
+    options: dict[str, Any] = {
+        "host": host,
+        "http_port": port,
+        "grpc_port": grpc_port,
+        "token": token,
+        "zoo": zoo,
+        "drop": drop,
+    }
     with failing():
-        serve_plan_forever(
-            plan, host=host, http_port=port, grpc_port=grpc_port, token=token, zoo=zoo, drop=drop
-        )
+        if not reconfigure:
+            serve_plan_forever(plan, **options)
+            return
+        if spec is None or profiles is None:
+            raise ConfigError(
+                "--reconfigure re-plans: give --spec (the pipeline spec) and --profiles (its "
+                "profile table), the ones `ridgeline plan` made the plan from"
+            )
+        from ridgeline.cli.planning import available_for
+        from ridgeline.pipeline.profiles import load_profiles
+        from ridgeline.pipeline.spec import load_spec
+        from ridgeline.serve.controller import planner_replan, serve_reconfiguring_forever
+
+        pools = available_for(gpus or f"{os.cpu_count() or 1}cpu")
+        replan = planner_replan(load_spec(spec), load_profiles(profiles), pools)
+        serve_reconfiguring_forever(plan, replan, **options)

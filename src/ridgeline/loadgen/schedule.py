@@ -101,6 +101,46 @@ def trace_at_rate(trace: Trace, rate: float, duration_s: float) -> Schedule:
     )
 
 
+def trace_held(trace: Trace, rate: float, duration_s: float, hold_s: float = 2.0) -> Schedule:
+    """``duration_s`` of the trace's arrivals at ``rate``, the rate held every ``hold_s``:
+    consecutive stretches of the trace, each of ``rate·hold_s`` requests time-scaled to
+    fill its ``hold_s`` (``trace_at_rate`` per stretch, the trace cycling from its start
+    when it runs out). Within a stretch the trace's burstiness is kept; across stretches
+    the level is the rate. ``trace_at_rate`` alone keeps the burstiness at every scale,
+    so a 12 s phase at 30 req/s may put most of its requests in its last 2 s (the
+    bundled trace's opening does): a demand that steps between phases then cannot be
+    told from the trace's own swings at the scale a controller watches."""
+    if not (np.isfinite(hold_s) and hold_s > 0):
+        raise ConfigError(f"hold_s must be finite and > 0 s, got {hold_s}")
+    pieces: list[NDArray[np.float64]] = []
+    shapes: list[RequestShape] = []
+    at = 0.0
+    offset = 0
+    while at < duration_s - 1e-9:
+        span = min(hold_s, duration_s - at)
+        n = max(1, round(rate * span))
+        rows = (offset + np.arange(n + 1)) % len(trace)
+        stretch = Trace.from_times(
+            trace.times[rows] + (rows < rows[0]) * trace.times[-1],
+            {k: c[rows] for k, c in trace.columns.items()},
+            trace.source,
+        )
+        step = trace_at_rate(stretch, rate, span)
+        pieces.append(step.times + at)
+        if step.shapes is not None:
+            shapes += step.shapes
+        offset = (offset + n) % len(trace)
+        at += span
+    times = np.concatenate(pieces)
+    return Schedule(
+        times,
+        shapes if len(shapes) == len(times) else None,
+        duration_s,
+        f"trace {trace.source} at {rate:g}/s over {duration_s:g} s, the rate held every "
+        f"{hold_s:g} s",
+    )
+
+
 def _last_gap(times: NDArray[np.float64]) -> float:
     """A span for an open-ended replay: to the last arrival plus one mean gap."""
     if len(times) < 2:

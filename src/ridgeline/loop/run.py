@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ridgeline.loadgen.schedule import Schedule, from_arrival, trace_at_rate
+from ridgeline.loadgen.schedule import Schedule, from_arrival, trace_held
 from ridgeline.loadgen.step import StepConfig, StepResult, measure_step
 from ridgeline.loop.profiling import ensure_zoo, measure_cpu
 from ridgeline.loop.verify import VerifyResult, verify
@@ -170,11 +170,14 @@ async def run_loop(
 
 
 def _phase(trace: str | None, rate: float, seconds: float, seed: int) -> Schedule:
-    """``seconds`` of arrivals at ``rate``: Poisson, or the recorded trace's opening
-    arrivals time-scaled to hold the rate (``trace_at_rate``: the burstiness kept)."""
+    """``seconds`` of arrivals at ``rate``: Poisson, or the recorded trace's arrivals
+    with the rate held every 2 s (``trace_held``: the trace's burstiness within each
+    stretch). The whole phase time-scaled at once (``trace_at_rate``) put four fifths of
+    a 12 s phase at 30 req/s into its last 2 s (the bundled trace's opening), so no
+    estimator over the seconds a controller watches could read 30 → 120 → 30."""
     if trace is None:
         return from_arrival(parse_arrival("poisson", rate), seconds, seed=seed)
-    return trace_at_rate(read_trace(bundled_trace_path(trace)), rate, seconds)
+    return trace_held(read_trace(bundled_trace_path(trace)), rate, seconds)
 
 
 def _holding(table: ProfileTable, planned: PlanResult) -> ProfileTable:

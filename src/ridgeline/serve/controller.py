@@ -13,12 +13,18 @@ ones finish their batch in flight. Every change is kept in ``events`` with its r
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from ridgeline.aio import wait_event
 from ridgeline.errors import RidgelineError
 from ridgeline.pipeline.plan import Plan
+from ridgeline.pipeline.planned import to_plan
+from ridgeline.pipeline.planner import plan_pipeline
+from ridgeline.pipeline.profiles import ProfileTable
+from ridgeline.pipeline.spec import PipelineSpec
 from ridgeline.serve.reconfig import (
     ReconfigConfig,
     ReconfigState,
@@ -107,3 +113,52 @@ class Reconfigurer:
         if self.on_event is not None:
             self.on_event(event)
         return made
+
+
+def planner_replan(
+    spec: PipelineSpec, table: ProfileTable, available: Mapping[str, float]
+) -> Callable[[float], Plan]:
+    """A ``replan`` that asks the planner (``plan_pipeline``) for the spec at a demand."""
+
+    def replan(demand: float) -> Plan:
+        return to_plan(
+            plan_pipeline(spec.model_copy(update={"demand_rps": demand}), table, available)
+        )
+
+    return replan
+
+
+def serve_reconfiguring_forever(
+    plan_path: Path | str,
+    replan: Callable[[float], Plan],
+    *,
+    cfg: ReconfigConfig | None = None,
+    announce: Callable[[str], None] = print,
+    **options: Any,
+) -> None:
+    """``ridgeline serve PLAN --reconfigure``: serve the plan at ``plan_path`` with the
+    controller running beside it until SIGINT or SIGTERM; each change is announced with
+    its reason. ``options`` are ``PlanServer``'s."""
+    from ridgeline.aio import run_coroutine, stop_on_signal
+    from ridgeline.pipeline.plan import load_plan
+
+    plan = load_plan(plan_path)
+
+    def told(e: ReconfigEvent) -> None:
+        announce(
+            f"t={e.t_s:.0f}s {e.reason}: instances "
+            + ", ".join(f"{t} {n}" for t, n in e.instances.items())
+            + "".join(f"; skipped: {k}" for k in e.skipped)
+        )
+
+    async def main() -> None:
+        stop = stop_on_signal()
+        async with PlanServer(plan, Path(plan_path).parent, **options) as server:
+            announce(
+                f"serving plan {plan.name!r}: v2 HTTP {server.model_url()}, reconfiguring "
+                f"around {plan.demand_rps or 1.0:g} req/s"
+            )
+            ctl = Reconfigurer(server, replan, cfg or ReconfigConfig(), on_event=told)
+            await ctl.run(stop)
+
+    run_coroutine(main())

@@ -1,0 +1,99 @@
+"""``ridgeline serve PLAN --reconfigure``: the controller runs beside the server, and a
+demand well above the plan's makes it re-plan and start more instances."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from _timing import measure_apart, watch
+from ridgeline.cli import app
+from ridgeline.loadgen.schedule import from_arrival
+from ridgeline.loadgen.step import StepConfig
+from ridgeline.pipeline.plan import dump_plan
+from ridgeline.pipeline.planned import to_plan
+from ridgeline.pipeline.planner import plan_pipeline
+from ridgeline.pipeline.profiles import ProfileRow, ProfileTable
+from ridgeline.pipeline.spec import PipelineSpec
+from ridgeline.serve.controller import planner_replan
+from ridgeline.workload.arrivals import parse_arrival
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def spec() -> PipelineSpec:
+    synthetic = {"base_ms": 40, "per_item_ms": 0, "noise_cv": 0, "max_batch_size": 4}
+    return PipelineSpec.model_validate(
+        {
+            "name": "one",
+            "slo_ms": 400,
+            "demand_rps": 10,
+            "tasks": {"work": {"variants": [{"name": "w", "accuracy": 1, "synthetic": synthetic}]}},
+        }
+    )
+
+
+def table() -> ProfileTable:
+    """40 ms a batch of up to 4 on one core: 100 rows/s an instance at batch 4."""
+    return ProfileTable(
+        [ProfileRow("w", "cpu", "cpu1", b, 40.0, b / 40.0 * 1000.0, "measured") for b in (1, 4)]
+    )
+
+
+def test_the_replan_is_the_planner_at_the_new_demand() -> None:
+    replan = planner_replan(spec(), table(), {"cpu": 8.0})
+    low, high = replan(10.0), replan(600.0)
+    assert low.tasks["work"].instances < high.tasks["work"].instances
+    assert high.demand_rps == 600.0
+
+
+def test_reconfigure_needs_the_spec_and_the_profiles(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(dump_plan(to_plan(plan_pipeline(spec(), table(), {"cpu": 2.0}))))
+    got = CliRunner().invoke(app, ["serve", str(plan), "--reconfigure"])
+    assert got.exit_code == 2, got.output
+    assert "--reconfigure re-plans: give --spec" in got.output
+
+
+@pytest.mark.slow
+async def test_serve_reconfigure_scales_up_when_demand_rises(tmp_path: Path) -> None:
+    s = spec()
+    (tmp_path / "spec.yaml").write_text(s.model_dump_json())
+    (tmp_path / "p.csv").write_text(table().to_csv())
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(dump_plan(to_plan(plan_pipeline(s, table(), {"cpu": 2.0}))))
+    cmd = [sys.executable, "-m", "ridgeline", "serve", str(plan), "--port", "0"]
+    cmd += ["--grpc-port", "0", "--reconfigure", "--spec", str(tmp_path / "spec.yaml")]
+    cmd += ["--profiles", str(tmp_path / "p.csv"), "--gpus", "2cpu"]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        stdout, _ = watch(proc)
+        line = stdout.wait_for("reconfiguring around", timeout=60)
+        found = re.search(r"v2 HTTP (\S+),", line)
+        assert found is not None, line
+        # 100 req/s against a plan for 10: out of the band once the controller's
+        # cool-down (10 s from the start) has passed
+        sched = from_arrival(parse_arrival("poisson", 100.0), 14.0)
+        await measure_apart(found.group(1), sched, StepConfig())
+        event = stdout.wait_for("re-plan for", timeout=30)
+        assert re.search(r"instances work [2-9]", event), event
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
