@@ -317,6 +317,57 @@ async def test_a_request_that_cannot_make_its_deadline_is_dropped_at_once() -> N
     await first
 
 
+async def test_a_request_past_its_tasks_latency_budget_is_dropped_there() -> None:
+    """The end-to-end deadline is 10 s away, but this task's budget ends in 60 ms, and
+    behind a busy instance the request would finish here in 75 ms: dropped, saying so;
+    with the budget 10 s away it waits its turn."""
+    spec = [TensorSpec("X", "FP32", (-1, 2))]
+    inst = Held()
+    q = TaskQueue(
+        "t",
+        spec,
+        [TensorSpec("Y", "FP32", (-1, 2))],
+        BatchingConfig(max_batch_size=1),
+        [inst],
+        MonotonicClock(),
+        ServeMetrics(lambda: 1.0),
+    )
+    q.exec = ExecModel(0.050)
+    now = MonotonicClock().now()
+    first = q.submit(1, [np.zeros((1, 2), np.float32)], now + 10)
+    await asyncio.sleep(0)
+    over = q.submit(1, [np.zeros((1, 2), np.float32)], now + 10, budget=now + 0.060)
+    with pytest.raises(Exception, match="ms past its latency budget here"):
+        await over
+    within = q.submit(1, [np.zeros((1, 2), np.float32)], now + 10, budget=now + 10)
+    inst.release.set()
+    await first
+    assert (await within)[0].tolist() == [[0.0, 0.0]]
+
+
+def test_budgets_through_a_task_sum_along_its_longest_path_from_a_source() -> None:
+    task = {"variant": "v", "synthetic": {"base_ms": 1, "per_item_ms": 0}, "batch_size": 1}
+    plan = Plan.model_validate(
+        {
+            "name": "p",
+            "slo_ms": 100,
+            "tasks": {
+                "a": {**task, "latency_budget_ms": 30},
+                "b": {**task, "latency_budget_ms": 50},
+                "c": {**task, "latency_budget_ms": 20},
+                "d": {**task, "latency_budget_ms": 10},
+            },
+            "edges": [
+                {"source": "a", "target": "b"},
+                {"source": "a", "target": "c"},
+                {"source": "b", "target": "d"},
+                {"source": "c", "target": "d"},
+            ],
+        }
+    )
+    assert plan.budget_through_ms() == {"a": 30, "b": 80, "c": 50, "d": 90}
+
+
 def test_adapt_reshapes_a_parents_outputs_into_a_childs_inputs() -> None:
     parent = [np.arange(6, dtype=np.float32).reshape(1, 6)]
     images, ids = adapt(

@@ -241,7 +241,7 @@ class PlannerOptions:
     to 0.882 over the graph)."""
     slo_share: float = 0.9
     """The share of the SLO a path's bound may use. The rest is a margin for what the
-    bound does not see and the runtime does: it keeps 5 % of the SLO back from its drop
+    bound does not see and the runtime does: it keeps 10 % of the SLO back from its drop
     deadlines (``policies.dropping.DROP_MARGIN``) and adds the errors of its own model
     of the queues (``Slack``), so a plan that used the whole SLO would see requests
     dropped that would have made it."""

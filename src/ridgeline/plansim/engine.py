@@ -54,6 +54,7 @@ from ridgeline.pipeline.plan import Plan
 from ridgeline.plansim.service import ServiceTime
 from ridgeline.policies.batching import BatchingConfig, Wait, decide
 from ridgeline.policies.dropping import (
+    DROP_MARGIN,
     ExecModel,
     Slack,
     TaskTiming,
@@ -129,6 +130,7 @@ class _Task:
         "after",
         "batched",
         "batches",
+        "budget_s",
         "busy_s",
         "cfg",
         "children",
@@ -144,6 +146,7 @@ class _Task:
         "mean",
         "name",
         "noise",
+        "own",
         "parents",
         "rows",
         "rows_run",
@@ -162,13 +165,17 @@ class _Task:
         self.noise = noise
         # the runtime's warm-up: a one-row and a full batch give the first model
         self.exec = ExecModel.from_warmup(self.mean[1], self.size, self.mean[self.size])
-        self.items: deque[tuple[list[Any], int, float, float, bool]] = deque()
+        self.items: deque[tuple[list[Any], int, float, float, bool, float]] = deque()
         self.rows = 0
         self.free = list(range(instances))
         self.running = 0
         self.gen = 0
         self.expected: float | None = None
+        self.own = 0.0
+        """Set with ``expected``: from joining now to the end of its batch here."""
         self.after: float | None = None
+        self.budget_s = math.inf
+        """When, after a request's arrival, this task's latency budget runs out."""
         self.children: list[_Task] = []
         self.parents: list[_Task] = []
         self.edges: list[tuple[int, _Task, float]] = []
@@ -196,7 +203,7 @@ class Engine:
         services: Mapping[str, ServiceTime],
         *,
         drop: bool = True,
-        margin: float = 0.1,
+        margin: float = DROP_MARGIN,
         seed: int = 0,
         horizon_s: float = math.inf,
     ) -> None:
@@ -212,6 +219,8 @@ class Engine:
             )
             noise = Noise(services[name].noise_cv, seed, k)
             self.tasks[name] = _Task(name, cfg, t.instances, services[name], noise)
+        for name, ms in plan.budget_through_ms().items():
+            self.tasks[name].budget_s = ms / 1000.0
         for i, e in enumerate(plan.edges):
             src, dst = self.tasks[e.source], self.tasks[e.target]
             src.children.append(dst)
@@ -233,9 +242,15 @@ class Engine:
             timing = TaskTiming(
                 t.exec, t.rows, t.size, t.instances, t.delay_s, t.instances - len(t.free)
             )
-            e = expected_wait_s(timing) + t.exec.time(timing.own_rows) + self._after(t)
-            t.expected = e
+            own = expected_wait_s(timing) + t.exec.time(timing.own_rows)
+            e = own + self._after(t)
+            t.own, t.expected = own, e
         return e
+
+    def _own(self, t: _Task) -> float:
+        """``TaskQueue.own_s``: from joining ``t`` now to the end of its batch there."""
+        self._expected(t)
+        return t.own
 
     def _after(self, t: _Task) -> float:
         """``TaskQueue.remaining_after``: the expected time of the tasks after ``t``."""
@@ -339,11 +354,19 @@ class Engine:
     ) -> None:
         """``TaskQueue.submit``."""
         t.submitted += 1
-        if self.drop and not keep and should_drop(now, deadline, self._expected(t)):
+        budget = self._arrival[node[0]] + t.budget_s
+        if (
+            self.drop
+            and not keep
+            and (
+                should_drop(now, deadline, self._expected(t))
+                or should_drop(now, budget, self._own(t))
+            )
+        ):
             t.drops += 1
             self._chunk_done(node, now, failed=True)
             return
-        t.items.append((node, rows, now, deadline, keep))
+        t.items.append((node, rows, now, deadline, keep, budget))
         t.rows += rows
         self._active += 1
         self._dirty(t)
@@ -360,14 +383,19 @@ class Engine:
                     heappush(self._heap, (d.until, next(self._seq), _TIMER, t, t.gen))
                 return
             size = d.size
-            rest = t.exec.time(size) + self._after(t)
+            own = t.exec.time(size)
+            rest = own + self._after(t)
             batch = []
             rows = taken = 0
             while items and rows + items[0][1] <= size:
                 item = items.popleft()
                 taken += 1
                 t.rows -= item[1]
-                if self.drop and not item[4] and should_drop(now, item[3], rest):
+                if (
+                    self.drop
+                    and not item[4]
+                    and (should_drop(now, item[3], rest) or should_drop(now, item[5], own))
+                ):
                     t.drops += 1
                     self._chunk_done(item[0], now, failed=True)
                     continue

@@ -103,12 +103,15 @@ def expected_remaining_s(
     return expected_wait_s(t) + t.exec.time(t.own_rows) + after
 
 
-DROP_MARGIN = 0.05
+DROP_MARGIN = 0.1
 """The share of the SLO the drop deadline keeps back for what neither the execution
 model nor the ``Slack`` sees (the frontend's own time is measured and kept back apart).
-It was 10 %; in the served-plan simulator that dropped up to 0.9 % of requests at the
-planned load of the example traffic plan, none of which would have been late (5 %:
-0.37 %), while under 30 % overload both shed as much and let none through late."""
+In the served-plan simulator 5 % dropped fewer requests that would have made it (the
+example traffic plan at its planned load: 0.37 % against 0.91 %, none late either way),
+but served for real on this 2-core host, with real ONNX models and a tight SLO, 5 % let
+answers through up to 10 ms past a 60 ms SLO (``tests/test_serve.py``, the tight-SLO
+case, failing one run in two under load). The planner pays for the margin instead: its
+paths use 90 % of the SLO, and the plan check sizes a plan up where drops remain."""
 
 
 def should_drop(now: float, deadline: float, expected_s: float) -> bool:

@@ -14,6 +14,7 @@ fails that batch's requests with an error, never leaving them waiting.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -41,10 +42,14 @@ class Instance(Protocol):
 
 
 class _Item:
-    __slots__ = ("arrays", "arrival", "deadline", "future", "kept", "rows")
+    __slots__ = ("arrays", "arrival", "budget", "deadline", "future", "kept", "rows")
 
-    def __init__(self, rows: int, arrays: list[Array], deadline: float, arrival: float) -> None:
+    def __init__(
+        self, rows: int, arrays: list[Array], deadline: float, arrival: float, budget: float
+    ) -> None:
         self.rows, self.arrays, self.deadline, self.arrival = rows, arrays, deadline, arrival
+        self.budget = budget
+        """When this task's latency budget runs out (its end, summed from the source)."""
         self.kept = False
         """Arrived at an idle server: never dropped (``dropping``)."""
         self.future: asyncio.Future[list[Array]] = asyncio.get_running_loop().create_future()
@@ -124,19 +129,38 @@ class TaskQueue:
         t = self.timing()
         return expected_wait_s(t) + self.exec.time(t.own_rows) + self.remaining_after()
 
+    def own_s(self) -> float:
+        """From joining this queue now to the end of its batch here."""
+        t = self.timing()
+        return expected_wait_s(t) + self.exec.time(t.own_rows)
+
     def submit(
-        self, rows: int, arrays: list[Array], deadline: float, keep: bool = False
+        self,
+        rows: int,
+        arrays: list[Array],
+        deadline: float,
+        keep: bool = False,
+        budget: float = math.inf,
     ) -> asyncio.Future[list[Array]]:
         """Queue one request of ``rows`` rows (≤ the batch size); its outputs' future.
-        ``keep``: never drop it (it arrived at an idle server, ``dropping``)."""
+        ``keep``: never drop it (it arrived at an idle server, ``dropping``). ``budget``:
+        when its latency budget at this task runs out; one expected to finish here
+        later is dropped, as one expected to miss its ``deadline`` is."""
         if not 1 <= rows <= self.cfg.max_batch_size:
             raise ValueError(f"{rows} rows for task {self.name!r} (1..{self.cfg.max_batch_size})")
         now = self.clock.now()
-        item = _Item(rows, arrays, deadline, now)
+        item = _Item(rows, arrays, deadline, now, budget)
         self.metrics.requests.labels(self.name).inc()
         if self._closed:
             item.future.set_exception(InferFailed("unavailable", "the server is shutting down"))
-        elif self.drop and not keep and should_drop(now, deadline, self.expected_s()):
+        elif (
+            self.drop
+            and not keep
+            and (
+                should_drop(now, deadline, self.expected_s())
+                or should_drop(now, budget, self.own_s())
+            )
+        ):
             self._drop(item, now)
         else:
             item.kept = keep
@@ -150,12 +174,14 @@ class TaskQueue:
             return
         self.metrics.drops.labels(self.name).inc()
         late = now + self.expected_s() - item.deadline
+        over = now + self.own_s() - item.budget
+        why = (
+            f"expected {late * 1000:.0f} ms past the deadline"
+            if late > 0 or over <= 0
+            else f"expected {over * 1000:.0f} ms past its latency budget here"
+        )
         item.future.set_exception(
-            InferFailed(
-                "dropped",
-                f"cannot meet SLO at task {self.name!r}: expected {late * 1000:.0f} ms past "
-                "the deadline",
-            )
+            InferFailed("dropped", f"cannot meet SLO at task {self.name!r}: {why}")
         )
 
     def _pump(self) -> None:
@@ -168,11 +194,18 @@ class TaskQueue:
                 return
             batch: list[_Item] = []
             rows = 0
-            rest = self.exec.time(d.size) + self.remaining_after()
+            own = self.exec.time(d.size)
+            rest = own + self.remaining_after()
             while items and rows + items[0].rows <= d.size:
                 item = items.popleft()
                 self._rows -= item.rows
-                if self.drop and not item.kept and should_drop(now, item.deadline, rest):
+                if (
+                    self.drop
+                    and not item.kept
+                    and (
+                        should_drop(now, item.deadline, rest) or should_drop(now, item.budget, own)
+                    )
+                ):
                     self._drop(item, now)
                     continue
                 batch.append(item)

@@ -16,11 +16,13 @@ is real, the content of a child's input is not.
 If the graph's expected time already passes the deadline at arrival, the whole request
 is dropped at once; a drop or an error at any task fails the whole request with it. The
 deadline the tasks see keeps a margin of the SLO back for what the queue model does not
-see: ``margin`` of the SLO (default 5 %, ``DROP_MARGIN``) for what happens outside the
+see: ``margin`` of the SLO (default 10 %, ``DROP_MARGIN``) for what happens outside the
 pipeline (parsing, the network), and the ``dropping.Slack`` the answers show (the hops
 to worker processes and back, the glue between tasks, batch times swinging on shared
-cores). A request that
-finds every task idle is never dropped, at any task (``dropping``).
+cores). Each task also has its plan's latency budget: a request expected to finish a
+task later than the budgets summed from the source through it (``Plan.budget_through_ms``)
+is dropped there, counted with the task's drops. A request that finds every task idle is
+never dropped, at any task (``dropping``).
 """
 
 from __future__ import annotations
@@ -76,6 +78,8 @@ class GraphRunner:
         self.sources = plan.sources()
         self.sinks = [t for t in plan.tasks if not plan.children(t)]
         self._carry: dict[int, float] = {}
+        self._through_s = {t: ms / 1000.0 for t, ms in plan.budget_through_ms().items()}
+        """Per task, when (after arrival) its latency budget runs out."""
 
     def expected_s(self) -> float:
         """Expected time of a request arriving now: its longest path's."""
@@ -95,7 +99,7 @@ class GraphRunner:
             )
         results: dict[str, list[list[Array]]] = {s: [] for s in self.sinks}
         await self._gather(
-            [self._run(s, rows, arrays, deadline, results, idle) for s in self.sources]
+            [self._run(s, rows, arrays, deadline, results, idle, now) for s in self.sources]
         )
         out: list[Array] = []
         for sink in self.sinks:
@@ -118,11 +122,15 @@ class GraphRunner:
         deadline: float,
         results: dict[str, list[list[Array]]],
         keep: bool,
+        arrival: float,
     ) -> None:
         queue = self.queues[task]
         size = queue.cfg.max_batch_size
+        budget = arrival + self._through_s[task]
         chunks = [
-            queue.submit(min(size, rows - i), [a[i : i + size] for a in arrays], deadline, keep)
+            queue.submit(
+                min(size, rows - i), [a[i : i + size] for a in arrays], deadline, keep, budget
+            )
             for i in range(0, rows, size)
         ]
         answers: list[list[Array]] = await self._gather(chunks)
@@ -140,7 +148,13 @@ class GraphRunner:
                 child = self.queues[edge.target]
                 children.append(
                     self._run(
-                        edge.target, n, adapt(outputs, n, child.inputs), deadline, results, keep
+                        edge.target,
+                        n,
+                        adapt(outputs, n, child.inputs),
+                        deadline,
+                        results,
+                        keep,
+                        arrival,
                     )
                 )
         await self._gather(children)
