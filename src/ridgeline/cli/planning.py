@@ -17,6 +17,7 @@ from ridgeline.pipeline.segments import CPU
 
 if TYPE_CHECKING:
     from ridgeline.pipeline.placement import Placement
+    from ridgeline.pipeline.plan import Plan
     from ridgeline.pipeline.planner import PlanResult
     from ridgeline.pipeline.profiles import ProfileRow
     from ridgeline.plansim.check import CheckedPlan
@@ -234,9 +235,24 @@ def plan_command(
             mig_parted.write_text(placement.mig_parted())
         if out_plan is not None:
             served = verdict.plan if verdict is not None else to_plan(result)
-            out_plan.write_text(dump_plan(served))
+            out_plan.write_text(dump_plan(_on_gpus(served, placement)))
             if not as_json:
                 out.print(f"plan written to {out_plan}; serve it with `ridgeline serve {out_plan}`")
+
+
+def _on_gpus(plan: Plan, placement: Placement | None) -> Plan:
+    """The plan with each GPU task's instances on the GPUs the layout chose (``gpus``),
+    so the server takes its MIG devices there."""
+    if placement is None:
+        return plan
+    where = placement.device_map()
+    tasks = {
+        name: t.model_copy(update={"gpus": tuple(g for g, _, _ in where[name])})
+        if name in where
+        else t
+        for name, t in plan.tasks.items()
+    }
+    return plan.model_copy(update={"tasks": tasks})
 
 
 def _arrivals(text: str) -> tuple[str, ...]:

@@ -80,6 +80,11 @@ class TaskPlan(_Frozen):
     preferred_batch_sizes: tuple[int, ...] = ()
     instances: int = Field(1, ge=1, le=1024)
     latency_budget_ms: float = Field(gt=0, description="this task's share of the SLO")
+    gpus: tuple[Annotated[int, Field(ge=0)], ...] | None = Field(
+        None,
+        description="the GPU index each instance runs on, from `ridgeline plan`'s MIG layout "
+        "(None: any GPU with a device of the segment's profile)",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:

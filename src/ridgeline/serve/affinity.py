@@ -33,6 +33,9 @@ class Placement(BaseModel):
     mps_thread_percentage: int | None = Field(
         None, ge=1, le=100, description="its share of the GPU's SMs under MPS, percent"
     )
+    mps_pipe_directory: str | None = Field(
+        None, description="the pipe directory of its device's MPS control daemon"
+    )
 
     @field_validator("cores")
     @classmethod
@@ -48,6 +51,8 @@ class Placement(BaseModel):
             env["CUDA_VISIBLE_DEVICES"] = self.cuda_visible_devices
         if self.mps_thread_percentage is not None:
             env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(self.mps_thread_percentage)
+        if self.mps_pipe_directory is not None:
+            env["CUDA_MPS_PIPE_DIRECTORY"] = self.mps_pipe_directory
         return env
 
 

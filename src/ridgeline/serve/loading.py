@@ -63,7 +63,7 @@ def setup_plan(plan: Plan, plan_dir: Path, zoo: Path | None = None) -> dict[str,
     for name, task in plan.tasks.items():
         backend = _backend(name, task, plan_dir, zoo or zoo_dir())
         placements = []
-        for _ in range(task.instances):
+        for k in range(task.instances):
             seg = task.segment
             if isinstance(seg, CpuSegment):
                 placements.append(
@@ -71,9 +71,10 @@ def setup_plan(plan: Plan, plan_dir: Path, zoo: Path | None = None) -> dict[str,
                 )
             else:
                 share = getattr(seg, "share", None)
+                on = task.gpus[k] if task.gpus is not None and k < len(task.gpus) else None
                 placements.append(
                     Placement(
-                        cuda_visible_devices=gpus.take(name, seg.profile),
+                        cuda_visible_devices=gpus.take(name, seg.profile, on, share or 1.0),
                         mps_thread_percentage=None if share is None else max(1, round(share * 100)),
                     )
                 )
@@ -165,15 +166,36 @@ class _MigDealer:
     """MIG devices by profile, from ``nvidia-smi -L``, handed out in turn."""
 
     _LINE = re.compile(r"MIG (\S+)\s+Device\s+\d+: \(UUID: (MIG-[^)]+)\)")
-    _GPU = re.compile(r"GPU \d+: .*\(UUID: (GPU-[^)]+)\)")
+    _GPU = re.compile(r"GPU (\d+): .*\(UUID: (GPU-[^)]+)\)")
 
     def __init__(self) -> None:
         self._devices: dict[str, list[str]] | None = None
+        self._on: dict[tuple[int, str], list[str]] = {}
+        """Devices per (GPU index, profile), ``NO_MIG`` for a GPU with MIG off."""
         self._next: dict[str, int] = defaultdict(int)
+        self._used: dict[str, float] = defaultdict(float)
+        """Share of each device dealt by the layout (1 for a whole instance)."""
 
-    def take(self, task: str, profile: str) -> str:
+    def take(self, task: str, profile: str, gpu: int | None = None, share: float = 1.0) -> str:
+        """A device of ``profile``: on GPU ``gpu`` when the plan's layout names it, the
+        first of its devices there (``nvidia-smi -L`` order) with room for ``share``
+        (MPS clients of one slice share its device, as the layout packed them); else the
+        next in turn over every GPU."""
         if self._devices is None:
             self._devices = self._discover()
+        if gpu is not None:
+            mine = [
+                d for d in self._on.get((gpu, profile), []) if self._used[d] + share <= 1 + 1e-9
+            ]
+            if not mine:
+                raise PlanError(
+                    f"tasks.{task}.gpus: the layout puts an instance on GPU {gpu}, which has "
+                    f"no unused device of profile {profile!r} (nvidia-smi -L); apply the "
+                    "plan's mig-parted config (`ridgeline plan --mig-parted`), or drop gpus "
+                    "from the plan to take any device of the profile"
+                )
+            self._used[mine[0]] += share
+            return mine[0]
         devices = self._devices.get(profile, [])
         if not devices:
             have = ", ".join(sorted(self._devices)) or "none"
@@ -199,13 +221,18 @@ class _MigDealer:
         for profile, uuid in self._LINE.findall(text):
             found[profile].append(uuid)
         # a GPU with no MIG device under it runs with MIG off: a whole-GPU segment
-        gpus: list[tuple[str, bool]] = []  # (UUID, has MIG devices)
+        gpus: list[tuple[int, str, bool]] = []  # (index, UUID, has MIG devices)
         for line in text.splitlines():
             if (m := self._GPU.match(line)) is not None:
-                gpus.append((m.group(1), False))
-            elif gpus and self._LINE.search(line):
-                gpus[-1] = (gpus[-1][0], True)
-        found[NO_MIG] += [uuid for uuid, mig in gpus if not mig]
+                gpus.append((int(m.group(1)), m.group(2), False))
+            elif gpus and (mig := self._LINE.search(line)) is not None:
+                index, uuid, _ = gpus[-1]
+                gpus[-1] = (index, uuid, True)
+                self._on.setdefault((index, mig.group(1)), []).append(mig.group(2))
+        for index, uuid, mig_on in gpus:
+            if not mig_on:
+                self._on[index, NO_MIG] = [uuid]
+        found[NO_MIG] += [uuid for _, uuid, mig in gpus if not mig]
         if not found[NO_MIG]:
             del found[NO_MIG]
         return dict(found)

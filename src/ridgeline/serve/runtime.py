@@ -28,6 +28,7 @@ from ridgeline.serve.batcher import TaskQueue
 from ridgeline.serve.graph import GraphRunner
 from ridgeline.serve.loading import setup_plan
 from ridgeline.serve.metrics import InstanceView, ServeMetrics
+from ridgeline.serve.mps import MpsDaemons
 from ridgeline.serve.workers import Worker
 from ridgeline.v2 import describe
 from ridgeline.v2.describe import VERSION
@@ -182,6 +183,8 @@ class PlanServer(AsyncService):
         self._grpc: Any = None
         self.http_port: int | None = None
         self.grpc_port: int | None = None
+        self._mps = MpsDaemons({}, None)
+        """The MPS control daemons of the plan's MPS segments (none without them)."""
         self.loop_lag = LoopLag()
         """The event loop's lateness: kept back from every drop deadline, twice (a request
         waits for the loop on its way in and on its way out)."""
@@ -194,10 +197,10 @@ class PlanServer(AsyncService):
         setups = setup_plan(self.plan, self.plan_dir, self.zoo)
         self.loop_lag.start()
         try:
+            self._mps, placed = MpsDaemons.start({n: s.placements for n, s in setups.items()})
             for name, setup in setups.items():
                 self.workers[name] = [
-                    Worker(setup.backend, p, name=f"{name}#{i}")
-                    for i, p in enumerate(setup.placements)
+                    Worker(setup.backend, p, name=f"{name}#{i}") for i, p in enumerate(placed[name])
                 ]
             await asyncio.gather(*(w.start() for ws in self.workers.values() for w in ws))
             self._build()
@@ -394,6 +397,7 @@ class PlanServer(AsyncService):
         await asyncio.gather(
             *(w.stop() for ws in self.workers.values() for w in ws), return_exceptions=True
         )
+        self._mps.stop()  # after its clients
         await self.loop_lag.stop()
 
     @property
