@@ -97,3 +97,72 @@ async def test_serve_reconfigure_scales_up_when_demand_rises(tmp_path: Path) -> 
         except subprocess.TimeoutExpired:
             proc.kill()
             raise
+
+
+async def test_a_task_replaced_live_loses_no_request(tmp_path: Path) -> None:
+    """detect → classify, synthetic. While requests keep coming, classify is replaced
+    by another batching and speed (what a re-plan to another variant or segment asks):
+    every request is answered, none dropped or failed, and the new queue serves from
+    then on."""
+    import asyncio
+
+    import numpy as np
+
+    from ridgeline.pipeline.plan import Plan
+    from ridgeline.serve.runtime import PlanServer
+
+    def synthetic(ms: float, batch: int) -> dict[str, float]:
+        return {"base_ms": ms, "per_item_ms": 0.0, "noise_cv": 0.0, "max_batch_size": batch}
+
+    plan = Plan.model_validate(
+        {
+            "name": "pipe",
+            "slo_ms": 5000,
+            "tasks": {
+                "detect": {
+                    "variant": "d",
+                    "synthetic": synthetic(2, 4),
+                    "batch_size": 4,
+                    "latency_budget_ms": 2500,
+                },
+                "classify": {
+                    "variant": "c",
+                    "synthetic": synthetic(5, 2),
+                    "batch_size": 2,
+                    "latency_budget_ms": 2500,
+                },
+            },
+            "edges": [{"source": "detect", "target": "classify", "factor": 2}],
+        }
+    )
+    new = plan.tasks["classify"].model_copy(
+        update={
+            "variant": "c2",
+            "synthetic": plan.tasks["classify"].synthetic.model_copy(
+                update={"base_ms": 3.0, "max_batch_size": 8}
+            ),
+            "batch_size": 8,
+            "max_queue_delay_ms": 2.0,
+            "instances": 2,
+        }
+    )
+    async with PlanServer(plan, tmp_path, http_port=0, grpc_port=None, drop=False) as server:
+        model = server.models["pipe"]
+        before = server.queues["classify"]
+        x = [np.ones((1, 4), np.float32)]
+
+        async def one() -> list[object]:
+            return await model.infer(1, x)  # type: ignore[attr-defined, no-any-return]
+
+        first = [asyncio.create_task(one()) for _ in range(40)]
+        await asyncio.sleep(0)
+        swap = asyncio.create_task(server.replace("classify", new))
+        more = [asyncio.create_task(one()) for _ in range(40)]
+        await swap
+        last = [asyncio.create_task(one()) for _ in range(40)]
+        answers = await asyncio.gather(*first, *more, *last)
+        assert len(answers) == 120  # every one answered (a failure would have raised)
+        assert server.queues["classify"] is not before and before.idle()
+        assert server.queues["classify"].cfg.max_batch_size == 8
+        assert server.plan.tasks["classify"].variant == "c2"
+        assert len(server.workers["classify"]) == 2

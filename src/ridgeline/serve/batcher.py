@@ -265,6 +265,15 @@ class TaskQueue:
             if not self._closed:
                 self._pump()
 
+    async def drain(self) -> None:
+        """Serve what is queued now, without a batching delay, and wait for every batch
+        to end: the queue of a task being replaced, whose new requests go elsewhere."""
+        self.cfg = self.cfg.model_copy(update={"max_queue_delay_s": 0.0})
+        self._pump()
+        while not self.idle():
+            await asyncio.gather(*list(self._running), return_exceptions=True)
+            self._pump()
+
     async def close(self) -> None:
         """Refuse what is queued, wait for the batches running."""
         self._closed = True

@@ -5,9 +5,10 @@ Every ``interval_s`` it estimates the pipeline's demand from its recent arrivals
 ``reconfig.decide`` calls for a re-plan, it asks ``replan`` (for instance the planner at
 the new demand) for a plan, takes the difference, and applies it task by task with
 ``PlanServer.scale``: new workers start and warm up before they take batches, retired
-ones finish their batch in flight. Every change is kept in ``events`` with its reason
-(and handed to ``on_event``, to store it). A change a live server cannot make in place
-(another variant, segment or batching for a task) is logged as skipped, not applied.
+ones finish their batch in flight. A task whose variant, segment or batching changes is
+replaced (``PlanServer.replace``): the new configuration starts and warms up beside the
+old, new requests go to it, the old one serves what it holds and stops. Every change is
+kept in ``events`` with its reason (and handed to ``on_event``, to store it).
 """
 
 from __future__ import annotations
@@ -89,11 +90,8 @@ class Reconfigurer:
         try:
             new = self.replan(demand)
             for change in diff(self.server.plan, new):
-                if change.replaced:
-                    skipped.append(
-                        f"{change.task}: the new plan changes its variant, segment or "
-                        "batching, which a running task cannot take in place"
-                    )
+                if change.replaced:  # start the new configuration, shift, drain the old
+                    await self.server.replace(change.task, new.tasks[change.task])
                     continue
                 if change.queue_delay_ms is not None:
                     self.server.set_queue_delay(change.task, change.queue_delay_ms)

@@ -21,7 +21,7 @@ from aiohttp import web
 from ridgeline.aio import AsyncService, LoopLag
 from ridgeline.clock import Clock, MonotonicClock
 from ridgeline.errors import ConfigError, PlanError, RidgelineError
-from ridgeline.pipeline.plan import Plan
+from ridgeline.pipeline.plan import Plan, TaskPlan
 from ridgeline.policies.batching import BatchingConfig
 from ridgeline.policies.dropping import DROP_MARGIN, ExecModel, Slack
 from ridgeline.serve.batcher import TaskQueue
@@ -183,6 +183,8 @@ class PlanServer(AsyncService):
         self._grpc: Any = None
         self.http_port: int | None = None
         self.grpc_port: int | None = None
+        self._generation = 0
+        """How many times a task was replaced live (``replace``): names its workers."""
         self._mps = MpsDaemons({}, None)
         """The MPS control daemons of the plan's MPS segments (none without them)."""
         self.loop_lag = LoopLag()
@@ -347,6 +349,61 @@ class PlanServer(AsyncService):
         self.plan = self.plan.model_copy(
             update={"tasks": {**self.plan.tasks, name: task.model_copy(update=update)}}
         )
+
+    async def replace(self, name: str, task: TaskPlan) -> None:
+        """Run task ``name`` as ``task`` (another variant, segment or batching), live: its
+        workers start and warm up beside the running ones; then new requests to the task
+        go to its queue, the old queue serves what it holds, and its workers stop. No
+        request is lost. The task's outputs must keep their names and types (its
+        answers are the pipeline's, or its children's inputs are made from them)."""
+        old_queue, old_workers = self.queues[name], self.workers[name]
+        plan = self.plan.model_copy(update={"tasks": {**self.plan.tasks, name: task}})
+        setup = setup_plan(plan, self.plan_dir, self.zoo)[name]
+        self._generation += 1
+        workers = [
+            Worker(setup.backend, p, name=f"{name}#{i}.{self._generation}")
+            for i, p in enumerate(setup.placements)
+        ]
+        try:
+            await asyncio.gather(*(w.start() for w in workers))
+            sig = workers[0].signature
+            assert sig is not None
+            if [(t.name, t.datatype) for t in sig.outputs] != [
+                (t.name, t.datatype) for t in old_queue.outputs
+            ]:
+                raise PlanError(
+                    f"task {name!r}: the new configuration's outputs differ from the running "
+                    "one's; a live server cannot change what a task answers, serve it afresh"
+                )
+            batching = BatchingConfig(
+                max_batch_size=task.batch_size,
+                max_queue_delay_s=task.max_queue_delay_ms / 1000.0,
+                preferred_batch_sizes=task.preferred_batch_sizes,
+            )
+            queue = TaskQueue(
+                name,
+                sig.inputs,
+                sig.outputs,
+                batching,
+                workers,
+                self.clock,
+                self.metrics,
+                old_queue.remaining_after,
+                self.drop,
+            )
+            for w in workers:
+                await self._warm_one(queue, w)
+        except BaseException:
+            await asyncio.gather(*(w.stop() for w in workers), return_exceptions=True)
+            raise
+        self.queues[name], self.workers[name], self.plan = queue, workers, plan
+        model = self.models[name]
+        if isinstance(model, _TaskModel):
+            model.queue = queue
+        for i, w in enumerate(workers):
+            self.metrics.add_instance(_instance_view(name, i, w))
+        await old_queue.drain()
+        await asyncio.gather(*(w.stop() for w in old_workers), return_exceptions=True)
 
     @staticmethod
     def _zeros(queue: TaskQueue, rows: int) -> dict[str, Array]:
