@@ -265,6 +265,23 @@ def test_a_constant_stream_at_an_idle_plan_has_the_exact_timeline() -> None:
     assert r.segments == {"cpu1": 2} and r.cpu_cores == 2 and r.gpu_slices == 0
 
 
+def test_front_end_time_is_added_to_every_answer_and_kept_back_from_the_deadline() -> None:
+    """The same timeline with 30 ms outside the queues: 39 ms each; with an SLO of 50 ms
+    the drop deadline (90 % of it, less 30 ms) is then before the 9 ms of work of a busy
+    pipeline, but an idle one is never dropped, so every request is still answered."""
+    p = plan_of(
+        {"a": task(5.0, budget_ms=25), "b": task(2.0, 1.0, batch=4, budget_ms=25)},
+        [{"source": "a", "target": "b", "factor": 2}],
+        slo_ms=50,
+    )
+    r = simulate_plan(
+        p, from_arrival(parse_arrival("constant", 10), 1.0), SimConfig(frontend_ms=30.0)
+    )
+    assert r.answered == 10
+    assert np.allclose(r.finish_s - r.arrival_s, 0.039, rtol=0, atol=1e-12)
+    assert r.late == 0
+
+
 # --- service times --------------------------------------------------------------------------
 
 

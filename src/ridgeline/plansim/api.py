@@ -16,7 +16,7 @@ from ridgeline.errors import ConfigError
 from ridgeline.loadgen.schedule import Schedule, from_arrival, trace_at_rate
 from ridgeline.pipeline.plan import Plan
 from ridgeline.pipeline.profiles import ProfileTable
-from ridgeline.plansim.engine import Engine
+from ridgeline.plansim.engine import ANSWERED, Engine
 from ridgeline.plansim.result import PlanSimResult, summarise
 from ridgeline.plansim.service import service_times
 from ridgeline.policies.dropping import DROP_MARGIN
@@ -37,6 +37,14 @@ class SimConfig(BaseModel):
         "synthetic task's own noise_cv, 0.1 for a task timed by profiles",
     )
     drop: bool = Field(True, description="drop requests that cannot meet the SLO, as served")
+    frontend_ms: float = Field(
+        0.0,
+        ge=0.0,
+        le=60_000,
+        description="time a request spends outside the queues (parsing, the hops to worker "
+        "processes): added to every answer and kept back from drop deadlines, as served; "
+        "measure it as served minus simulated latency at a rate with no queueing",
+    )
     drop_margin: float = Field(
         DROP_MARGIN,
         ge=0.0,
@@ -91,8 +99,12 @@ def simulate_plan(
         margin=cfg.drop_margin,
         seed=cfg.seed,
         horizon_s=schedule.duration_s,
+        frontend_s=cfg.frontend_ms / 1000.0,
     )
     run = engine.run(schedule.times)
+    if cfg.frontend_ms:
+        answered = run.status == ANSWERED
+        run.finish_s[answered] += cfg.frontend_ms / 1000.0
     wall = time.perf_counter() - began
     return summarise(
         plan,

@@ -206,8 +206,12 @@ class Engine:
         margin: float = DROP_MARGIN,
         seed: int = 0,
         horizon_s: float = math.inf,
+        frontend_s: float = 0.0,
     ) -> None:
         self.plan, self.drop, self.margin, self.horizon_s = plan, drop, margin, horizon_s
+        self.frontend_s = frontend_s
+        """Time a request spends outside the queues, kept back from its deadline as the
+        runtime keeps its measured front-end time back (``GraphRunner.frontend_s``)."""
         self.slo_s = plan.slo_ms / 1000.0
         self.slack = Slack(initial_s=0.05 * plan.slo_ms / 1000.0)  # GraphRunner's, to the bit
         self.tasks: dict[str, _Task] = {}
@@ -324,7 +328,7 @@ class Engine:
 
     def _arrive(self, req: int, now: float) -> None:
         """``GraphRunner.infer``: the pipeline's drop check, then each source task."""
-        deadline = now + (1 - self.margin) * self.slo_s - self.slack.slack_s
+        deadline = now + (1 - self.margin) * self.slo_s - self.slack.slack_s - self.frontend_s
         expected = max(self._expected(s) for s in self.sources)
         idle = self._active == 0
         if self.drop and not idle and should_drop(now, deadline, expected):
