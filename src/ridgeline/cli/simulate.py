@@ -37,6 +37,13 @@ def simulate(
             "own noise_cv, 0.1 for a task timed by --profiles"
         ),
     ] = None,
+    frontend_ms: Annotated[
+        float,
+        typer.Option(
+            help="time a request spends outside the queues (parsing, hops), ms: added to "
+            "every answer; measure it as served minus simulated p50 when nothing queues"
+        ),
+    ] = 0.0,
     drop: Annotated[bool, typer.Option(help="drop requests that cannot meet the SLO")] = True,
     as_json: JsonOption = False,
 ) -> None:
@@ -61,7 +68,10 @@ def simulate(
             seed=seed,
         )
         result = simulate_plan(
-            p, schedule, SimConfig(seed=seed, noise_cv=noise_cv, drop=drop), table
+            p,
+            schedule,
+            SimConfig(seed=seed, noise_cv=noise_cv, drop=drop, frontend_ms=frontend_ms),
+            table,
         )
     if as_json:
         emit(json.dumps(result.to_json(), indent=2))
