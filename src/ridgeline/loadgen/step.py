@@ -34,6 +34,11 @@ class StepConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     processes: int = Field(1, ge=1, le=64, description="local generator processes")
+    apart: bool = Field(
+        False,
+        description="send from a process of its own even with one generator: the caller's "
+        "event loop also runs the server measured (a generator sharing it falls behind)",
+    )
     window_s: float = Field(1.0, gt=0, description="telemetry window width")
     replay: ReplayConfig = ReplayConfig()
     validity: ValidityConfig = ValidityConfig()
@@ -110,12 +115,13 @@ async def measure_step(
     scrape_stop = asyncio.Event()
     scrape_task = None
     try:
-        if cfg.processes > 1:
+        sharded = cfg.processes > 1 or cfg.apart
+        if sharded:
             await target.close()
         t0 = time.perf_counter()
         if scraper is not None:
             scrape_task = asyncio.get_running_loop().create_task(scraper.run(t0, scrape_stop))
-        if cfg.processes == 1:
+        if not sharded:
             records = await replay(
                 target,
                 schedule.times,
