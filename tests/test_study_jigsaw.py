@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from ridgeline.report.jigsaw import HEADLINE, INPUTS, SETTINGS_BLOCK, blocks, update_document
+from ridgeline.report.jigsaw import (
+    HEADLINE,
+    INPUTS,
+    RANGES,
+    SETTINGS_BLOCK,
+    blocks,
+    update_document,
+)
 from ridgeline.study.jigsaw import (
     SETTINGS,
     JigsawConfig,
@@ -44,6 +51,7 @@ edges:
   - {source: detect, target: classify, factor: 1.5}
 """
 GPUS = "2xA100-80GB"
+LARGER = "3xA100-80GB"
 
 
 @pytest.fixture(scope="module")
@@ -55,15 +63,23 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def result(tiny: Path) -> JigsawResult:
-    """Every variant and both scopes, 2,000 simulated requests a plan (about 6 s)."""
-    cfg = JigsawConfig(specs=(tiny,), gpus=(GPUS,), batches=(1, 4, 16), requests=2_000, jobs=1)
+    """Every variant and both scopes on two GPUs, the central inputs on three; 2,000
+    simulated requests a plan (about 8 s)."""
+    cfg = JigsawConfig(
+        specs=(tiny,),
+        gpus=(GPUS,),
+        central_gpus=(LARGER,),
+        batches=(1, 4, 16),
+        requests=2_000,
+        jobs=1,
+    )
     return run_jigsaw(cfg)
 
 
-def _groups(result: JigsawResult) -> dict[tuple[str, str], dict[str, SettingRow]]:
-    out: dict[tuple[str, str], dict[str, SettingRow]] = {}
+def _groups(result: JigsawResult) -> dict[tuple[str, str, str], dict[str, SettingRow]]:
+    out: dict[tuple[str, str, str], dict[str, SettingRow]] = {}
     for r in result.rows:
-        out.setdefault((r.variant, r.scope), {})[r.setting] = r
+        out.setdefault((r.gpus, r.variant, r.scope), {})[r.setting] = r
     return out
 
 
@@ -84,11 +100,16 @@ def test_it_runs_every_setting_under_every_variant_and_the_graph_floor_under_a(
         "SLO ×2",
     ]
     groups = _groups(result)
-    assert {v for v, _ in groups} == set(result.variants)
-    for (variant, scope), rows in groups.items():
+    assert {v for g, v, _ in groups if g == GPUS} == set(result.variants)
+    assert {(v, s) for g, v, s in groups if g == LARGER} == {
+        ("central", "path"),
+        ("central", "graph"),
+    }
+    for (gpus, variant, scope), rows in groups.items():
         expected = SETTINGS if scope == "path" else tuple(s for s in SETTINGS if "A" in s)
-        assert tuple(rows) == expected, (variant, scope)
-    assert {s for v, s in groups if v != "central"} == {"path"}
+        assert tuple(rows) == expected, (gpus, variant, scope)
+    assert {s for _, v, s in groups if v != "central"} == {"path"}
+    assert result.gpus == [GPUS, LARGER]
     assert result.row("tiny", GPUS, "none", "SLO ×0.5").slo_ms == 150.0
 
 
@@ -100,7 +121,7 @@ def test_more_features_never_serve_less(result: JigsawResult) -> None:
     for key, rows in _groups(result).items():
         for a, b in ((a, b) for a in rows for b in rows if _subset(a, b)):
             assert rows[b].max_demand_rps >= rows[a].max_demand_rps, (key, a, b)
-    central = _groups(result)["central", "path"]
+    central = _groups(result)[GPUS, "central", "path"]
     assert central["A+S+T"].max_demand_rps > central["none"].max_demand_rps > 0
 
 
@@ -170,7 +191,9 @@ def test_a_ratio_is_its_central_value_within_its_range(result: JigsawResult) -> 
     assert r.low <= r.central <= r.high and r.central > 1
     assert sorted(r.values) == sorted(result.variants) and r.undefined == []
     graph = result.ratio("tiny", GPUS, "A+S+T", "A+T", scope="graph")
-    assert list(graph.values) == ["central"]
+    assert list(graph.values) == ["central"] and graph.undefined == []
+    larger = result.ratio("tiny", LARGER, "A+S+T", "none")
+    assert list(larger.values) == ["central"] and larger.low == larger.central
 
 
 def test_the_report_writes_its_blocks_between_markers_and_replaces_them(
@@ -196,8 +219,16 @@ def test_the_report_writes_its_blocks_between_markers_and_replaces_them(
     headline = generated[HEADLINE].splitlines()
     assert headline[0] == "| max demand | paper | GPUs | tiny |"
     assert headline[2].startswith(f"| A+S+T ÷ none | 21.6× | {GPUS} | ")
-    table = [line for line in generated[SETTINGS_BLOCK].splitlines() if line.startswith("| ")]
-    assert [line.split(" | ")[0].strip("| ") for line in table[1:]] == list(SETTINGS)
+    assert headline[2].endswith("] |")  # central [min, max]
+    assert headline[3].startswith(f"| A+S+T ÷ none | 21.6× | {LARGER} | ")
+    assert "[" not in headline[3]  # the central inputs only
+    ranges = generated[RANGES]
+    assert GPUS in ranges and LARGER not in ranges
+    sections = generated[SETTINGS_BLOCK].split("##### ")[1:]
+    assert [s.splitlines()[0] for s in sections] == [f"tiny on {GPUS}", f"tiny on {LARGER}"]
+    for section in sections:
+        table = [line for line in section.splitlines() if line.startswith("| ")]
+        assert [line.split(" | ")[0].strip("| ") for line in table[1:]] == list(SETTINGS)
 
 
 def test_the_command_quick_on_a_small_case_writes_the_document(tiny: Path, tmp_path: Path) -> None:

@@ -125,6 +125,10 @@ def jigsaw(
         list[str],
         typer.Option(help="a GPU set, COUNTxTYPE[,...] (repeatable; default 8xA100-80GB)"),
     ] = [],  # noqa: B006
+    central_gpus: Annotated[
+        list[str],
+        typer.Option(help="a GPU set planned on the central inputs only (repeatable)"),
+    ] = [],  # noqa: B006
     spec: Annotated[
         list[Path], typer.Option(help="a pipeline spec (repeatable; default: the three examples)")
     ] = [],  # noqa: B006
@@ -152,6 +156,8 @@ def jigsaw(
         given: dict[str, object] = {"grid": grid, "jobs": jobs}
         if gpus:
             given["gpus"] = tuple(gpus)
+        if central_gpus:
+            given["central_gpus"] = tuple(central_gpus)
         if spec:
             given["specs"] = tuple(spec)
         if requests is not None:
@@ -165,6 +171,7 @@ def jigsaw(
             ["ridgeline study jigsaw"]
             + (["--quick"] if quick else [])
             + [f"--gpus {g}" for g in gpus]
+            + [f"--central-gpus {g}" for g in central_gpus]
             + [f"--spec {s}" for s in spec]
             + (["--grid"] if grid else [])
             + ([f"--requests {requests}"] if requests is not None else [])

@@ -61,6 +61,8 @@ def ratio_cell(r: Ratio) -> str:
     """``2.72× [2.64, 2.81]``: central [min, max]; ``n/a`` where nothing is defined."""
     if r.central is None and r.low is None:
         return "n/a"
+    if list(r.values) == ["central"]:
+        return _x(r.central)
     cell = f"{_x(r.central)} [{r.low:.2f}, {r.high:.2f}]"
     if r.undefined:
         cell += f" (none served under {', '.join(r.undefined)})"
@@ -237,10 +239,16 @@ def plans_markdown(result: JigsawResult) -> str:
 def ranges_markdown(result: JigsawResult) -> str:
     """Every variant's max demands and ratios."""
     rows = []
-    for gpus in result.gpus:
+    ranged = [
+        g for g in result.gpus if any(r.gpus == g and r.variant != "central" for r in result.rows)
+    ]
+    for gpus in ranged:
         for a in result.apps:
             for v in result.variants:
-                d = {s: result.row(a.name, gpus, s, v).max_demand_rps for s in SETTINGS}
+                try:
+                    d = {s: result.row(a.name, gpus, s, v).max_demand_rps for s in SETTINGS}
+                except KeyError:  # a GPU set run on the central inputs only
+                    continue
                 rows.append(
                     [
                         a.name,

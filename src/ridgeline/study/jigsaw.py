@@ -21,7 +21,8 @@ simulated violations.
 Ranges: the same for each ``Variant`` of the inputs: every modelled latency × exp(−e)
 and × exp(+e), ``e`` the fit's RMS log error over all its rows
 (``data/roofline_fit.json``; throughput ÷ the same factor), and the spec's SLO × 0.5
-and × 2, one at a time (``grid``: every pair). The settings with A also run with the
+and × 2, one at a time (``grid``: every pair); ``central_gpus`` are GPU sets planned
+on the central inputs only. The settings with A also run with the
 accuracy floor over the whole graph (``PlannerOptions(accuracy_scope="graph")``; the
 default is per path). Each (spec, GPUs, variant, scope) is one task, run in ``jobs``
 processes. Pure data: ``report.jigsaw`` renders it.
@@ -103,6 +104,9 @@ class JigsawConfig(BaseModel):
 
     specs: tuple[Path, ...] = Field(EXAMPLES, min_length=1, description="pipeline specs")
     gpus: tuple[str, ...] = Field(("8xA100-80GB",), min_length=1, description="GPU sets")
+    central_gpus: tuple[str, ...] = Field(
+        (), description="GPU sets run on the central inputs only (a larger system, say)"
+    )
     batches: tuple[int, ...] = Field(BATCHES, min_length=1, description="profiled batches")
     rel: float = Field(0.01, gt=0, lt=1, description="max demand's relative precision")
     requests: int = Field(20_000, ge=0, description="simulated requests per plan; 0: none")
@@ -120,6 +124,9 @@ class JigsawConfig(BaseModel):
     def quick(cls, **overrides: Any) -> JigsawConfig:
         """A minute's look: the central inputs only, 5,000 simulated requests a plan."""
         return cls.model_validate({"ranges": False, "requests": 5_000, **overrides})
+
+    def all_gpus(self) -> tuple[str, ...]:
+        return (*self.gpus, *(g for g in self.central_gpus if g not in self.gpus))
 
     def error(self) -> float:
         return fit_error() if self.latency_error is None else self.latency_error
@@ -276,14 +283,16 @@ class JigsawResult(BaseModel):
         """``num``'s max demand over ``den``'s: on the central inputs, and its least and
         greatest over every variant (the central included) where ``den`` serves some."""
         values: dict[str, float] = {}
+        undefined: list[str] = []
         for v in self.variants:
             try:
                 a, b = self.row(app, gpus, num, v, scope), self.row(app, gpus, den, v, scope)
-            except KeyError:
+            except KeyError:  # not run on these GPUs or under this floor
                 continue
             if b.max_demand_rps > 0:
                 values[v] = a.max_demand_rps / b.max_demand_rps
-        undefined = [v for v in self.variants if v not in values]
+            else:
+                undefined.append(v)
         return Ratio(
             values.get("central"),
             min(values.values(), default=None),
@@ -300,7 +309,7 @@ class Ratio:
     high: float | None
     values: dict[str, float]
     undefined: list[str]
-    """Variants where the denominator serves nothing (or did not run)."""
+    """Variants run where the denominator serves nothing."""
 
 
 def table_for(
@@ -500,9 +509,9 @@ def run_jigsaw(cfg: JigsawConfig, *, on_task: DoneFn | None = None) -> JigsawRes
     tasks: list[_Task] = []
     for path, spec in specs.items():
         size = sum(len(t.variants) for t in spec.tasks.values()) * len(spec.tasks)
-        for gpus in cfg.gpus:
+        for gpus in cfg.all_gpus():
             available(gpus)  # a bad GPU set fails here, before any process starts
-            for v in variants:
+            for v in variants if gpus in cfg.gpus else [CENTRAL]:
                 cost = size * (2 if v == CENTRAL else 1)  # the central one simulates
                 tasks.append(_Task(path, gpus, v, "path", cfg, cost))
             if cfg.graph_scope:
@@ -518,13 +527,13 @@ def run_jigsaw(cfg: JigsawConfig, *, on_task: DoneFn | None = None) -> JigsawRes
     rows.sort(
         key=lambda r: (
             order_app[r.app],
-            cfg.gpus.index(r.gpus),
+            cfg.all_gpus().index(r.gpus),
             r.scope != "path",
             order_var[r.variant],
             SETTINGS.index(r.setting),
         )
     )
-    pools = sorted({p for g in cfg.gpus for p in parse_gpus(g)})
+    pools = sorted({p for g in cfg.all_gpus() for p in parse_gpus(g)})
     occupied = [
         o for spec in specs.values() for p in pools for o in occupancy(spec, p, cfg.batches)
     ]
@@ -542,7 +551,7 @@ def run_jigsaw(cfg: JigsawConfig, *, on_task: DoneFn | None = None) -> JigsawRes
         seed=cfg.seed,
         rel=cfg.rel,
         batches=list(cfg.batches),
-        gpus=list(cfg.gpus),
+        gpus=list(cfg.all_gpus()),
         variants=[v.label for v in variants],
         apps=[app_row(s, p) for p, s in specs.items()],
         gpu_types=[
