@@ -118,6 +118,12 @@ class JigsawConfig(BaseModel):
         None, ge=0, description="e of the latency factors exp(±e); None: the fit's RMS log error"
     )
     graph_scope: bool = Field(True, description="also the whole-graph accuracy floor")
+    time_limit_s: float = Field(
+        60.0,
+        gt=0,
+        description="HiGHS's limit a solve (the planner's default is 10 s: on two shared "
+        "cores a 64-GPU solve with the whole-graph floor ran past it with no plan)",
+    )
     jobs: int = Field(2, ge=1, le=64, description="processes")
 
     @classmethod
@@ -196,6 +202,8 @@ class SettingRow(BaseModel):
     graph_accuracy: float | None = None
     path_ms: float | None = None
     """The plan's longest path bound (fill + wait + execution)."""
+    gap: float | None = None
+    """HiGHS's relative gap on the plan's cost (above 1 %: the time limit stopped it)."""
     tasks: list[TaskChoice] = Field(default_factory=list)
     at_max: Simulated | None = None
     cost_at_none_max: float | None = None
@@ -250,6 +258,7 @@ class JigsawResult(BaseModel):
     requests: int
     seed: int
     rel: float
+    time_limit_s: float
     batches: list[int]
     gpus: list[str]
     variants: list[str]
@@ -411,7 +420,7 @@ def _run(task: _Task) -> list[SettingRow]:
     spec = base.model_copy(update={"slo_ms": base.slo_ms * v.slo_scale})
     pools = available(task.gpus)
     table = table_for(spec, pools, cfg.batches, v.latency_scale)
-    options = PlannerOptions(accuracy_scope=task.scope)
+    options = PlannerOptions(accuracy_scope=task.scope, time_limit_s=cfg.time_limit_s)
     settings = [s for s in SETTINGS if task.scope == "path" or "A" in s]
     rows: list[SettingRow] = []
     plans: dict[str, PlanResult] = {}
@@ -439,6 +448,7 @@ def _run(task: _Task) -> list[SettingRow]:
                     "accuracy": result.accuracy,
                     "graph_accuracy": result.graph_accuracy,
                     "path_ms": max(result.path_latency_ms.values()),
+                    "gap": result.gap,
                     "tasks": _choices(spec, result),
                 }
             )
@@ -550,6 +560,7 @@ def run_jigsaw(cfg: JigsawConfig, *, on_task: DoneFn | None = None) -> JigsawRes
         requests=cfg.requests,
         seed=cfg.seed,
         rel=cfg.rel,
+        time_limit_s=cfg.time_limit_s,
         batches=list(cfg.batches),
         gpus=list(cfg.all_gpus()),
         variants=[v.label for v in variants],
