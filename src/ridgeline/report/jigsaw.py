@@ -33,6 +33,8 @@ PAPER = {
 }
 """JigsawServe's ratios of max serviceable demand (the analytical evaluation)."""
 HEADLINES = (("A+S+T", "none"), ("A+S+T", "A+T"), ("S", "none"), ("A", "none"), ("T", "none"))
+RANGED = ("none", "A", "S", "T", "A+T", "A+S+T")
+"""The settings whose max demand the ranges table shows."""
 
 
 def _table(head: list[str], rows: list[list[str]]) -> str:
@@ -257,24 +259,12 @@ def ranges_markdown(result: JigsawResult) -> str:
                         a.name,
                         gpus,
                         v,
-                        *(_num(d[s]) for s in ("none", "S", "A+T", "A+S+T")),
-                        _over(d["A+S+T"], d["none"]),
-                        _over(d["A+S+T"], d["A+T"]),
-                        _over(d["S"], d["none"]),
+                        *(_num(d[s]) for s in RANGED),
+                        *(_over(d[num], d[den]) for num, den in HEADLINES),
                     ]
                 )
-    head = [
-        "application",
-        "GPUs",
-        "inputs",
-        "none",
-        "S",
-        "A+T",
-        "A+S+T",
-        "A+S+T ÷ none",
-        "A+S+T ÷ A+T",
-        "S ÷ none",
-    ]
+    head = ["application", "GPUs", "inputs", *RANGED]
+    head += [f"{num} ÷ {den}" for num, den in HEADLINES]
     return _table(head, rows)
 
 
