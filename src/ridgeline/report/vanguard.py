@@ -8,6 +8,7 @@ import statistics
 from pathlib import Path
 
 from ridgeline.analysis.agreement import Agreement
+from ridgeline.report import _markers
 from ridgeline.study.stats import (
     PREDICTORS,
     Summary,
@@ -286,26 +287,13 @@ def results_markdown(result: StudyResult, *, command: str, commit: str | None) -
     return "\n\n".join(parts)
 
 
-def _markers(name: str) -> tuple[str, str]:
-    return f"<!-- vanguard:{name}:start -->", f"<!-- vanguard:{name}:end -->"
-
-
 def update_document(path: str | Path, blocks: dict[str, str]) -> Path:
     """Write each block between its markers in ``path`` (``<!-- vanguard:NAME:start -->``
     … ``end``), leaving the rest of the document as it is; a block without markers there
     yet is appended, and a missing file is created."""
-    p = Path(path)
-    text = p.read_text(encoding="utf-8") if p.exists() else "# The Vanguard reproduction\n"
-    for name, block in blocks.items():
-        start, end = _markers(name)
-        body = f"{start}\n{block.strip()}\n{end}"
-        if start in text and end in text.split(start, 1)[1]:
-            before, rest = text.split(start, 1)
-            text = before + body + rest.split(end, 1)[1]
-        else:
-            text = text.rstrip("\n") + "\n\n" + body + "\n"
-    p.write_text(text, encoding="utf-8")
-    return p
+    return _markers.update_document(
+        path, blocks, prefix="vanguard", title="The Vanguard reproduction"
+    )
 
 
 def case_line(done: CaseDone) -> str:

@@ -1,0 +1,29 @@
+"""Generated blocks in a hand-written Markdown document: each between its own marker
+comments (``<!-- PREFIX:NAME:start -->`` … ``<!-- PREFIX:NAME:end -->``), replaced in
+place on every run, the prose around them left as it is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def markers(prefix: str, name: str) -> tuple[str, str]:
+    return f"<!-- {prefix}:{name}:start -->", f"<!-- {prefix}:{name}:end -->"
+
+
+def update_document(path: str | Path, blocks: dict[str, str], *, prefix: str, title: str) -> Path:
+    """Write each block between its markers in ``path``, leaving the rest of the document
+    as it is; a block without markers there yet is appended, and a missing file is created
+    with ``title`` as its heading."""
+    p = Path(path)
+    text = p.read_text(encoding="utf-8") if p.exists() else f"# {title}\n"
+    for name, block in blocks.items():
+        start, end = markers(prefix, name)
+        body = f"{start}\n{block.strip()}\n{end}"
+        if start in text and end in text.split(start, 1)[1]:
+            before, rest = text.split(start, 1)
+            text = before + body + rest.split(end, 1)[1]
+        else:
+            text = text.rstrip("\n") + "\n\n" + body + "\n"
+    p.write_text(text, encoding="utf-8")
+    return p
