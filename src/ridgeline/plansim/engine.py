@@ -58,7 +58,6 @@ from ridgeline.policies.dropping import (
     ExecModel,
     Slack,
     TaskTiming,
-    arrival_gap,
     expected_wait_s,
     should_drop,
 )
@@ -141,11 +140,9 @@ class _Task:
         "exec",
         "expected",
         "free",
-        "gap_s",
         "gen",
         "instances",
         "items",
-        "last_s",
         "mean",
         "name",
         "noise",
@@ -177,9 +174,6 @@ class _Task:
         self.own = 0.0
         """Set with ``expected``: from joining now to the end of its batch here."""
         self.after: float | None = None
-        self.gap_s = 0.0
-        """The mean gap between rows arriving lately (``dropping.arrival_gap``)."""
-        self.last_s: float | None = None
         self.budget_s = math.inf
         """When, after a request's arrival, this task's latency budget runs out."""
         self.children: list[_Task] = []
@@ -250,9 +244,9 @@ class Engine:
         e = t.expected
         if e is None:
             timing = TaskTiming(
-                t.exec, t.rows, t.size, t.instances, t.delay_s, t.instances - len(t.free), t.gap_s
+                t.exec, t.rows, t.size, t.instances, t.delay_s, t.instances - len(t.free)
             )
-            own = expected_wait_s(timing) + t.exec.time(timing.batch_rows)
+            own = expected_wait_s(timing) + t.exec.time(timing.own_rows)
             e = own + self._after(t)
             t.own, t.expected = own, e
         return e
@@ -364,9 +358,6 @@ class Engine:
     ) -> None:
         """``TaskQueue.submit``."""
         t.submitted += 1
-        t.gap_s = arrival_gap(t.gap_s, t.last_s, now, rows)
-        t.last_s = now
-        self._dirty(t)
         budget = self._arrival[node[0]] + t.budget_s
         if (
             self.drop

@@ -45,7 +45,7 @@ class ExecModel:
         per_row = max(0.0, (full_s - one_s) / (rows - 1)) if rows > 1 else 0.0
         return cls(base_s=max(0.0, one_s - per_row), per_row_s=per_row)
 
-    def time(self, rows: float) -> float:
+    def time(self, rows: int) -> float:
         return self.scale * (self.base_s + self.per_row_s * rows)
 
     def observe(self, rows: int, took_s: float) -> ExecModel:
@@ -67,30 +67,6 @@ class TaskTiming:
     max_queue_delay_s: float
     busy: int = 0
     """Instances executing a batch now."""
-    gap_s: float = 0.0
-    """The mean gap between rows arriving at the task lately (``arrival_gap``; 0: none
-    seen yet)."""
-
-    @property
-    def fill_s(self) -> float:
-        """How long its batch waits to go, when it would not go full now: the queue delay,
-        or less if the rows arriving meanwhile fill it first."""
-        missing = self.batch_size - self.own_rows
-        if missing <= 0:
-            return 0.0
-        if self.gap_s > 0.0:
-            return min(self.max_queue_delay_s, missing * self.gap_s)
-        return self.max_queue_delay_s
-
-    @property
-    def batch_rows(self) -> float:
-        """Rows its batch runs with: those queued for it so far and those arriving while it
-        waits to go. With only the first, a batch that waits out its delay while others
-        join it ran far longer than expected (a detector's batch of 4 takes 3 times its
-        batch of 1), and the slack, the q99.5 of those errors, came off every deadline."""
-        if self.gap_s > 0.0:
-            return min(float(self.batch_size), self.own_rows + self.fill_s / self.gap_s)
-        return float(self.own_rows)
 
     @property
     def own_rows(self) -> int:
@@ -114,7 +90,8 @@ def expected_wait_s(t: TaskTiming) -> float:
     idle = max(0, t.instances - t.busy)
     busy = t.instances - idle
     free = 0.0 if turn < idle else full * (turn - idle + 1) / (busy + 1)
-    return free + rounds * full + t.fill_s
+    fills = t.own_rows >= t.batch_size
+    return free + rounds * full + (0.0 if fills else t.max_queue_delay_s)
 
 
 def expected_remaining_s(
@@ -123,7 +100,7 @@ def expected_remaining_s(
     """Expected time from joining ``task``'s queue to the end of its longest path."""
     t = timings[task]
     after = max((expected_remaining_s(c, timings, children) for c in children[task]), default=0.0)
-    return expected_wait_s(t) + t.exec.time(t.batch_rows) + after
+    return expected_wait_s(t) + t.exec.time(t.own_rows) + after
 
 
 DROP_MARGIN = 0.1
@@ -135,20 +112,6 @@ but served for real on this 2-core host, with real ONNX models and a tight SLO, 
 answers through up to 10 ms past a 60 ms SLO (``tests/test_serve.py``, the tight-SLO
 case, failing one run in two under load). The planner pays for the margin instead: its
 paths use 90 % of the SLO, and the plan check sizes a plan up where drops remain."""
-
-
-ARRIVAL_SMOOTHING = 0.1
-
-
-def arrival_gap(gap_s: float, last_s: float | None, now: float, rows: int) -> float:
-    """The mean gap between rows arriving at a task after ``rows`` more came at ``now``
-    (the last came at ``last_s``): an exponentially weighted mean, updated per arrival."""
-    if last_s is None or rows < 1:
-        return gap_s
-    sample = (now - last_s) / rows
-    if gap_s == 0.0:
-        return sample
-    return gap_s + ARRIVAL_SMOOTHING * (sample - gap_s)
 
 
 def should_drop(now: float, deadline: float, expected_s: float) -> bool:
