@@ -7,16 +7,15 @@ import math
 from collections.abc import Callable, Mapping
 
 from ridgeline.errors import InfeasiblePlan, PlanCheckFailed
+from ridgeline.pipeline.choices import ALL_FEATURES, DEFAULT_OPTIONS
 from ridgeline.pipeline.plan import Plan, TaskPlan
 from ridgeline.pipeline.planner import Features, PlannerOptions, PlanResult, plan_pipeline
 from ridgeline.pipeline.profiles import ProfileTable
 from ridgeline.pipeline.segments import plan_segment
 from ridgeline.pipeline.spec import PipelineSpec
 
-ALL_FEATURES = Features()
 PlanFn = Callable[[PipelineSpec], PlanResult]
 """Makes the plan for a spec, or raises ``InfeasiblePlan``."""
-DEFAULT_OPTIONS = PlannerOptions()
 
 
 def max_demand(

@@ -25,8 +25,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ridgeline.errors import InfeasiblePlan, PlanCheckFailed
+from ridgeline.pipeline.choices import ALL_FEATURES, DEFAULT_OPTIONS
 from ridgeline.pipeline.plan import Plan
-from ridgeline.pipeline.planned import ALL_FEATURES, DEFAULT_OPTIONS, to_plan
+from ridgeline.pipeline.planned import to_plan
 from ridgeline.pipeline.planner import Features, PlannerOptions, PlanResult, plan_pipeline
 from ridgeline.pipeline.profiles import ProfileTable
 from ridgeline.pipeline.spec import PipelineSpec
