@@ -6,12 +6,15 @@ load generator in its own process, apart from the event loop of the server it me
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
+import os
 import queue
+import signal
 import subprocess
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from typing import IO
 
@@ -90,6 +93,29 @@ def watch(proc: subprocess.Popen[str]) -> tuple[LineReader, LineReader]:
     """Readers for a child started with ``stdout=PIPE, stderr=PIPE, text=True``."""
     assert proc.stdout is not None and proc.stderr is not None
     return LineReader(proc.stdout), LineReader(proc.stderr)
+
+
+@contextlib.contextmanager
+def running(cmd: list[str]) -> Iterator[LineReader]:
+    """``cmd`` (a server) in its own process, unbuffered; its stdout's reader until the
+    block ends, then SIGINT and its exit (killed if it takes over a minute)."""
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        stdout, _ = watch(proc)
+        yield stdout
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
 
 
 def _measure(url: str, schedule: Schedule, cfg: StepConfig) -> StepResult:

@@ -6,10 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import os
 import re
-import signal
-import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -22,7 +19,7 @@ import tritonclient.http.aio as thttp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _timing import measure_apart, watch
+from _timing import measure_apart, running
 from ridgeline.clock import MonotonicClock
 from ridgeline.errors import PlanError
 from ridgeline.loadgen.schedule import from_arrival
@@ -520,26 +517,11 @@ def serving_apart(plan: Plan, where: Path, zoo: Path) -> Iterator[str]:
     path = where / f"{plan.name}.yaml"
     path.write_text(dump_plan(plan))
     cmd = [sys.executable, "-m", "ridgeline", "serve", str(path), "--port", "0"]
-    proc = subprocess.Popen(
-        [*cmd, "--grpc-port", "0", "--zoo", str(zoo)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
-        stdout, _ = watch(proc)
+    with running([*cmd, "--grpc-port", "0", "--zoo", str(zoo)]) as stdout:
         line = stdout.wait_for("v2 gRPC", timeout=120)
         found = re.search(r"v2 gRPC\s+(\S+):(\d+)", line)
         assert found is not None, line
         yield f"grpc://{found.group(1)}:{found.group(2)}/{plan.name}"
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise
 
 
 @pytest.mark.slow

@@ -3,17 +3,14 @@ demand well above the plan's makes it re-plan and start more instances."""
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from _timing import measure_apart, watch
+from _timing import measure_apart, running
 from ridgeline.cli import app
 from ridgeline.loadgen.schedule import from_arrival
 from ridgeline.loadgen.step import StepConfig
@@ -72,15 +69,7 @@ async def test_serve_reconfigure_scales_up_when_demand_rises(tmp_path: Path) -> 
     cmd = [sys.executable, "-m", "ridgeline", "serve", str(plan), "--port", "0"]
     cmd += ["--grpc-port", "0", "--reconfigure", "--spec", str(tmp_path / "spec.yaml")]
     cmd += ["--profiles", str(tmp_path / "p.csv"), "--gpus", "2cpu"]
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
-        stdout, _ = watch(proc)
+    with running(cmd) as stdout:
         line = stdout.wait_for("reconfiguring around", timeout=60)
         found = re.search(r"v2 HTTP (\S+),", line)
         assert found is not None, line
@@ -90,13 +79,6 @@ async def test_serve_reconfigure_scales_up_when_demand_rises(tmp_path: Path) -> 
         await measure_apart(found.group(1), sched, StepConfig())
         event = stdout.wait_for("re-plan for", timeout=30)
         assert re.search(r"instances work [2-9]", event), event
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise
 
 
 async def test_a_task_replaced_live_loses_no_request(tmp_path: Path) -> None:
