@@ -35,6 +35,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/serve.py
 	$(BIN)/python benchmarks/planner.py
 	$(BIN)/python benchmarks/plan_check.py
+	$(BIN)/python benchmarks/drop_rule.py
 	$(BIN)/python benchmarks/plan_real.py
 	$(BIN)/python benchmarks/startup.py
 	$(BIN)/python benchmarks/plansim.py

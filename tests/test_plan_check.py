@@ -5,15 +5,21 @@ plan passes within the GPUs, the error says so and keeps the best one."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import pytest
 
 from ridgeline.errors import InfeasiblePlan, PlanCheckFailed
+from ridgeline.pipeline.plan import Plan
+from ridgeline.pipeline.planned import to_plan
+from ridgeline.pipeline.planner import plan_pipeline
 from ridgeline.pipeline.profiles import ProfileRow, ProfileTable
 from ridgeline.pipeline.spec import PipelineSpec
 from ridgeline.plansim import SimConfig, arrival_schedule, simulate_plan
-from ridgeline.plansim.check import CheckConfig, checked_plan
+from ridgeline.plansim.check import CheckConfig, checked_plan, violation_bound
+from ridgeline.plansim.engine import ANSWERED, DROPPED
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -45,13 +51,45 @@ def rows() -> ProfileTable:
     return ProfileTable(out)
 
 
+def plan_of() -> Plan:
+    return to_plan(plan_pipeline(spec(), rows(), {GPU: 56}))
+
+
 def test_a_plan_the_simulation_passes_comes_back_as_made() -> None:
-    got = checked_plan(spec(), rows(), {GPU: 56})
+    got = checked_plan(spec(), rows(), {GPU: 56}, check=CheckConfig(arrivals=("poisson",)))
     assert got.headroom == 1.0
     assert [v for _, v in got.rounds] == ["held"]
     (run,) = got.runs
     assert run.violation_rate < 0.005
     assert got.plan.demand_rps == 200
+
+
+def test_by_default_a_plan_is_checked_under_poisson_and_the_trace_from_six_starts() -> None:
+    got = checked_plan(spec(), rows(), {GPU: 56})
+    poisson, *trace = got.runs
+    assert "poisson" in poisson.arrivals.lower()
+    assert [t.arrivals.rsplit("seed ", 1)[1] for t in trace] == ["1", "2", "3", "4", "5", "6"]
+    assert all("overlaid" in t.arrivals and t.requests == 10_000 for t in trace)
+    assert all(t.violation_rate < 0.005 for t in trace)
+    assert violation_bound(tuple(trace)) < 0.005
+
+
+def test_the_violation_bound_widens_when_violations_come_together() -> None:
+    """1,000 requests, 10 of them dropped: one in every stretch of 100, the bound is the
+    share itself (every stretch agrees); the first ten, and it is far above it. A bound
+    that counted requests as independent draws could not tell the two apart."""
+    run = simulate_plan(
+        plan_of(), arrival_schedule("constant", rate=100, duration_s=10), SimConfig(), rows()
+    )
+    assert run.requests == 1000
+    on_time = replace(run, finish_s=run.arrival_s.copy(), status=np.full(1000, ANSWERED, np.uint8))
+    spread = on_time.status.copy()
+    spread[::100] = DROPPED
+    together = on_time.status.copy()
+    together[:10] = DROPPED
+    assert violation_bound((on_time,)) == 0.0
+    assert violation_bound((replace(on_time, status=spread),)) == pytest.approx(0.01)
+    assert violation_bound((replace(on_time, status=together),)) > 0.025
 
 
 def test_a_burstier_arrival_than_the_bound_assumes_is_sized_up_until_it_holds() -> None:

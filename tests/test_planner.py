@@ -468,8 +468,12 @@ def test_ridgeline_plan_prints_a_plan_its_placement_and_writes_what_serve_reads(
     assert set(doc["tasks"]) == {"detect", "car", "face"}
     assert doc["slices_used"] <= 28 and doc["accuracy"] >= 0.9
     assert sum(doc["placement"]["gpus"].values()) <= 4
-    (run,) = doc["check"]["runs"]  # served in the simulator under Poisson arrivals first
-    assert run["violation_rate"] < 0.005 and run["requests"] >= 19_000
+    # served in the simulator first, under Poisson arrivals and the bundled trace
+    poisson, *trace = doc["check"]["runs"]  # the trace from six sets of starting points
+    assert "poisson" in poisson["arrivals"].lower() and poisson["requests"] >= 19_000
+    assert len({t["arrivals"] for t in trace}) == 6 and "overlaid" in trace[0]["arrivals"]
+    for run in (poisson, *trace):
+        assert run["violation_rate"] < 0.005, run
     unchecked = runner.invoke(app, [*args, "--gpus", "4xA100-80GB", "--json", "--no-check"])
     assert "check" not in json.loads(unchecked.stdout)
     plan = load_plan(tmp_path / "plan.yaml")

@@ -346,3 +346,56 @@ def test_a_held_trace_holds_its_rate_every_stretch_and_replays_the_trace_in_orde
     np.testing.assert_allclose(held.times[:60], first.times)
     with pytest.raises(ConfigError, match="hold_s must be finite and > 0"):
         trace_held(trace, 30.0, 12.0, hold_s=0.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    times=timelines,
+    rate=st.floats(0.5, 500),
+    duration=st.floats(0.5, 60),
+    seed=st.integers(0, 2**16),
+)
+@example(times=[0.0, 1.0, 2.2250738585e-313], rate=1.0, duration=1.0, seed=0)  # a denormal gap
+def test_an_overlaid_trace_offers_its_labelled_rate_from_the_traces_rows(
+    times: list[float], rate: float, duration: float, seed: int
+) -> None:
+    """Copies overlaid hold exactly the rate (round(rate·duration) arrivals, sorted, in
+    [0, duration]), every request one of the trace's (its size column kept), and the same
+    seed makes the same schedule."""
+    from ridgeline.loadgen.schedule import trace_overlaid
+
+    trace = trace_of(times)
+    if not trace.duration > 0:
+        with pytest.raises(ConfigError, match="spans no time"):
+            trace_overlaid(trace, rate, duration, seed)
+        return
+    step = trace_overlaid(trace, rate, duration, seed)
+    n = max(1, round(rate * duration))
+    assert len(step.times) == n and step.duration_s == duration
+    assert np.all(np.diff(step.times) >= 0) and step.times[0] >= 0.0
+    assert step.times[-1] <= duration
+    assert step.shapes is not None
+    assert {s.items for s in step.shapes} <= set(range(1, len(times) + 1))
+    np.testing.assert_array_equal(trace_overlaid(trace, rate, duration, seed).times, step.times)
+
+
+def test_overlaid_copies_keep_a_bursts_length_where_a_sped_up_trace_shortens_it() -> None:
+    """A trace of 1 req/s for an hour with a burst of 60 requests in its 1,000th second,
+    brought to 100 req/s: 100 copies overlaid, each burst still lasts a second, so no
+    15 ms holds more than a few requests; sped up 100 times, the burst passes in 10 ms."""
+    from ridgeline.loadgen.schedule import trace_at_rate, trace_overlaid
+
+    steady = np.arange(0.0, 3600.0)
+    burst = 1000.0 + np.arange(60) / 60.0
+    trace = Trace.from_times(np.sort(np.concatenate([steady, burst])))
+    duration = 3660 / 100.0  # as many requests as the trace holds
+    overlaid = trace_overlaid(trace, 100.0, duration, seed=3)
+    sped = trace_at_rate(trace, 100.0, duration)
+
+    def most_in_15ms(times: np.ndarray) -> int:  # 5 ms bins, three at a time
+        counts = np.histogram(times, np.arange(0.0, duration + 0.01, 0.005))[0]
+        return int((counts[:-2] + counts[1:-1] + counts[2:]).max())
+
+    assert most_in_15ms(sped.times) >= 59  # the burst, within 10 ms
+    assert most_in_15ms(overlaid.times) <= 12
+    assert "98 copies overlaid" in overlaid.description  # its mean: 1.02 req/s

@@ -160,9 +160,11 @@ def plan_command(
         str,
         typer.Option(
             help="arrivals the check simulates, comma-separated: poisson, gamma:cv=2, "
-            "trace:BUNDLED (the shipped production trace), trace:FILE.csv",
+            "trace:BUNDLED (the shipped production trace, copies overlaid to the demand: "
+            "that many times its users), trace:FILE.csv, trace-speed:BUNDLED (the one "
+            "trace sped up to the demand: the stress case)",
         ),
-    ] = "poisson",
+    ] = "poisson,trace:BUNDLED",
     as_json: JsonOption = False,
 ) -> None:
     """Plan a pipeline by MILP (HiGHS): per task the variant, segment (MIG slice, MPS

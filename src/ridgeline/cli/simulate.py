@@ -22,8 +22,16 @@ def simulate(
     ] = None,
     target_rate: Annotated[
         float | None,
-        typer.Option(help="the trace's mean rate, requests/s: its gaps time-scaled to hold it"),
+        typer.Option(help="the rate to bring the trace to, requests/s (see --trace-scale)"),
     ] = None,
+    trace_scale: Annotated[
+        str,
+        typer.Option(
+            help="how the trace reaches --target-rate: overlay (copies of it at their own "
+            "pace, from random starting points: that many times its users) or speed (the "
+            "one trace sped up, every burst shortened: the stress case)"
+        ),
+    ] = "overlay",
     duration: Annotated[float, typer.Option(help="arrival window, simulated seconds")] = 60.0,
     profiles: Annotated[
         Path | None,
@@ -64,6 +72,7 @@ def simulate(
             rate=rate,
             trace=trace,
             target_rate=target_rate,
+            trace_scale=trace_scale,  # type: ignore[arg-type]  # checked there
             duration_s=duration,
             seed=seed,
         )

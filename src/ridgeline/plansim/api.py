@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ridgeline.errors import ConfigError
-from ridgeline.loadgen.schedule import Schedule, from_arrival, trace_at_rate
+from ridgeline.loadgen.schedule import Schedule, from_arrival, trace_at_rate, trace_overlaid
 from ridgeline.pipeline.plan import Plan
 from ridgeline.pipeline.profiles import ProfileTable
 from ridgeline.plansim.engine import ANSWERED, Engine
 from ridgeline.plansim.result import PlanSimResult, summarise
 from ridgeline.plansim.service import service_times
-from ridgeline.policies.dropping import DROP_MARGIN
+from ridgeline.policies.dropping import DROP_MARGIN, SLACK_QUANTILE
 from ridgeline.synthetic.model import NoiseCv
 from ridgeline.workload.arrivals import parse_arrival
 from ridgeline.workload.traces import read_trace
@@ -51,6 +52,19 @@ class SimConfig(BaseModel):
         lt=1.0,
         description="share of the SLO the runtime keeps back from drops",
     )
+    slack_quantile: float = Field(
+        SLACK_QUANTILE,
+        gt=0.0,
+        lt=1.0,
+        description="the drop decision's confidence, as the runtime's (what-if): a request "
+        "is dropped when it is more than 1 - this likely to come late",
+    )
+
+
+TraceScale = Literal["overlay", "speed"]
+"""How a recorded trace is brought to a higher rate: copies of it overlaid, each at its
+own pace (``loadgen.schedule.trace_overlaid``), or the one trace sped up
+(``trace_at_rate``: every burst shortened in proportion, the stress case)."""
 
 
 def arrival_schedule(
@@ -59,20 +73,28 @@ def arrival_schedule(
     rate: float | None = None,
     trace: Path | str | None = None,
     target_rate: float | None = None,
+    trace_scale: TraceScale = "overlay",
     duration_s: float,
     seed: int = 0,
 ) -> Schedule:
     """The arrivals: an arrival spec at ``rate`` (``workload.arrivals``), or a recorded
-    trace's first ``target_rate × duration_s`` arrivals (``rate`` when no target rate is
-    given, as ``ridgeline run`` reads it), time-scaled to hold that rate with the trace's
-    burstiness (``loadgen.schedule.trace_at_rate``, as a probe's steps replay a trace)."""
+    trace brought to ``target_rate`` (``rate`` when no target rate is given, as
+    ``ridgeline run`` reads it) for ``duration_s``: by default as that many users'
+    traffic, copies of it overlaid at their own pace from ``seed``'s random starting
+    points (``trace_overlaid``); with ``trace_scale="speed"`` its first ``target_rate ×
+    duration_s`` arrivals time-scaled to hold the rate, as a probe's steps replay a trace
+    (``trace_at_rate``)."""
     if trace is not None:
         target = target_rate if target_rate is not None else rate
         if target is None:
             raise ConfigError(
                 "a trace needs --target-rate, the mean rate to scale it to (requests/s)"
             )
-        return trace_at_rate(read_trace(trace), target, duration_s)
+        if trace_scale == "speed":
+            return trace_at_rate(read_trace(trace), target, duration_s)
+        if trace_scale == "overlay":
+            return trace_overlaid(read_trace(trace), target, duration_s, seed)
+        raise ConfigError(f"--trace-scale must be overlay or speed, got {trace_scale!r}")
     if rate is None:
         raise ConfigError(
             "give the arrivals: --rate R (with --arrival, default poisson), or --trace FILE "
@@ -100,6 +122,7 @@ def simulate_plan(
         seed=cfg.seed,
         horizon_s=schedule.duration_s,
         frontend_s=cfg.frontend_ms / 1000.0,
+        slack_quantile=cfg.slack_quantile,
     )
     run = engine.run(schedule.times)
     if cfg.frontend_ms:

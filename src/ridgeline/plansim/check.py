@@ -5,24 +5,33 @@ Poisson arrivals and under a recorded trace's, and tightened until the simulatio
 the SLO.
 
 ``checked_plan`` plans at the demand; simulates the plan under each arrival process
-(``CheckConfig.arrivals``) for ``requests`` requests; and if any run has ``violations``
-or more of its requests late or dropped, or its answered p99 past the SLO, plans again
-for more: the demand the instances are sized for rises by ``step`` (the plan's demand,
-what the server expects and its controller watches, stays the real one). That repeats
+(``CheckConfig.arrivals``) for ``requests`` requests (a trace in ``trace_windows`` runs
+of ``trace_requests`` from other starting points); and if, under any process, a run
+has ``violations`` or more of its requests late or dropped, or the 95 % upper bound on
+that share over its runs (batch means, ``violation_bound``) reaches it, or a run's
+answered p99 passes the SLO, plans again for more:
+the demand the instances are sized for rises by ``step`` (the plan's demand, what the
+server expects and its controller watches, stays the real one). That repeats
 at most ``max_rounds`` times. The first plan that holds is returned with every run that
 judged it; when none holds, or the GPUs run out first, ``PlanCheckFailed`` says so with
 the best plan found and its runs, so nothing measured is lost.
 
-A trace's bursts are what the rise buys: the bundled production trace, time-scaled to a
-mean rate, has seconds at three times the mean and seconds with no arrival, which a plan
-sized for the mean cannot serve within a tight SLO.
+A trace's bursts are what the rise buys. The bundled production trace (2.6 req/s, an
+hour of a code-completion service) brought to 300 req/s as 117 copies overlaid has
+seconds at 1.44 times the mean (the 99th percentile of 1 s counts; Poisson's: 1.13),
+which a plan sized for the mean cannot serve within a tight SLO. The default check
+simulates both Poisson arrivals and that trace.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from statistics import NormalDist
+
+import numpy as np
 
 from ridgeline.errors import InfeasiblePlan, PlanCheckFailed
 from ridgeline.pipeline.choices import ALL_FEATURES, DEFAULT_OPTIONS
@@ -31,24 +40,43 @@ from ridgeline.pipeline.planned import to_plan
 from ridgeline.pipeline.planner import Features, PlannerOptions, PlanResult, plan_pipeline
 from ridgeline.pipeline.profiles import ProfileTable
 from ridgeline.pipeline.spec import PipelineSpec
-from ridgeline.plansim.api import SimConfig, arrival_schedule, simulate_plan
+from ridgeline.plansim.api import SimConfig, TraceScale, arrival_schedule, simulate_plan
+from ridgeline.plansim.engine import ANSWERED
 from ridgeline.plansim.result import PlanSimResult
 from ridgeline.workload.traces import bundled_trace_path
 
 BUNDLED_TRACE = "azure_llm_2023_code"
+_TRACE_SCALES: dict[str, TraceScale] = {"trace": "overlay", "trace-speed": "speed"}
 
 
 @dataclass(frozen=True, slots=True)
 class CheckConfig:
-    arrivals: tuple[str, ...] = ("poisson",)
+    arrivals: tuple[str, ...] = ("poisson", "trace:BUNDLED")
     """Each plan is simulated under each: an arrival spec (``workload.arrivals``:
-    ``poisson``, ``gamma:cv=2``) or ``trace:NAME`` (a bundled trace, ``trace:BUNDLED``
-    for the one shipped) / ``trace:PATH`` (a trace file). Add the trace your traffic
-    looks like: the bundled one, time-scaled, needs about 8 times the mean's capacity."""
+    ``poisson``, ``gamma:cv=2``), or ``trace:NAME`` (a bundled trace, ``trace:BUNDLED``
+    for the one shipped) / ``trace:PATH`` (a trace file), brought to the demand as that
+    many times its users (copies overlaid at their own pace, from random starting
+    points: ``loadgen.schedule.trace_overlaid``), or ``trace-speed:NAME`` / ``PATH``,
+    the one trace sped up to the demand (every burst shortened: the stress case)."""
     requests: int = 20_000
     """Requests per simulated run: 100 expected past the bound at 0.5 %."""
+    trace_windows: int = 6
+    """Runs per trace, each of ``trace_requests`` from other random starting points
+    (seeds ``seed``, ``seed + 1``, ...); the plan must hold in every one, and over them
+    all. A trace's windows differ far more than Poisson's binomial noise: one
+    social-media plan under the bundled trace overlaid, twelve windows of 20,000
+    requests, 0.00–2.08 % late or dropped (mean 0.35 %, three of the twelve at 0.5 % or
+    more), where sized up once more, twelve windows of 10,000 all came to 0.00 %. A
+    plan that held in three windows, pooled, failed in a fresh one. A fresh window is
+    worse than every one of ``k`` checked with chance ``1/(k + 1)`` at most, and a
+    longer one varies less."""
+    trace_requests: int = 10_000
+    """Requests per trace run: shorter than ``requests`` so that more windows cost the
+    same (a shorter window varies more, so holding in each is the stricter test)."""
     violations: float = 0.005
-    """A run with this share of its requests late or dropped, or more, fails the plan."""
+    """A plan fails when a run has this share of its requests late or dropped, or the
+    95 % upper bound on that share under one arrival process (``violation_bound``, over
+    that process's runs) reaches it, or when a run's answered p99 passes the SLO."""
     step: float = 1.25
     """How much more demand the next plan is sized for when one fails."""
     max_rounds: int = 8
@@ -101,9 +129,18 @@ def checked_plan(
             rounds.append((sized, f"no plan: {e}"))
             break
         plan = to_plan(result).model_copy(update={"demand_rps": demand})
-        runs = tuple(_simulate(plan, table, demand, a, check) for a in check.arrivals)
-        failing = [r for r in runs if not _holds(r, check)]
-        verdict = "held" if not failing else "; ".join(_fault(r) for r in failing)
+        groups = [
+            tuple(
+                _simulate(plan, table, demand, a, check, check.seed + w)
+                for w in range(check.trace_windows if _is_trace(a) else 1)
+            )
+            for a in check.arrivals
+        ]
+        runs = tuple(r for g in groups for r in g)
+        failing = [
+            (a, g) for a, g in zip(check.arrivals, groups, strict=True) if not _holds(g, check)
+        ]
+        verdict = "held" if not failing else "; ".join(_fault(a, g) for a, g in failing)
         rounds.append((sized, verdict))
         here = CheckedPlan(result, plan, sized, runs, tuple(rounds))
         if not failing:
@@ -119,29 +156,87 @@ def checked_plan(
     )
 
 
+def _is_trace(arrivals: str) -> bool:
+    return arrivals.partition(":")[0] in _TRACE_SCALES
+
+
 def _simulate(
-    plan: Plan, table: ProfileTable, demand: float, arrivals: str, check: CheckConfig
+    plan: Plan,
+    table: ProfileTable,
+    demand: float,
+    arrivals: str,
+    check: CheckConfig,
+    seed: int,
 ) -> PlanSimResult:
-    duration = check.requests / demand
-    if arrivals.startswith("trace:"):
-        name = arrivals.removeprefix("trace:")
+    kind, _, name = arrivals.partition(":")
+    duration = (check.trace_requests if kind in _TRACE_SCALES else check.requests) / demand
+    if kind in _TRACE_SCALES:
         name = BUNDLED_TRACE if name == "BUNDLED" else name
         path = Path(name) if Path(name).suffix else bundled_trace_path(name)
-        schedule = arrival_schedule(trace=path, target_rate=demand, duration_s=duration)
+        schedule = arrival_schedule(
+            trace=path,
+            target_rate=demand,
+            trace_scale=_TRACE_SCALES[kind],
+            duration_s=duration,
+            seed=seed,
+        )
     else:
-        schedule = arrival_schedule(arrivals, rate=demand, duration_s=duration, seed=check.seed)
-    return simulate_plan(plan, schedule, SimConfig(seed=check.seed), table)
+        schedule = arrival_schedule(arrivals, rate=demand, duration_s=duration, seed=seed)
+    return simulate_plan(plan, schedule, SimConfig(seed=seed), table)
 
 
-def _holds(run: PlanSimResult, check: CheckConfig) -> bool:
-    p99 = run.latency_ms.get("p99")
-    return run.violation_rate < check.violations and p99 is not None and p99 <= run.slo_ms
+BATCHES_PER_RUN = 10
+"""Each run is cut into this many stretches of consecutive arrivals (equal in count) for
+the batch-means bound (``violation_bound``)."""
 
 
-def _fault(run: PlanSimResult) -> str:
-    p99 = run.latency_ms.get("p99")
-    shown = "none answered" if p99 is None else f"p99 {p99:.1f} ms"
-    return f"{run.arrivals}: {run.violation_rate:.2%} late or dropped, {shown}"
+def violation_bound(runs: tuple[PlanSimResult, ...], confidence: float = 0.95) -> float:
+    """A one-sided upper confidence bound on the long-run share of requests late or
+    dropped, by batch means: each run cut into ``BATCHES_PER_RUN`` stretches of
+    consecutive arrivals, the mean of the stretches' shares plus Student's ``t`` times
+    their standard error. Violations come in runs (a burst drops many together), so the
+    requests are not independent draws and a binomial bound would be far too narrow;
+    stretches of a few thousand requests are nearly independent of each other."""
+    shares: list[float] = []
+    for r in runs:
+        late = r.finish_s - r.arrival_s > r.slo_ms / 1000.0
+        bad = (r.status != ANSWERED) | late
+        shares += [float(b.mean()) for b in np.array_split(bad, BATCHES_PER_RUN) if b.size]
+    k = len(shares)
+    if k < 2:
+        return float(np.mean(shares)) if shares else 0.0
+    mean = float(np.mean(shares))
+    error = float(np.std(shares, ddof=1)) / math.sqrt(k)
+    return mean + _t_quantile(confidence, k - 1) * error
+
+
+def _t_quantile(p: float, df: int) -> float:
+    """Student's t quantile by the Cornish–Fisher expansion around the normal one (to
+    0.002 at 9 degrees of freedom: 1.832 against 1.833 at p = 0.95)."""
+    z = NormalDist().inv_cdf(p)
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+def _holds(runs: tuple[PlanSimResult, ...], check: CheckConfig) -> bool:
+    p99s = [r.latency_ms.get("p99") for r in runs]
+    answered = all(p is not None and p <= r.slo_ms for p, r in zip(p99s, runs, strict=True))
+    each = all(r.violation_rate < check.violations for r in runs)
+    return answered and each and violation_bound(runs) < check.violations
+
+
+def _fault(arrivals: str, runs: tuple[PlanSimResult, ...]) -> str:
+    pooled = sum(r.violations for r in runs) / max(1, sum(r.requests for r in runs))
+    p99s = [r.latency_ms.get("p99") for r in runs]
+    shown = (
+        "none answered"
+        if all(p is None for p in p99s)
+        else f"p99 up to {max(p for p in p99s if p is not None):.1f} ms"
+    )
+    over = f" in {len(runs)} runs" if len(runs) > 1 else ""
+    return (
+        f"{arrivals}: {pooled:.2%} late or dropped{over} (95 % bound "
+        f"{violation_bound(runs):.2%}), {shown}"
+    )
 
 
 def _worst(runs: tuple[PlanSimResult, ...]) -> float:

@@ -55,11 +55,13 @@ from ridgeline.plansim.service import ServiceTime
 from ridgeline.policies.batching import BatchingConfig, Wait, decide
 from ridgeline.policies.dropping import (
     DROP_MARGIN,
+    SLACK_QUANTILE,
     ExecModel,
     Slack,
     TaskTiming,
     expected_wait_s,
     should_drop,
+    spent,
 )
 from ridgeline.synthetic.model import lognormal_params
 
@@ -146,7 +148,6 @@ class _Task:
         "mean",
         "name",
         "noise",
-        "own",
         "parents",
         "rows",
         "rows_run",
@@ -171,8 +172,6 @@ class _Task:
         self.running = 0
         self.gen = 0
         self.expected: float | None = None
-        self.own = 0.0
-        """Set with ``expected``: from joining now to the end of its batch here."""
         self.after: float | None = None
         self.budget_s = math.inf
         """When, after a request's arrival, this task's latency budget runs out."""
@@ -207,13 +206,15 @@ class Engine:
         seed: int = 0,
         horizon_s: float = math.inf,
         frontend_s: float = 0.0,
+        slack_quantile: float = SLACK_QUANTILE,
     ) -> None:
         self.plan, self.drop, self.margin, self.horizon_s = plan, drop, margin, horizon_s
         self.frontend_s = frontend_s
         """Time a request spends outside the queues, kept back from its deadline as the
         runtime keeps its measured front-end time back (``GraphRunner.frontend_s``)."""
         self.slo_s = plan.slo_ms / 1000.0
-        self.slack = Slack(initial_s=0.05 * plan.slo_ms / 1000.0)  # GraphRunner's, to the bit
+        # GraphRunner's, to the bit
+        self.slack = Slack(initial_s=0.05 * plan.slo_ms / 1000.0, quantile=slack_quantile)
         self.tasks: dict[str, _Task] = {}
         for k, (name, t) in enumerate(plan.tasks.items()):
             cfg = BatchingConfig(
@@ -246,15 +247,9 @@ class Engine:
             timing = TaskTiming(
                 t.exec, t.rows, t.size, t.instances, t.delay_s, t.instances - len(t.free)
             )
-            own = expected_wait_s(timing) + t.exec.time(timing.own_rows)
-            e = own + self._after(t)
-            t.own, t.expected = own, e
+            e = expected_wait_s(timing) + t.exec.time(timing.own_rows) + self._after(t)
+            t.expected = e
         return e
-
-    def _own(self, t: _Task) -> float:
-        """``TaskQueue.own_s``: from joining ``t`` now to the end of its batch there."""
-        self._expected(t)
-        return t.own
 
     def _after(self, t: _Task) -> float:
         """``TaskQueue.remaining_after``: the expected time of the tasks after ``t``."""
@@ -362,10 +357,7 @@ class Engine:
         if (
             self.drop
             and not keep
-            and (
-                should_drop(now, deadline, self._expected(t))
-                or should_drop(now, budget, self._own(t))
-            )
+            and (should_drop(now, deadline, self._expected(t)) or spent(now, budget))
         ):
             t.drops += 1
             self._chunk_done(node, now, failed=True)
@@ -398,7 +390,7 @@ class Engine:
                 if (
                     self.drop
                     and not item[4]
-                    and (should_drop(now, item[3], rest) or should_drop(now, item[5], own))
+                    and (should_drop(now, item[3], rest) or spent(now, item[5]))
                 ):
                     t.drops += 1
                     self._chunk_done(item[0], now, failed=True)

@@ -29,6 +29,7 @@ from ridgeline.policies.dropping import (
     TaskTiming,
     expected_wait_s,
     should_drop,
+    spent,
 )
 from ridgeline.serve.metrics import ServeMetrics
 from ridgeline.v2.spec import TensorSpec
@@ -129,11 +130,6 @@ class TaskQueue:
         t = self.timing()
         return expected_wait_s(t) + self.exec.time(t.own_rows) + self.remaining_after()
 
-    def own_s(self) -> float:
-        """From joining this queue now to the end of its batch here."""
-        t = self.timing()
-        return expected_wait_s(t) + self.exec.time(t.own_rows)
-
     def submit(
         self,
         rows: int,
@@ -144,8 +140,9 @@ class TaskQueue:
     ) -> asyncio.Future[list[Array]]:
         """Queue one request of ``rows`` rows (≤ the batch size); its outputs' future.
         ``keep``: never drop it (it arrived at an idle server, ``dropping``). ``budget``:
-        when its latency budget at this task runs out; one expected to finish here
-        later is dropped, as one expected to miss its ``deadline`` is."""
+        when its latency budget through this task runs out; one that comes, or whose
+        batch forms, after that is dropped (it has spent the budget), as one expected to
+        miss its ``deadline`` is."""
         if not 1 <= rows <= self.cfg.max_batch_size:
             raise ValueError(f"{rows} rows for task {self.name!r} (1..{self.cfg.max_batch_size})")
         now = self.clock.now()
@@ -156,10 +153,7 @@ class TaskQueue:
         elif (
             self.drop
             and not keep
-            and (
-                should_drop(now, deadline, self.expected_s())
-                or should_drop(now, budget, self.own_s())
-            )
+            and (should_drop(now, deadline, self.expected_s()) or spent(now, budget))
         ):
             self._drop(item, now)
         else:
@@ -174,11 +168,10 @@ class TaskQueue:
             return
         self.metrics.drops.labels(self.name).inc()
         late = now + self.expected_s() - item.deadline
-        over = now + self.own_s() - item.budget
         why = (
-            f"expected {late * 1000:.0f} ms past the deadline"
-            if late > 0 or over <= 0
-            else f"expected {over * 1000:.0f} ms past its latency budget here"
+            f"its latency budget here spent {(now - item.budget) * 1000:.0f} ms ago"
+            if spent(now, item.budget)
+            else f"expected {late * 1000:.0f} ms past the deadline"
         )
         item.future.set_exception(
             InferFailed("dropped", f"cannot meet SLO at task {self.name!r}: {why}")
@@ -202,9 +195,7 @@ class TaskQueue:
                 if (
                     self.drop
                     and not item.kept
-                    and (
-                        should_drop(now, item.deadline, rest) or should_drop(now, item.budget, own)
-                    )
+                    and (should_drop(now, item.deadline, rest) or spent(now, item.budget))
                 ):
                     self._drop(item, now)
                     continue

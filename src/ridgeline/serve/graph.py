@@ -15,14 +15,15 @@ is real, the content of a child's input is not.
 
 If the graph's expected time already passes the deadline at arrival, the whole request
 is dropped at once; a drop or an error at any task fails the whole request with it. The
-deadline the tasks see keeps a margin of the SLO back for what the queue model does not
-see: ``margin`` of the SLO (default 10 %, ``DROP_MARGIN``) for what happens outside the
-pipeline (parsing, the network), and the ``dropping.Slack`` the answers show (the hops
-to worker processes and back, the glue between tasks, batch times swinging on shared
-cores). Each task also has its plan's latency budget: a request expected to finish a
-task later than the budgets summed from the source through it (``Plan.budget_through_ms``)
-is dropped there, counted with the task's drops. A request that finds every task idle is
-never dropped, at any task (``dropping``).
+deadline the tasks see keeps back what the queue model does not see: the
+``dropping.Slack`` the answers show (the hops to worker processes and back, the glue
+between tasks, batch times swinging on shared cores), the event loop's own lateness
+(``frontend_s``), and ``margin`` of the SLO (default none, ``DROP_MARGIN``) for what
+happens outside the pipeline if a deployment needs it. Each task also has its plan's
+latency budget: a request that reaches a task, or whose batch there forms, after the
+budgets summed from the source through it (``Plan.budget_through_ms``) have run out has
+spent it, and is dropped there, counted with the task's drops. A request that finds
+every task idle is never dropped, at any task (``dropping``).
 """
 
 from __future__ import annotations
