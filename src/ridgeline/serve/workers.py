@@ -13,6 +13,14 @@ Messages on the duplex pipe::
     child → parent   ("ready", Signature)  |  ("failed", error)      once, after loading
                      (batch_id, True, outputs)  |  (batch_id, False, "Type: message")
 
+A batch is written to the pipe from a thread of its own per process, never from the event
+loop: a frame batch is megabytes and the pipe holds 64 KiB, so the write lasts until the
+child has read it all, and on a host with fewer cores than processes the child may wait
+several milliseconds for a core first. Written from the loop, that wait stalled every
+request in the server (its gRPC reads, the other tasks' batches, their answers): on the
+example plan at 20 req/s on two cores, a detector batch's write held the loop 12 ms at
+p99 and 47 ms at worst, some 4 s in a minute.
+
 The placement's environment is set in the child before its backend is built and loaded;
 a library the child imported before that (numpy's BLAS) keeps the thread count it read
 from the parent's environment.
@@ -26,6 +34,8 @@ import multiprocessing
 import os
 import signal
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from multiprocessing.reduction import ForkingPickler
 from typing import Any, TypeVar
 
 from ridgeline.clock import Clock, MonotonicClock
@@ -161,6 +171,7 @@ class _Process:
         self._loop = asyncio.get_running_loop()
         context = multiprocessing.get_context("spawn")
         self._conn, child_conn = context.Pipe()
+        self._sender = ThreadPoolExecutor(1, thread_name_prefix=f"ridgeline-send-{name}")
         self._process = context.Process(
             target=child_main, args=(child_conn, backend, placement), name=name, daemon=True
         )
@@ -190,9 +201,15 @@ class _Process:
         self._batch_id = batch_id
         self._reply = reply = self._loop.create_future()
         reply.add_done_callback(_retrieve)
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            self._conn.send((batch_id, dict(inputs)))  # a dead process: _on_exit fails it
+        # off the event loop (see the module's docstring): the write blocks until the child
+        # has read the batch, and the child may be waiting for a core
+        sending = self._loop.run_in_executor(self._sender, self._send, (batch_id, dict(inputs)))
+        await asyncio.shield(sending)
         return await asyncio.shield(reply)
+
+    def _send(self, message: object) -> None:
+        with contextlib.suppress(OSError):  # a dead process (or its closed pipe): _on_exit
+            self._conn.send_bytes(ForkingPickler.dumps(message))
 
     async def close(self, timeout_s: float) -> None:
         """Fail what is pending, ask the process to exit, terminate it after ``timeout_s``,
@@ -201,8 +218,8 @@ class _Process:
         _fail(self._reply, self._stopped(f"batch {self._batch_id} ran"))
         if self.exited.done():
             return
-        with contextlib.suppress(OSError):
-            self._conn.send(None)
+        stop = self._loop.run_in_executor(self._sender, self._send, None)  # after any batch
+        await asyncio.wait([stop], timeout=timeout_s)
         if not await self._exits_within(timeout_s):
             self._process.terminate()
             if not await self._exits_within(1.0):
@@ -252,6 +269,7 @@ class _Process:
                 self._dispatch(self._conn.recv())
         self._loop.remove_reader(self._conn.fileno())
         self._conn.close()
+        self._sender.shutdown(wait=False)
         self._process.join()  # at once: the sentinel says it has exited
         code = self._process.exitcode
         self._process.close()
