@@ -4,13 +4,21 @@
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ridgeline.policies.dropping import Slack, quantile_sorted
+from ridgeline.policies.dropping import (
+    ExecModel,
+    Slack,
+    TaskTiming,
+    arrival_gap,
+    expected_remaining_s,
+    quantile_sorted,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -39,3 +47,25 @@ def test_the_slack_is_np_quantile_of_the_window_to_the_bit(
 @given(st.lists(_errors, min_size=1, max_size=60), st.floats(0.0, 1.0))
 def test_quantile_sorted_is_np_quantile(values: list[float], q: float) -> None:
     assert quantile_sorted(sorted(values), q) == float(np.quantile(values, q))
+
+
+def test_a_batch_that_waits_to_go_expects_the_rows_that_arrive_meanwhile() -> None:
+    """Batch 8, queue delay 10 ms, one row queued ahead (the request's batch would have
+    2): rows every 1 ms fill the other 6 in 6 ms, so it goes full then; rows every 5 ms
+    bring 2 more within the delay, and it goes at 10 ms with 4; with no gap seen yet, the
+    delay and the rows queued so far."""
+    exec_ = ExecModel(base_s=0.010, per_row_s=0.002)
+    timing = TaskTiming(exec_, queued_rows=1, batch_size=8, instances=1, max_queue_delay_s=0.010)
+    fast = replace(timing, gap_s=0.001)
+    slow = replace(timing, gap_s=0.005)
+    assert (fast.fill_s, fast.batch_rows) == (pytest.approx(0.006), 8.0)
+    assert (slow.fill_s, slow.batch_rows) == (0.010, pytest.approx(4.0))
+    assert (timing.fill_s, timing.batch_rows) == (0.010, 2.0)
+    # idle instance: the wait is the fill, then the batch it fills
+    assert expected_remaining_s("t", {"t": fast}, {"t": []}) == pytest.approx(0.006 + 0.026)
+
+
+def test_the_arrival_gap_is_a_moving_mean_of_the_gaps_per_row() -> None:
+    assert arrival_gap(0.0, None, 5.0, 1) == 0.0  # the first arrival: no gap yet
+    assert arrival_gap(0.0, 5.0, 5.004, 2) == pytest.approx(0.002)  # the first gap sets it
+    assert arrival_gap(0.002, 5.004, 5.016, 1) == pytest.approx(0.002 + 0.1 * 0.010)

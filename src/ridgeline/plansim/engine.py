@@ -59,6 +59,7 @@ from ridgeline.policies.dropping import (
     ExecModel,
     Slack,
     TaskTiming,
+    arrival_gap,
     expected_wait_s,
     should_drop,
     spent,
@@ -142,9 +143,11 @@ class _Task:
         "exec",
         "expected",
         "free",
+        "gap_s",
         "gen",
         "instances",
         "items",
+        "last_s",
         "mean",
         "name",
         "noise",
@@ -173,6 +176,9 @@ class _Task:
         self.gen = 0
         self.expected: float | None = None
         self.after: float | None = None
+        self.gap_s = 0.0
+        """The mean gap between rows arriving lately (``dropping.arrival_gap``)."""
+        self.last_s: float | None = None
         self.budget_s = math.inf
         """When, after a request's arrival, this task's latency budget runs out."""
         self.children: list[_Task] = []
@@ -245,9 +251,9 @@ class Engine:
         e = t.expected
         if e is None:
             timing = TaskTiming(
-                t.exec, t.rows, t.size, t.instances, t.delay_s, t.instances - len(t.free)
+                t.exec, t.rows, t.size, t.instances, t.delay_s, t.instances - len(t.free), t.gap_s
             )
-            e = expected_wait_s(timing) + t.exec.time(timing.own_rows) + self._after(t)
+            e = expected_wait_s(timing) + t.exec.time(timing.batch_rows) + self._after(t)
             t.expected = e
         return e
 
@@ -353,6 +359,9 @@ class Engine:
     ) -> None:
         """``TaskQueue.submit``."""
         t.submitted += 1
+        t.gap_s = arrival_gap(t.gap_s, t.last_s, now, rows)
+        t.last_s = now
+        self._dirty(t)
         budget = self._arrival[node[0]] + t.budget_s
         if (
             self.drop

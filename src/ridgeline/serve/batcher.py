@@ -27,6 +27,7 @@ from ridgeline.policies.batching import BatchingConfig, Wait, decide
 from ridgeline.policies.dropping import (
     ExecModel,
     TaskTiming,
+    arrival_gap,
     expected_wait_s,
     should_drop,
     spent,
@@ -74,6 +75,9 @@ class TaskQueue:
     ) -> None:
         self.name, self.inputs, self.outputs = name, list(inputs), list(outputs)
         self.cfg, self.instances, self.clock = batching, list(instances), clock
+        self._gap_s = 0.0
+        """The mean gap between rows arriving lately (``dropping.arrival_gap``)."""
+        self._last_s: float | None = None
         self.metrics, self.remaining_after, self.drop = metrics, remaining_after, drop
         self.exec = ExecModel()
         self._items: deque[_Item] = deque()
@@ -99,6 +103,7 @@ class TaskQueue:
             self.active,
             self.cfg.max_queue_delay_s,
             self.active - len(self._free),
+            self._gap_s,
         )
 
     def idle(self) -> bool:
@@ -128,7 +133,7 @@ class TaskQueue:
     def expected_s(self) -> float:
         """From joining this queue now to the end of the longest path after it."""
         t = self.timing()
-        return expected_wait_s(t) + self.exec.time(t.own_rows) + self.remaining_after()
+        return expected_wait_s(t) + self.exec.time(t.batch_rows) + self.remaining_after()
 
     def submit(
         self,
@@ -146,6 +151,8 @@ class TaskQueue:
         if not 1 <= rows <= self.cfg.max_batch_size:
             raise ValueError(f"{rows} rows for task {self.name!r} (1..{self.cfg.max_batch_size})")
         now = self.clock.now()
+        self._gap_s = arrival_gap(self._gap_s, self._last_s, now, rows)
+        self._last_s = now
         item = _Item(rows, arrays, deadline, now, budget)
         self.metrics.requests.labels(self.name).inc()
         if self._closed:
