@@ -350,6 +350,21 @@ def test_a_batch_on_two_cores_goes_at_the_pace_of_its_most_crowded_one() -> None
     assert _busy_ms(r) == {"w": 18.0, "u": 18.0, "v": 12.0, "t": 18.0}
 
 
+def test_cores_are_dealt_in_turn_and_an_instance_asking_more_than_the_host_gets_each_once() -> None:
+    """As the runtime pins them: in turn over tasks and instances, wrapping round; three
+    cores asked of a two-core host give both, and the core that showed the wrap is
+    passed, so the next instance starts on core 1."""
+    p = plan_of(
+        {
+            "big": task(1.0, segment={"kind": "cpu", "cores": 3}),
+            "a": task(1.0, instances=2),
+            "gpu": task(1.0, segment={"kind": "mig", "gpu": "A100-80GB", "profile": "1g.10gb"}),
+        }
+    )
+    assert p.core_assignment([0, 1]) == {"big": [(0, 1)], "a": [(1,), (0,)]}
+    assert p.core_assignment([4, 7, 9]) == {"big": [(4, 7, 9)], "a": [(4,), (7,)]}
+
+
 def test_cores_enough_for_every_instance_change_nothing() -> None:
     """With a core for every instance nothing is shared: bit for bit the run without
     cores, noise, batching and drops included."""
