@@ -7,7 +7,11 @@ requests, made and simulated (`arrival_schedule` + `simulate_plan`, the whole ca
 `ridgeline simulate` makes), timed end to end; the median of RUNS runs. Goal: ≥ 1,000,000
 requests a wall minute on a slow 2-core machine.
 
-    .venv/bin/python benchmarks/plansim.py [--requests 1000000] [--runs 3] [--no-doc]
+    .venv/bin/python benchmarks/plansim.py [--requests 1000000] [--runs 3] [--cpu-cores N]
+        [--no-doc]
+
+`--cpu-cores 2` pins the instances to two cores as the runtime would (detect and face
+share one) and times the simulator with processor sharing on.
 """
 
 from __future__ import annotations
@@ -40,11 +44,13 @@ INTRO = [
 ]
 
 
-def once(requests: int, seed: int) -> tuple[float, PlanSimResult]:
+def once(requests: int, seed: int, cpu_cores: int | None) -> tuple[float, PlanSimResult]:
     plan, profiles = load_plan(PLAN), load_profiles(PROFILES)
     began = time.perf_counter()
     schedule = arrival_schedule("poisson", rate=RATE, duration_s=requests / RATE, seed=seed)
-    result = simulate_plan(plan, schedule, SimConfig(seed=seed, noise_cv=0.1), profiles)
+    result = simulate_plan(
+        plan, schedule, SimConfig(seed=seed, noise_cv=0.1, cpu_cores=cpu_cores), profiles
+    )
     return time.perf_counter() - began, result
 
 
@@ -52,11 +58,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=1_000_000, help="requests per run")
     parser.add_argument("--runs", type=int, default=3, help="runs (median)")
+    parser.add_argument(
+        "--cpu-cores", type=int, default=None, help="host cores shared (default: none)"
+    )
     parser.add_argument("--no-doc", action="store_true", help="print only")
     args = parser.parse_args()
     per_min = []
     for seed in range(args.runs):
-        wall, r = once(args.requests, seed)
+        wall, r = once(args.requests, seed, args.cpu_cores)
         per_min.append(r.requests / wall * 60.0)
         busy = ", ".join(f"{t.name} {t.utilisation:.0%}" for t in r.tasks)
         print(
@@ -70,7 +79,8 @@ def main() -> None:
     runs = ", ".join(f"{m / 1e6:.2f} M" for m in per_min)
     row = (
         f"| {date} | plan simulator throughput | `examples/plans/traffic-cpu.yaml` (3 tasks, "
-        f"example profiles), Poisson {RATE:g}/s, {args.requests:,} requests a run |"
+        f"example profiles), Poisson {RATE:g}/s, {args.requests:,} requests a run"
+        f"{'' if args.cpu_cores is None else f', on {args.cpu_cores} shared cores'} |"
         f" {median / 1e6:.2f} M requests / wall minute (runs: {runs}) | ≥ 1 M/min: "
         f"**{'met' if median >= GOAL else 'not met'}** | {machine()} |"
     )

@@ -282,6 +282,123 @@ def test_front_end_time_is_added_to_every_answer_and_kept_back_from_the_deadline
     assert r.late == 0
 
 
+# --- shared cores -------------------------------------------------------------------------
+
+
+def _one_request() -> Schedule:
+    return Schedule(np.array([0.0]), None, 1.0, "one request at 0")
+
+
+def _busy_ms(r: PlanSimResult) -> dict[str, float]:
+    return {t.name: round(t.utilisation * t.instances * r.simulated_s * 1000.0, 9) for t in r.tasks}
+
+
+@pytest.mark.parametrize(("cores", "ends_ms"), [(1, 20.0), (2, 10.0)])
+def test_two_batches_on_one_core_share_it_and_on_two_cores_do_not(
+    cores: int, ends_ms: float
+) -> None:
+    """Two sources of 10 ms each, one request at 0: pinned to one core, both batches run
+    at half speed and end at 20 ms; on two cores each has its own and ends at 10 ms."""
+    p = plan_of({"a": task(10.0), "b": task(10.0)})
+    r = simulate_plan(p, _one_request(), SimConfig(cpu_cores=cores))
+    assert r.answered == 1
+    assert r.finish_s[0] == pytest.approx(ends_ms / 1000.0, abs=1e-12)
+    assert _busy_ms(r) == {"a": ends_ms, "b": ends_ms}
+
+
+@pytest.mark.parametrize(
+    ("cores", "ends_ms", "busy_ms"),
+    [(2, 20.0, {"z": 15.0, "x": 5.0, "y": 15.0}), (3, 15.0, {"z": 10.0, "x": 5.0, "y": 10.0})],
+)
+def test_a_batch_joining_a_core_midway_slows_both_from_then_on(
+    cores: int, ends_ms: float, busy_ms: dict[str, float]
+) -> None:
+    """z (10 ms) and x (5 ms) → y (10 ms); on two cores z and y share core 0 (in turn:
+    z 0, x 1, y 0). z runs alone for 5 ms, then y joins: each at half speed, z's last 5
+    ms take 10 and it ends at 15 ms; y has done 5 ms by then and ends alone at 20 ms. On
+    three cores nothing is shared: z ends at 10, y at 15."""
+    p = plan_of(
+        {"z": task(10.0), "x": task(5.0), "y": task(10.0)}, [{"source": "x", "target": "y"}]
+    )
+    assert p.core_assignment(range(cores)) == (
+        {"z": [(0,)], "x": [(1,)], "y": [(0,)]}
+        if cores == 2
+        else {"z": [(0,)], "x": [(1,)], "y": [(2,)]}
+    )
+    r = simulate_plan(p, _one_request(), SimConfig(cpu_cores=cores))
+    assert r.finish_s[0] == pytest.approx(ends_ms / 1000.0, abs=1e-12)
+    assert _busy_ms(r) == busy_ms
+
+
+def test_a_batch_on_two_cores_goes_at_the_pace_of_its_most_crowded_one() -> None:
+    """On two cores: w takes both (0, 1), u then gets 0, v gets 1, t gets 0 again. One
+    request runs all four at once: core 0 holds w, u and t, core 1 w and v. w goes at a
+    third (its crowded core), u and t at a third, v at a half: v (6 ms) ends at 12 ms;
+    w, u and t have 2 ms left then, still at a third (core 0 holds three): they end at
+    18 ms."""
+    p = plan_of(
+        {
+            "w": task(6.0, segment={"kind": "cpu", "cores": 2}),
+            "u": task(6.0),
+            "v": task(6.0),
+            "t": task(6.0),
+        }
+    )
+    assert p.core_assignment([0, 1]) == {"w": [(0, 1)], "u": [(0,)], "v": [(1,)], "t": [(0,)]}
+    r = simulate_plan(p, _one_request(), SimConfig(cpu_cores=2))
+    assert r.finish_s[0] == pytest.approx(0.018, abs=1e-12)
+    assert _busy_ms(r) == {"w": 18.0, "u": 18.0, "v": 12.0, "t": 18.0}
+
+
+def test_cores_are_dealt_in_turn_and_an_instance_asking_more_than_the_host_gets_each_once() -> None:
+    """As the runtime pins them: in turn over tasks and instances, wrapping round; three
+    cores asked of a two-core host give both, and the core that showed the wrap is
+    passed, so the next instance starts on core 1."""
+    p = plan_of(
+        {
+            "big": task(1.0, segment={"kind": "cpu", "cores": 3}),
+            "a": task(1.0, instances=2),
+            "gpu": task(1.0, segment={"kind": "mig", "gpu": "A100-80GB", "profile": "1g.10gb"}),
+        }
+    )
+    assert p.core_assignment([0, 1]) == {"big": [(0, 1)], "a": [(1,), (0,)]}
+    assert p.core_assignment([4, 7, 9]) == {"big": [(4, 7, 9)], "a": [(4,), (7,)]}
+
+
+def test_cores_enough_for_every_instance_change_nothing() -> None:
+    """With a core for every instance nothing is shared: bit for bit the run without
+    cores, noise, batching and drops included."""
+    plain = simulate_plan(three_tasks(), poisson(300, 5, seed=7), SimConfig(seed=7))
+    cored = simulate_plan(three_tasks(), poisson(300, 5, seed=7), SimConfig(seed=7, cpu_cores=3))
+    assert np.array_equal(plain.finish_s, cored.finish_s)
+    assert np.array_equal(plain.status, cored.status)
+
+
+def test_instances_sharing_one_core_conserve_its_work() -> None:
+    """Six requests at 0 to one task of 10 ms: one instance answers them at 10, 20, ...
+    60 ms; three instances pinned to one core run three at a time at a third of its
+    speed, 30, 30, 30, 60, 60, 60. The core never idles with work on it: the last is at
+    60 ms either way."""
+    burst = Schedule(np.zeros(6), None, 1.0, "six at 0")
+    one = simulate_plan(plan_of({"a": task(10.0)}), burst, SimConfig(cpu_cores=1))
+    three = simulate_plan(plan_of({"a": task(10.0, instances=3)}), burst, SimConfig(cpu_cores=1))
+    assert np.allclose(np.sort(one.finish_s), [0.01, 0.02, 0.03, 0.04, 0.05, 0.06], atol=1e-12)
+    assert np.allclose(np.sort(three.finish_s), [0.03] * 3 + [0.06] * 3, atol=1e-12)
+
+
+def test_sharing_fewer_cores_lengthens_latency() -> None:
+    """The example's shape without sharing, on two cores (detect and face share one)
+    and on one (all three share it): every request answered, later the fewer cores."""
+    sched = poisson(120, 30, seed=3)
+    runs = [
+        simulate_plan(three_tasks(), sched, SimConfig(seed=3, drop=False, cpu_cores=c))
+        for c in (None, 2, 1)
+    ]
+    assert all(r.answered == r.requests for r in runs)
+    mean = [float(np.mean(r.finish_s - r.arrival_s)) for r in runs]
+    assert mean[0] < mean[1] < mean[2]
+
+
 # --- service times --------------------------------------------------------------------------
 
 

@@ -52,6 +52,15 @@ def simulate(
             "every answer; measure it as served minus simulated p50 when nothing queues"
         ),
     ] = 0.0,
+    cpu_cores: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="the host's CPU cores: CPU instances pinned to them as `ridgeline serve` "
+            "pins them (in turn, wrapping round), and instances on one core share its time; "
+            "default: every instance has its own processor",
+        ),
+    ] = None,
     drop: Annotated[bool, typer.Option(help="drop requests that cannot meet the SLO")] = True,
     as_json: JsonOption = False,
 ) -> None:
@@ -79,7 +88,13 @@ def simulate(
         result = simulate_plan(
             p,
             schedule,
-            SimConfig(seed=seed, noise_cv=noise_cv, drop=drop, frontend_ms=frontend_ms),
+            SimConfig(
+                seed=seed,
+                noise_cv=noise_cv,
+                drop=drop,
+                frontend_ms=frontend_ms,
+                cpu_cores=cpu_cores,
+            ),
             table,
         )
     if as_json:

@@ -153,6 +153,31 @@ class Plan(_Frozen):
             done(task)
         return through
 
+    def core_assignment(self, host_cores: Sequence[int]) -> dict[str, list[tuple[int, ...]]]:
+        """The cores each instance of each CPU task is pinned to on a host with
+        ``host_cores``, as the runtime pins them (``serve.loading``): handed out in
+        turn over the tasks in the plan's order and their instances, wrapping round when
+        the plan asks for more than the host has, so instances then share cores; an
+        instance asking more cores than the host has gets each once. GPU tasks are left
+        out."""
+        if not host_cores:
+            raise ValueError("a host has at least one core")
+        ring, at = list(host_cores), 0
+        out: dict[str, list[tuple[int, ...]]] = {}
+        for name, task in self.tasks.items():
+            seg = task.segment
+            if not isinstance(seg, CpuSegment):
+                continue
+            pinned = []
+            for _ in range(task.instances):
+                n = min(seg.cores, len(ring))
+                got = (ring[at:] + ring[:at])[:n]
+                # more cores asked than the host has: the repeat that said so is passed
+                at = (at + n + (seg.cores > n)) % len(ring)
+                pinned.append(tuple(got))
+            out[name] = pinned
+        return out
+
     def sources(self) -> list[str]:
         targets = {e.target for e in self.edges}
         return [t for t in self.tasks if t not in targets]

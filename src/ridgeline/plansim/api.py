@@ -52,6 +52,14 @@ class SimConfig(BaseModel):
         lt=1.0,
         description="share of the SLO the runtime keeps back from drops",
     )
+    cpu_cores: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="the host's CPU cores: CPU instances are pinned to them as the runtime "
+        "pins them (in turn, wrapping round), and instances pinned to one core share its "
+        "time (processor sharing); None: every instance has its own processor",
+    )
     slack_quantile: float = Field(
         SLACK_QUANTILE,
         gt=0.0,
@@ -123,6 +131,7 @@ def simulate_plan(
         horizon_s=schedule.duration_s,
         frontend_s=cfg.frontend_ms / 1000.0,
         slack_quantile=cfg.slack_quantile,
+        cores=None if cfg.cpu_cores is None else plan.core_assignment(range(cfg.cpu_cores)),
     )
     run = engine.run(schedule.times)
     if cfg.frontend_ms:

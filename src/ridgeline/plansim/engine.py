@@ -24,7 +24,10 @@ ends (its model learns, its queue pumps), then the requests those batches answer
 Batches ending together end in the order they started (the runtime's loop breaks such
 ties arbitrarily; with any noise they do not happen).
 
-Each instance runs one batch at a time. Noise is drawn per task in the order its
+Each instance runs one batch at a time. Given the host's cores (``cores``: each CPU
+instance's, as ``Plan.core_assignment`` pins them), instances pinned to one core share
+its time (processor sharing, ``_cores``): a batch's profiled time is its work alone, and
+its end moves as batches start and end beside it. Noise is drawn per task in the order its
 batches start, from a stream seeded by (seed, task): two runs that differ only in
 instance counts see the same arrivals and give the k-th batch of a task the same draw.
 The execution model starts where the runtime's warm-up leaves it: from a one-row and a
@@ -40,7 +43,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from heapq import heappop, heappush
 from itertools import count
@@ -51,6 +54,7 @@ from numpy.typing import NDArray
 
 from ridgeline.errors import PlanError
 from ridgeline.pipeline.plan import Plan
+from ridgeline.plansim._cores import Running, SharedCores, contended
 from ridgeline.plansim.service import ServiceTime
 from ridgeline.policies.batching import BatchingConfig, Wait, decide
 from ridgeline.policies.dropping import (
@@ -69,7 +73,7 @@ from ridgeline.synthetic.model import lognormal_params
 PENDING, ANSWERED, DROPPED = 0, 1, 2
 """A request's status in ``EngineRun.status``."""
 
-_COMPLETE, _TIMER = 0, 1
+_COMPLETE, _TIMER, _SHARED = 0, 1, 2
 _NOISE_BLOCK = 4096
 
 
@@ -152,6 +156,7 @@ class _Task:
         "name",
         "noise",
         "parents",
+        "pinned",
         "rows",
         "rows_run",
         "running",
@@ -167,6 +172,8 @@ class _Task:
         self.size, self.delay_s = cfg.max_batch_size, cfg.max_queue_delay_s
         self.mean = [service.mean_s(r) for r in range(self.size + 1)]
         self.noise = noise
+        self.pinned: list[tuple[int, ...] | None] | None = None
+        """Per instance, the cores it shares with other instances (None: its own)."""
         # the runtime's warm-up: a one-row and a full batch give the first model
         self.exec = ExecModel.from_warmup(self.mean[1], self.size, self.mean[self.size])
         self.items: deque[tuple[list[Any], int, float, float, bool, float]] = deque()
@@ -213,6 +220,7 @@ class Engine:
         horizon_s: float = math.inf,
         frontend_s: float = 0.0,
         slack_quantile: float = SLACK_QUANTILE,
+        cores: Mapping[str, Sequence[tuple[int, ...]]] | None = None,
     ) -> None:
         self.plan, self.drop, self.margin, self.horizon_s = plan, drop, margin, horizon_s
         self.frontend_s = frontend_s
@@ -230,6 +238,10 @@ class Engine:
             )
             noise = Noise(services[name].noise_cv, seed, k)
             self.tasks[name] = _Task(name, cfg, t.instances, services[name], noise)
+        self.shared = SharedCores()
+        for name, slots in contended(cores or {}).items():
+            if any(c is not None for c in slots):
+                self.tasks[name].pinned = slots
         for name, ms in plan.budget_through_ms().items():
             self.tasks[name].budget_s = ms / 1000.0
         for i, e in enumerate(plan.edges):
@@ -303,8 +315,13 @@ class Engine:
                     self._end(task, payload, now)
                     for item in payload[1]:
                         self._chunk_done(item[0], now, failed=False)
-                elif payload == task.gen:
-                    self._pump(task, now)
+                elif kind == _TIMER:
+                    if payload == task.gen:
+                        self._pump(task, now)
+                elif payload[1] == payload[0].ver:
+                    self._end(task, self._unshare(task, payload[0], now), now)
+                    for item in payload[0].batch:
+                        self._chunk_done(item[0], now, failed=False)
             elif i < n:
                 now = nxt
                 self._arrive(i, now)
@@ -426,12 +443,33 @@ class Engine:
                 took *= t.noise.draw()
             t.batches += 1
             t.rows_run += rows
-            t.busy_s += took
             t.batched += len(batch)
             t.wait_s += sum(now - item[2] for item in batch)
-            heappush(
-                self._heap, (now + took, next(self._seq), _COMPLETE, t, (slot, batch, rows, took))
-            )
+            cores = t.pinned[slot] if t.pinned is not None else None
+            if cores is None:
+                t.busy_s += took
+                heappush(
+                    self._heap,
+                    (now + took, next(self._seq), _COMPLETE, t, (slot, batch, rows, took)),
+                )
+            else:
+                self._moved(self.shared.start(Running(t, slot, batch, rows, took, cores, now), now))
+
+    # --- shared cores ----------------------------------------------------------------
+
+    def _moved(self, runs: list[Running]) -> None:
+        """Each run's end moved: an event at its new end; the one it had is stale (its
+        version is passed)."""
+        heap, seq = self._heap, self._seq
+        for r in runs:
+            heappush(heap, (r.finish, next(seq), _SHARED, r.owner, (r, r.ver)))
+
+    def _unshare(self, t: _Task, run: Running, now: float) -> tuple[int, list[Any], int, float]:
+        """``run`` of ``t`` ends now: its cores go to the rest; what ``_end`` takes."""
+        took = now - run.start
+        t.busy_s += took
+        self._moved(self.shared.end(run, now))
+        return run.slot, run.batch, run.rows, took
 
     def _instant(self, now: float, kind: int, task: _Task, payload: Any) -> None:
         """Several events at one instant, in the event loop's order: the timers fire,
@@ -444,11 +482,16 @@ class Engine:
         for kind, task, payload in due:
             if kind == _TIMER and payload == task.gen:
                 self._pump(task, now)
-        ended = [(task, payload) for kind, task, payload in due if kind == _COMPLETE]
-        for task, payload in ended:
-            self._end(task, payload, now)
-        for _, payload in ended:
-            for item in payload[1]:
+        answered = []
+        for kind, task, payload in due:
+            if kind == _COMPLETE:
+                self._end(task, payload, now)
+                answered.append(payload[1])
+            elif kind == _SHARED and payload[1] == payload[0].ver:  # checked as it comes:
+                self._end(task, self._unshare(task, payload[0], now), now)  # an end moves
+                answered.append(payload[0].batch)
+        for batch in answered:
+            for item in batch:
                 self._chunk_done(item[0], now, failed=False)
 
     def _end(self, t: _Task, payload: tuple[int, list[Any], int, float], now: float) -> None:

@@ -4,10 +4,11 @@ A task's model comes from, in order: its ``synthetic`` latency model; its ``arti
 (an ONNX file, relative to the plan file); or its ``variant`` in the model zoo
 (``ridgeline models build``). Instances are placed on their segment: a CPU segment gets
 ``cores`` cores of the host's (handed out in turn, wrapping round when the plan asks for
-more than the host has) and ``threads`` intra-op threads; a MIG segment gets a MIG
-device of its profile (``CUDA_VISIBLE_DEVICES`` = its UUID, from ``nvidia-smi -L``); an
-MPS segment also gets ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` = its share; a whole-GPU
-segment (MIG off) gets a GPU with no MIG devices (its UUID).
+more than the host has: ``Plan.core_assignment``, which the simulator shares) and
+``threads`` intra-op threads; a MIG segment gets a MIG device of its profile
+(``CUDA_VISIBLE_DEVICES`` = its UUID, from ``nvidia-smi -L``); an MPS segment also gets
+``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` = its share; a whole-GPU segment (MIG off) gets a
+GPU with no MIG devices (its UUID).
 
 Every problem is a ``PlanError`` naming the task's field and the fix: a missing
 artifact, a variant the zoo does not have, a batch size over the model's limit, a GPU
@@ -21,7 +22,6 @@ import re
 import shutil
 import subprocess
 from collections import defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,7 +57,7 @@ def setup_plan(plan: Plan, plan_dir: Path, zoo: Path | None = None) -> dict[str,
             f"task {plan.name!r} has the plan's own name; the pipeline is served under "
             "the plan's name, so rename the task or the plan"
         )
-    cores = _CoreDealer(sorted(os.sched_getaffinity(0)))
+    cores = plan.core_assignment(sorted(os.sched_getaffinity(0)))
     gpus = _MigDealer()
     out = {}
     for name, task in plan.tasks.items():
@@ -66,9 +66,7 @@ def setup_plan(plan: Plan, plan_dir: Path, zoo: Path | None = None) -> dict[str,
         for k in range(task.instances):
             seg = task.segment
             if isinstance(seg, CpuSegment):
-                placements.append(
-                    Placement(cores=cores.take(seg.cores), threads=seg.threads or seg.cores)
-                )
+                placements.append(Placement(cores=cores[name][k], threads=seg.threads or seg.cores))
             else:
                 share = getattr(seg, "share", None)
                 on = task.gpus[k] if task.gpus is not None and k < len(task.gpus) else None
@@ -141,25 +139,6 @@ def _check_batch(name: str, task: TaskPlan, limit: int | None, what: str) -> Non
             f"tasks.{name}.batch_size: {task.batch_size} is over {what}'s limit of {limit}; "
             f"set batch_size ≤ {limit}"
         )
-
-
-class _CoreDealer:
-    def __init__(self, cores: list[int]) -> None:
-        self._cycle = self._forever(cores)
-
-    @staticmethod
-    def _forever(cores: list[int]) -> Iterator[int]:
-        while True:
-            yield from cores
-
-    def take(self, n: int) -> tuple[int, ...]:
-        got: list[int] = []
-        while len(got) < n:
-            c = next(self._cycle)
-            if c in got:  # more cores asked than the host has: share them
-                break
-            got.append(c)
-        return tuple(got)
 
 
 class _MigDealer:
