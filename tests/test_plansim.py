@@ -31,6 +31,7 @@ from ridgeline.plansim import (
     service_times,
     simulate_plan,
 )
+from ridgeline.plansim.api import through_frontend
 from ridgeline.plansim.engine import ANSWERED, DROPPED, Noise
 from ridgeline.plansim.service import fit_linear
 from ridgeline.policies.batching import BatchingConfig
@@ -280,6 +281,18 @@ def test_front_end_time_is_added_to_every_answer_and_kept_back_from_the_deadline
     assert r.answered == 10
     assert np.allclose(r.finish_s - r.arrival_s, 0.039, rtol=0, atol=1e-12)
     assert r.late == 0
+
+
+def test_requests_queue_for_the_front_end_one_at_a_time() -> None:
+    """Three at once, then one 50 ms on, through a front end of 10 ms each: they leave it
+    at 10, 20 and 30 ms and at 60 ms (Lindley's recursion), and a plan of one 5 ms task
+    with an instance each answers them at 15, 25, 35 and 65 ms."""
+    left = through_frontend(np.array([0.0, 0.0, 0.0, 0.05]), 0.010)
+    np.testing.assert_allclose(left, [0.010, 0.020, 0.030, 0.060], rtol=0, atol=1e-12)
+    p = plan_of({"a": task(5.0, instances=4)}, [], slo_ms=1000)
+    at = Schedule(np.array([0.0, 0.0, 0.0, 0.05]), None, 0.1, "3 at once, 1 later")
+    r = simulate_plan(p, at, SimConfig(frontend_ms=10.0, noise_cv=0.0))
+    np.testing.assert_allclose(r.finish_s, [0.015, 0.025, 0.035, 0.065], rtol=0, atol=1e-9)
 
 
 # --- shared cores -------------------------------------------------------------------------

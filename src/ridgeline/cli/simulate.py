@@ -48,8 +48,9 @@ def simulate(
     frontend_ms: Annotated[
         float,
         typer.Option(
-            help="time a request spends outside the queues (parsing, hops), ms: added to "
-            "every answer; measure it as served minus simulated p50 when nothing queues"
+            help="time a request spends in the server's front end (parsing, answering, "
+            "hops), ms, one request at a time: a burst queues for it; measure it as served "
+            "minus simulated p50 when nothing queues"
         ),
     ] = 0.0,
     cpu_cores: Annotated[

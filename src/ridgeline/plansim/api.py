@@ -11,13 +11,15 @@ import time
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
+from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field
 
 from ridgeline.errors import ConfigError
 from ridgeline.loadgen.schedule import Schedule, from_arrival, trace_at_rate, trace_overlaid
 from ridgeline.pipeline.plan import Plan
 from ridgeline.pipeline.profiles import ProfileTable
-from ridgeline.plansim.engine import ANSWERED, Engine
+from ridgeline.plansim.engine import Engine
 from ridgeline.plansim.result import PlanSimResult, summarise
 from ridgeline.plansim.service import service_times
 from ridgeline.policies.dropping import DROP_MARGIN, SLACK_QUANTILE
@@ -42,9 +44,11 @@ class SimConfig(BaseModel):
         0.0,
         ge=0.0,
         le=60_000,
-        description="time a request spends outside the queues (parsing, the hops to worker "
-        "processes): added to every answer and kept back from drop deadlines, as served; "
-        "measure it as served minus simulated latency at a rate with no queueing",
+        description="time a request spends in the server's front end outside the task "
+        "queues (parsing, answering, the hops to worker processes), one request at a time: "
+        "requests queue for it first (through_frontend), and it is kept back from drop "
+        "deadlines, as served; measure it as served minus simulated latency at a rate with "
+        "no queueing",
     )
     drop_margin: float = Field(
         DROP_MARGIN,
@@ -111,6 +115,20 @@ def arrival_schedule(
     return from_arrival(parse_arrival(arrival, rate), duration_s, seed)
 
 
+def through_frontend(times: NDArray[np.float64], each_s: float) -> NDArray[np.float64]:
+    """When requests arriving at ``times`` reach the pipeline after the server's front
+    end, one request at a time for ``each_s`` each (its event loop parses, answers and
+    hands on requests in turn): ``d_i = max(a_i, d_{i-1}) + each_s``, Lindley's
+    recursion for one first-come-first-served server, in closed form. A constant time
+    added to every answer instead missed that a burst queues there (the example plan at
+    20 req/s: simulated p99 58 ms against 70 served)."""
+    if each_s <= 0.0 or len(times) == 0:
+        return times
+    steps = each_s * np.arange(len(times))
+    left: NDArray[np.float64] = np.maximum.accumulate(times - steps) + steps + each_s
+    return left
+
+
 def simulate_plan(
     plan: Plan,
     schedule: Schedule,
@@ -133,10 +151,7 @@ def simulate_plan(
         slack_quantile=cfg.slack_quantile,
         cores=None if cfg.cpu_cores is None else plan.core_assignment(range(cfg.cpu_cores)),
     )
-    run = engine.run(schedule.times)
-    if cfg.frontend_ms:
-        answered = run.status == ANSWERED
-        run.finish_s[answered] += cfg.frontend_ms / 1000.0
+    run = engine.run(through_frontend(schedule.times, cfg.frontend_ms / 1000.0))
     wall = time.perf_counter() - began
     return summarise(
         plan,
