@@ -202,6 +202,28 @@ async def test_the_controller_retries_a_replan_that_failed_around_the_old_demand
     assert first.instances == {"detect": 1, "classify": 1}
     assert "around the planned 20.0 req/s" in second.reason, ctl.events
     assert second.planned_rps == asked[1] and second.instances["detect"] == 2
+    assert first.applied == ()
+    assert second.applied == ("detect: 1 -> 2 instances", "classify: 1 -> 2 instances")
+
+
+def test_an_event_says_what_changed_or_that_nothing_did() -> None:
+    from ridgeline.serve.controller import ReconfigEvent
+    from ridgeline.serve.reconfig import describe, diff
+
+    old = plan({"detect": 1, "classify": 1})
+    new = plan({"detect": 2, "classify": 1})
+    (change,) = diff(old, new)
+    said = describe(change, old.tasks["detect"], new.tasks["detect"])
+    assert said == "detect: 1 -> 2 instances"
+    moved = ReconfigEvent(3.0, 40.0, 44.0, "demand rose", {"detect": 2, "classify": 1}, (), (said,))
+    same = ReconfigEvent(9.0, 41.0, 45.0, "demand rose", {"detect": 2, "classify": 1})
+    assert (
+        moved.line()
+        == "t=3s demand rose: detect: 1 -> 2 instances (instances detect 2, classify 1)"
+    )
+    assert same.line() == (
+        "t=9s demand rose: the served tasks unchanged (instances detect 2, classify 1)"
+    )
 
 
 @pytest.mark.slow

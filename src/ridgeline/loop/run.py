@@ -143,11 +143,7 @@ async def run_loop(
             return to_plan(plan_pipeline(moved, held, {CPU: cfg.reconfig_cores}))
 
         def told(e: ReconfigEvent) -> None:
-            say(
-                f"      t={e.t_s:.0f}s {e.reason}: instances "
-                + ", ".join(f"{t} {n}" for t, n in e.instances.items())
-                + "".join(f"; skipped: {k}" for k in e.skipped)
-            )
+            say(f"      {e.line()}")
             if on_event is not None:
                 on_event(e)
 

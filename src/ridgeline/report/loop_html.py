@@ -118,12 +118,14 @@ def _events_table(r: LoopResult) -> str:
     rows = "".join(
         f"<tr><td>{e.t_s:.1f}</td><td>{e.estimate_rps:.1f}</td><td>{e.planned_rps:.1f}</td>"
         f"<td>{escape(', '.join(f'{t} {n}' for t, n in e.instances.items()))}</td>"
-        f"<td style='text-align:left'>{escape(e.reason)}"
+        f"<td style='text-align:left'>{escape(e.reason)}</td>"
+        f"<td style='text-align:left'>"
+        f"{escape('; '.join(e.applied) if e.applied else 'none: the plan came out the same')}"
         f"{escape('; skipped: ' + '; '.join(e.skipped)) if e.skipped else ''}</td></tr>"
         for e in r.events
     )
     head = "<tr><th>t (s)</th><th>estimate</th><th>planned</th><th>instances</th>"
-    head += "<th>reason</th></tr>"
+    head += "<th>reason</th><th>changed</th></tr>"
     return f"<table>{head}{rows}</table>"
 
 

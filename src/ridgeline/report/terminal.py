@@ -356,7 +356,8 @@ def demo_summary(r: LoopResult, report: Path) -> list[str]:
         f"plan: {tasks} on {r.planned.slices_used:g} cores, accuracy "
         f"{r.planned.accuracy:.3f} of the best",
         f"verify: {r.verified.summary()}",
-        f"reconfigure: {len(r.events)} changes, up to {peak} instances in all",
+        f"reconfigure: {len(r.events)} re-plans, {sum(1 for e in r.events if e.applied)} "
+        f"of them changing the served tasks, up to {peak} instances in all",
         f"requests: {r.sent} sent, {r.answered} answered, {r.lost} lost",
         f"report: {report}",
     ]

@@ -31,6 +31,7 @@ from ridgeline.serve.reconfig import (
     ReconfigState,
     Replan,
     decide,
+    describe,
     diff,
     estimate_rps,
     failed,
@@ -50,6 +51,19 @@ class ReconfigEvent:
     """Instances per task after the change."""
     skipped: tuple[str, ...] = ()
     """Changes not applied, each with why."""
+    applied: tuple[str, ...] = ()
+    """What changed in the served tasks (``reconfig.describe``); none when the re-plan
+    came out as the plan served (then only the planned demand, and its band, moved)."""
+
+    def line(self) -> str:
+        """The event as the logs print it."""
+        what = "; ".join(self.applied) if self.applied else "the served tasks unchanged"
+        return (
+            f"t={self.t_s:.0f}s {self.reason}: {what} (instances "
+            + ", ".join(f"{t} {n}" for t, n in self.instances.items())
+            + ")"
+            + "".join(f"; skipped: {k}" for k in self.skipped)
+        )
 
 
 @dataclass
@@ -86,10 +100,14 @@ class Reconfigurer:
         ``planned``, when the re-plan failed."""
         demand = replan.demand_rps
         skipped: list[str] = []
+        applied: list[str] = []
         made = True
         try:
             new = self.replan(demand)
             for change in diff(self.server.plan, new):
+                applied.append(
+                    describe(change, self.server.plan.tasks[change.task], new.tasks[change.task])
+                )
                 if change.replaced:  # start the new configuration, shift, drain the old
                     await self.server.replace(change.task, new.tasks[change.task])
                     continue
@@ -106,6 +124,7 @@ class Reconfigurer:
             replan.reason,
             {t: p.instances for t, p in self.server.plan.tasks.items()},
             tuple(skipped),
+            tuple(applied) if made else (),
         )
         self.events.append(event)
         if self.on_event is not None:
@@ -143,11 +162,7 @@ def serve_reconfiguring_forever(
     plan = load_plan(plan_path)
 
     def told(e: ReconfigEvent) -> None:
-        announce(
-            f"t={e.t_s:.0f}s {e.reason}: instances "
-            + ", ".join(f"{t} {n}" for t, n in e.instances.items())
-            + "".join(f"; skipped: {k}" for k in e.skipped)
-        )
+        announce(e.line())
 
     async def main() -> None:
         stop = stop_on_signal()

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ridgeline.pipeline.plan import Plan
+from ridgeline.pipeline.plan import Plan, TaskPlan
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,3 +134,19 @@ def diff(old: Plan, new: Plan) -> list[TaskChange]:
                 )
             )
     return out
+
+
+def describe(change: TaskChange, before: TaskPlan, after: TaskPlan) -> str:
+    """One change as a log reads it: ``detect: 1 -> 2 instances``, ``car: queue delay 2 ->
+    1.5 ms``, ``face: arcface-r18 cpu1 batch 1 -> arcface-r50 cpu1 batch 2``."""
+    parts = []
+    if change.replaced:
+        parts.append(
+            f"{before.variant} {before.segment.label} batch {before.batch_size} -> "
+            f"{after.variant} {after.segment.label} batch {after.batch_size}"
+        )
+    if change.instances_before != change.instances_after:
+        parts.append(f"{change.instances_before} -> {change.instances_after} instances")
+    if change.queue_delay_ms is not None:
+        parts.append(f"queue delay {before.max_queue_delay_ms:g} -> {change.queue_delay_ms:g} ms")
+    return f"{change.task}: {', '.join(parts)}"
