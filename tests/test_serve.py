@@ -488,6 +488,10 @@ async def test_batching_at_load_and_drops_under_a_tight_slo(tmp_path: Path) -> N
         rows = metric_sum(text, "ridgeline_task_batch_size_sum", "detect")
         assert step.summary.ok == step.summary.sent and batches > 0
         assert rows / batches > 1.0
+        lag = dict(
+            re.findall(r'ridgeline_event_loop_lag_seconds\{quantile="([^"]+)"\} (\S+)', text)
+        )
+        assert set(lag) == {"0.5", "0.99"} and 0.0 <= float(lag["0.5"]) <= float(lag["0.99"])
 
     slo = 60.0  # a detector batch of 8 alone takes 26 ms, and the classifiers follow
     tight = three_task_plan(slo_ms=slo)

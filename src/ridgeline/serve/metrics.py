@@ -109,9 +109,16 @@ class ServeMetrics:
         )
         self.drop_slack = Gauge(
             "ridgeline_drop_slack_seconds",
-            "How much later than expected answers come (a high quantile), added to every "
+            "How much later than expected answers come (the 0.9 quantile), added to every "
             "drop decision",
             ["model"],
+            registry=r,
+        )
+        self.loop_lag = Gauge(
+            "ridgeline_event_loop_lag_seconds",
+            "How late the server's event loop runs what is ready (its batching timers, the "
+            "requests it reads): recent quantiles of a 5 ms probe timer's lateness",
+            ["quantile"],
             registry=r,
         )
         self._instances = _Instances(uptime_s)

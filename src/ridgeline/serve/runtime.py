@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -190,6 +191,8 @@ class PlanServer(AsyncService):
         self.loop_lag = LoopLag()
         """The event loop's lateness: kept back from every drop deadline, twice (a request
         waits for the loop on its way in and on its way out)."""
+        for q in (0.5, 0.99):
+            self.metrics.loop_lag.labels(f"{q:g}").set_function(partial(self.loop_lag.quantile, q))
 
     def _frontend_s(self) -> float:
         return 2 * self.loop_lag.quantile(0.99)
