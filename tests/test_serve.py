@@ -475,8 +475,8 @@ async def load(url: str, rate: float, seconds: float, slo_ms: float, timed: bool
 @pytest.mark.slow
 async def test_batching_at_load_and_drops_under_a_tight_slo(tmp_path: Path) -> None:
     """At a fixed rate the detector batches (mean batch > 1). With an SLO tighter than a
-    busy detector allows, requests are dropped at once and those answered stay within
-    the SLO."""
+    busy detector allows, requests are dropped at once, and of those answered no more
+    come late than the drop decision's confidence allows."""
     import aiohttp
 
     plan = Plan.model_validate(three_task_plan())
@@ -499,14 +499,21 @@ async def test_batching_at_load_and_drops_under_a_tight_slo(tmp_path: Path) -> N
         t["latency_budget_ms"] = 30
     tight["tasks"]["detect"]["synthetic"] = {"base_ms": 10, "per_item_ms": 2}
     with serving_apart(Plan.model_validate(tight), tmp_path, tmp_path) as url:  # own process
-        step = await load(url, 250.0, 3.0, slo)
+        step = await load(url, 250.0, 3.0, slo, timed=False)
     rec = step.records
     ok = rec.outcome == int(Outcome.OK)
     p99 = np.percentile(rec.latency_from_schedule[ok], 99) * 1000
-    seen = f"{step.summary}; answered p99 {p99:.1f} ms"
+    late = np.percentile(rec.lateness, 99) * 1000
+    seen = f"{step.summary}; answered p99 {p99:.1f} ms, p99 lateness {late:.1f} ms"
+    # the arrivals near their schedule (a generator sharing two cores with the suite fell
+    # 9 ms behind once), or the load is not the one asked for
+    assert late <= slo / 4, seen
     assert step.summary.dropped > 0.1 * step.summary.sent, seen
     assert step.summary.errors == 0, seen
-    assert p99 <= slo, seen
+    # dropped when more than 1 - SLACK_QUANTILE likely to be late: no more of the
+    # answered late than that (from the schedule, so the generator's lag counts too)
+    came_late = float(np.mean(rec.latency_from_schedule[ok] * 1000 > slo))
+    assert came_late <= 1 - SLACK_QUANTILE, f"{came_late:.1%} of the answered came late: {seen}"
 
 
 # --- the zoo's real models, from the example plan ----------------------------------------
