@@ -109,17 +109,21 @@ def trace_overlaid(trace: Trace, rate: float, duration_s: float, seed: int = 0) 
     one trace ``k`` times faster: an hour's swings pass in half a minute and a second's
     burst of 26 times the mean lasts 10 ms at 300 req/s (the bundled trace: 2.6 req/s, an
     inter-arrival CV of 13), a traffic no population of users makes; it stays the
-    stress case (``ridgeline simulate --trace-scale time``)."""
+    stress case (``ridgeline simulate --trace-scale speed``)."""
     _check_step(rate, duration_s)
     _check_gaps(trace)
     period = trace.duration + _last_gap(trace.times)  # the trace cycles with this period
     mean = len(trace) / period
-    copies = max(1, round(rate / mean))
-    stretch = copies * mean / rate  # trace seconds per scheduled second
     n = max(1, round(rate * duration_s))
+    copies = min(n + 1, max(1, round(rate / mean)))  # more copies than arrivals add none
+    pace = copies * mean / rate  # scheduled seconds per trace second: the merged stream's
+    # rate over the one asked for
     rng = np.random.default_rng(seed)
     starts = rng.uniform(0.0, period, copies)
-    window = duration_s * stretch * 1.5 + 2 * _last_gap(trace.times)
+    # the trace seconds that hold the n arrivals, and half as many again (a trace much
+    # faster than the rate, one copy slowed down, needs a short window: sized by the
+    # scheduled span instead, it once tiled 10^11 arrivals)
+    window = duration_s / pace * 1.5 + 2 * _last_gap(trace.times)
     while True:
         laps = int(np.ceil((window + period) / period))
         tiled = (trace.times[None, :] + period * np.arange(laps)[:, None]).ravel()
