@@ -472,7 +472,20 @@ async def load(url: str, rate: float, seconds: float, slo_ms: float, timed: bool
     return step
 
 
+async def steady_load(url: str, rate: float, seconds: float, slo_ms: float, tries: int = 3) -> Any:
+    """``load``, unjudged, until its arrivals kept within a quarter of the SLO of their
+    schedule (p99), at most ``tries`` times: a generator sharing two cores with the
+    server, its workers and the suite is sometimes starved for a whole step, and then
+    the load is not the one asked for. The caller asserts on the last step's lateness."""
+    for _ in range(tries):
+        step = await load(url, rate, seconds, slo_ms, timed=False)
+        if np.percentile(step.records.lateness, 99) * 1000 <= slo_ms / 4:
+            break
+    return step
+
+
 @pytest.mark.slow
+@pytest.mark.timeout(240)  # up to three judged steps (steady_load)
 async def test_batching_at_load_and_drops_under_a_tight_slo(tmp_path: Path) -> None:
     """At a fixed rate the detector batches (mean batch > 1). With an SLO tighter than a
     busy detector allows, requests are dropped at once, and of those answered no more
@@ -499,7 +512,7 @@ async def test_batching_at_load_and_drops_under_a_tight_slo(tmp_path: Path) -> N
         t["latency_budget_ms"] = 30
     tight["tasks"]["detect"]["synthetic"] = {"base_ms": 10, "per_item_ms": 2}
     with serving_apart(Plan.model_validate(tight), tmp_path, tmp_path) as url:  # own process
-        step = await load(url, 250.0, 3.0, slo, timed=False)
+        step = await steady_load(url, 250.0, 3.0, slo)
     rec = step.records
     ok = rec.outcome == int(Outcome.OK)
     p99 = np.percentile(rec.latency_from_schedule[ok], 99) * 1000
@@ -545,6 +558,7 @@ def serving_apart(plan: Plan, where: Path, zoo: Path) -> Iterator[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(240)  # up to three judged steps (steady_load)
 async def test_the_example_plan_batches_at_load_and_drops_under_a_tight_slo(
     zoo: Path, tmp_path: Path
 ) -> None:
@@ -595,7 +609,7 @@ async def test_the_example_plan_batches_at_load_and_drops_under_a_tight_slo(
         await load(url, 30.0, 3.0, slo, timed=False)  # warm-up, as a probe runs one: unjudged
         # long enough that the answered p99 is a p99 (some 300 answers, the 4th slowest),
         # not the slowest of a hundred: one stall of a shared host decides that alone
-        step = await load(url, 30.0, 20.0, slo, timed=False)
+        step = await steady_load(url, 30.0, 20.0, slo)
     rec = step.records
     ok = rec.outcome == int(Outcome.OK)
     # the server drops by what it can know, from a request's arrival on: its answered p99
