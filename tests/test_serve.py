@@ -291,18 +291,22 @@ class Instant:
         return {"Y": inputs["X"] * 2}
 
 
-async def test_a_request_that_cannot_make_its_deadline_is_dropped_at_once() -> None:
-    spec = [TensorSpec("X", "FP32", (-1, 2))]
-    inst = Held()
-    q = TaskQueue(
+def one_at_a_time(inst: Held, clock: MonotonicClock | VirtualClock) -> TaskQueue:
+    """Task ``t``: batches of one row, on the one instance ``inst``."""
+    return TaskQueue(
         "t",
-        spec,
+        [TensorSpec("X", "FP32", (-1, 2))],
         [TensorSpec("Y", "FP32", (-1, 2))],
         BatchingConfig(max_batch_size=1),
         [inst],
-        MonotonicClock(),
+        clock,
         ServeMetrics(lambda: 1.0),
     )
+
+
+async def test_a_request_that_cannot_make_its_deadline_is_dropped_at_once() -> None:
+    inst = Held()
+    q = one_at_a_time(inst, MonotonicClock())
     q.exec = ExecModel(0.050)  # measured: a batch takes 50 ms
     now = MonotonicClock().now()
     first = q.submit(1, [np.zeros((1, 2), np.float32)], now + 10)
@@ -321,18 +325,9 @@ async def test_a_request_that_has_spent_its_tasks_latency_budget_is_dropped_ther
     yet make the SLO); when the instance frees 80 ms on, its budget is spent: dropped as
     its batch forms, saying so. One that comes with its budget spent is dropped at once;
     one with the budget 10 s away is served."""
-    spec = [TensorSpec("X", "FP32", (-1, 2))]
     inst = Held()
     clock = VirtualClock(100.0)
-    q = TaskQueue(
-        "t",
-        spec,
-        [TensorSpec("Y", "FP32", (-1, 2))],
-        BatchingConfig(max_batch_size=1),
-        [inst],
-        clock,
-        ServeMetrics(lambda: 1.0),
-    )
+    q = one_at_a_time(inst, clock)
     q.exec = ExecModel(0.050)
     row = [np.zeros((1, 2), np.float32)]
     first = q.submit(1, row, 110.0)
