@@ -25,6 +25,7 @@ from ridgeline.errors import ConfigError, PlanError, RidgelineError
 from ridgeline.pipeline.plan import Plan, TaskPlan
 from ridgeline.policies.batching import BatchingConfig
 from ridgeline.policies.dropping import DROP_MARGIN, ExecModel, Slack
+from ridgeline.serve.backend import Signature
 from ridgeline.serve.batcher import TaskQueue
 from ridgeline.serve.graph import GraphRunner
 from ridgeline.serve.loading import setup_plan
@@ -221,27 +222,13 @@ class PlanServer(AsyncService):
             ws = self.workers[name]
             sig = ws[0].signature
             assert sig is not None
-            batching = BatchingConfig(
-                max_batch_size=task.batch_size,
-                max_queue_delay_s=task.max_queue_delay_ms / 1000.0,
-                preferred_batch_sizes=task.preferred_batch_sizes,
-            )
             after = [e.target for e in plan.children(name)]
 
             def remaining(after: list[str] = after) -> float:
                 return max((self.queues[t].expected_s() for t in after), default=0.0)
 
-            self.queues[name] = TaskQueue(
-                name,
-                sig.inputs,
-                sig.outputs,
-                batching,
-                ws,
-                clock,
-                self.metrics,
-                remaining,
-                self.drop,
-            )
+            self.queues[name] = self._queue(name, task, sig, ws, remaining)
+            batching = self.queues[name].cfg
             for i, w in enumerate(ws):
                 self.metrics.add_instance(_instance_view(name, i, w))
             self.models[name] = _TaskModel(
@@ -378,22 +365,7 @@ class PlanServer(AsyncService):
                     f"task {name!r}: the new configuration's outputs differ from the running "
                     "one's; a live server cannot change what a task answers, serve it afresh"
                 )
-            batching = BatchingConfig(
-                max_batch_size=task.batch_size,
-                max_queue_delay_s=task.max_queue_delay_ms / 1000.0,
-                preferred_batch_sizes=task.preferred_batch_sizes,
-            )
-            queue = TaskQueue(
-                name,
-                sig.inputs,
-                sig.outputs,
-                batching,
-                workers,
-                self.clock,
-                self.metrics,
-                old_queue.remaining_after,
-                self.drop,
-            )
+            queue = self._queue(name, task, sig, workers, old_queue.remaining_after)
             for w in workers:
                 await self._warm_one(queue, w)
         except BaseException:
@@ -407,6 +379,32 @@ class PlanServer(AsyncService):
             self.metrics.add_instance(_instance_view(name, i, w))
         await old_queue.drain()
         await asyncio.gather(*(w.stop() for w in old_workers), return_exceptions=True)
+
+    def _queue(
+        self,
+        name: str,
+        task: TaskPlan,
+        sig: Signature,
+        workers: Sequence[Worker],
+        remaining: Callable[[], float],
+    ) -> TaskQueue:
+        """Task ``name``'s queue over ``workers``, batching as ``task`` says."""
+        batching = BatchingConfig(
+            max_batch_size=task.batch_size,
+            max_queue_delay_s=task.max_queue_delay_ms / 1000.0,
+            preferred_batch_sizes=task.preferred_batch_sizes,
+        )
+        return TaskQueue(
+            name,
+            sig.inputs,
+            sig.outputs,
+            batching,
+            workers,
+            self.clock,
+            self.metrics,
+            remaining,
+            self.drop,
+        )
 
     @staticmethod
     def _zeros(queue: TaskQueue, rows: int) -> dict[str, Array]:
