@@ -19,3 +19,7 @@ NonNegativeRate = NonNegative
 """A finite rate ≥ 0, requests per second."""
 Seconds = Positive
 """A finite duration > 0, seconds."""
+MAX_PORT = 65535
+"""The highest TCP port."""
+Port = Annotated[int, Field(ge=0, le=MAX_PORT)]
+"""A TCP port, 0 to 65535 (0: any free one)."""

@@ -8,13 +8,16 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 
-from ridgeline.errors import RidgelineError, RunInterrupted
+from ridgeline._fields import MAX_PORT
+from ridgeline.errors import ConfigError, RidgelineError, RunInterrupted
 from ridgeline.telemetry.store import default_store_path
+from ridgeline.v2.limits import ConnectionLimits
+from ridgeline.v2.security import TOKEN_ENV
 
 out = Console()
 err = Console(stderr=True)
@@ -39,7 +42,12 @@ ZooOption = Annotated[
     Path | None, typer.Option(help="model zoo directory (default $RIDGELINE_ZOO or cache)")
 ]
 HostOption = Annotated[str, typer.Option(help="address to bind")]
-ServerTokenOption = Annotated[str | None, typer.Option(help="require this bearer token")]
+ServerTokenOption = Annotated[
+    str | None,
+    typer.Option(
+        help=f"require this bearer token (shown by ps: prefer --token-file or ${TOKEN_ENV})"
+    ),
+]
 ProcessesOption = Annotated[int, typer.Option(help="local generator processes")]
 
 
@@ -82,3 +90,80 @@ def failing(*, values: bool = False) -> Iterator[None]:
         if not values:
             raise
         fail(RidgelineError(str(exc)))
+
+
+# --- servers and their clients: ports, connections, TLS, the bearer token ---------------
+
+
+def port_option(what: str) -> Any:
+    """The one declaration of a port option: 0 to 65535 (0: any free one)."""
+    return typer.Option(min=0, max=MAX_PORT, help=f"{what}; 0: any free port")
+
+
+def _limit(flag: str, field: str, kind: type) -> Any:
+    spec = ConnectionLimits.model_fields[field]
+    return Annotated[kind, typer.Option(flag, help=spec.description)]
+
+
+_LIMIT_FLAGS = {
+    "idle_timeout_s": "--idle-timeout",
+    "header_timeout_s": "--header-timeout",
+    "body_timeout_s": "--body-timeout",
+    "max_connections": "--max-connections",
+}
+DEFAULT_LIMITS = ConnectionLimits()
+IdleTimeoutOption = _limit("--idle-timeout", "idle_timeout_s", float)
+HeaderTimeoutOption = _limit("--header-timeout", "header_timeout_s", float)
+BodyTimeoutOption = _limit("--body-timeout", "body_timeout_s", float)
+MaxConnectionsOption = _limit("--max-connections", "max_connections", int)
+TlsCertOption = Annotated[
+    Path | None, typer.Option(help="serve TLS (https://, grpcs://) with this PEM certificate")
+]
+TlsKeyOption = Annotated[Path | None, typer.Option(help="the PEM private key of --tls-cert")]
+TokenFileOption = Annotated[
+    Path | None,
+    typer.Option(help="read the bearer token from this file (unlike --token, not shown by ps)"),
+]
+ClientTokenOption = Annotated[
+    str | None,
+    typer.Option(
+        help=f"bearer token for the endpoint (shown by ps: prefer --token-file or ${TOKEN_ENV})"
+    ),
+]
+TlsCaOption = Annotated[
+    Path | None,
+    typer.Option(help="trust this PEM CA bundle too, for https:// and grpcs:// endpoints"),
+]
+
+
+def server_security(
+    token: str | None,
+    token_file: Path | None,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    **limits: float,
+) -> dict[str, Any]:
+    """A server's ``token``, ``tls`` and ``limits`` keyword arguments from its options
+    (the token from --token, --token-file or $RIDGELINE_TOKEN)."""
+    from ridgeline.v2.security import resolve_token, tls_files
+
+    return {
+        "token": resolve_token(token, token_file),
+        "tls": tls_files(tls_cert, tls_key),
+        "limits": connection_limits(**limits),
+    }
+
+
+def connection_limits(**flags: float) -> ConnectionLimits:
+    """``ConnectionLimits`` from the options of those names; a bad value is named by its
+    option in one line."""
+    from pydantic import ValidationError
+
+    try:
+        return ConnectionLimits.model_validate(flags)
+    except ValidationError as e:
+        first = e.errors()[0]
+        field = str(first["loc"][0])
+        raise ConfigError(
+            f"{_LIMIT_FLAGS.get(field, field)} {flags.get(field)!r}: {first['msg'].lower()}"
+        ) from None

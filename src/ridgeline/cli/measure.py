@@ -9,9 +9,12 @@ import typer
 
 from ridgeline.cli._common import (
     ArrivalOption,
+    ClientTokenOption,
     DbOption,
     JsonOption,
     ProcessesOption,
+    TlsCaOption,
+    TokenFileOption,
     emit,
     err,
     failing,
@@ -23,7 +26,15 @@ if TYPE_CHECKING:
     from ridgeline.loadgen.validity import ValidityConfig
 
 
-def _target_options(model: str | None, header: list[str], token: str | None) -> dict[str, Any]:
+def _target_options(
+    model: str | None,
+    header: list[str],
+    token: str | None,
+    token_file: Path | None = None,
+    tls_ca: Path | None = None,
+) -> dict[str, Any]:
+    from ridgeline.v2.security import resolve_token
+
     headers: dict[str, str] = {}
     for h in header:
         if ":" not in h:
@@ -33,8 +44,10 @@ def _target_options(model: str | None, header: list[str], token: str | None) -> 
     opts: dict[str, Any] = {}
     if headers:
         opts["headers"] = headers
-    if token:
+    if token := resolve_token(token, token_file):
         opts["token"] = token
+    if tls_ca is not None:
+        opts["ca_file"] = tls_ca
     if model:
         opts["model"] = model
     return opts
@@ -79,7 +92,9 @@ def run(
     ] = None,
     model: Annotated[str | None, typer.Option(help="model name (OpenAI targets)")] = None,
     header: Annotated[list[str], typer.Option(help="extra header 'Name: value'")] = [],  # noqa: B006
-    token: Annotated[str | None, typer.Option(help="bearer token for the endpoint")] = None,
+    token: ClientTokenOption = None,
+    token_file: TokenFileOption = None,
+    tls_ca: TlsCaOption = None,
     store_requests: Annotated[bool, typer.Option(help="store one row per request")] = False,
     db: DbOption = None,
     as_json: JsonOption = False,
@@ -107,7 +122,7 @@ def run(
                 schedule,
                 cfg,
                 store=store,
-                target_options=_target_options(model, header, token),
+                target_options=_target_options(model, header, token, token_file, tls_ca),
                 progress=progress,
             )
     if as_json:
@@ -213,6 +228,9 @@ def probe(
         ),
     ] = None,
     lateness_bound_ms: LatenessOption = None,
+    token: ClientTokenOption = None,
+    token_file: TokenFileOption = None,
+    tls_ca: TlsCaOption = None,
     seed: Annotated[int, typer.Option(help="seed of the schedules")] = 0,
     db: DbOption = None,
     as_json: JsonOption = False,
@@ -259,7 +277,13 @@ def probe(
             metrics_url=metrics_url,
             validity=_validity(lateness_bound_ms),
         )
-        driver = make_driver(target, step=step, arrival=arrival, trace=trace)
+        driver = make_driver(
+            target,
+            step=step,
+            arrival=arrival,
+            trace=trace,
+            target_options=_target_options(None, [], token, token_file, tls_ca),
+        )
         progress = Progress()
         live = err.is_terminal and not as_json
         if live and isinstance(driver, NetworkDriver):

@@ -27,6 +27,7 @@ import httptools
 
 from ridgeline.fakeserver.engine import SHUT_DOWN, Outcome
 from ridgeline.fakeserver.http import InferCore, InFlight
+from ridgeline.v2.connections import GuardedConnection
 from ridgeline.v2.http_codec import HEADER_LENGTH, Answer, error_answer
 
 _REASONS = {
@@ -63,19 +64,21 @@ class FastV2Protocol(asyncio.Protocol):
         paths: frozenset[bytes],
         fallback: Callable[[], asyncio.Protocol],
         token: str | None,
-        connections: set[FastV2Protocol],
+        connection: GuardedConnection,
     ) -> None:
         self._core = core
         self._paths = paths
         self._fallback = fallback
         self._auth = None if token is None else f"Bearer {token}".encode()
-        self._connections = connections
+        self._conn = connection
+        """The guard in front (``v2.connections``): told when a request moves on."""
         self._parser = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
         self._slots: deque[_Slot] = deque()
         self._raw: list[bytes] | None = None
         """This request's bytes so far, when it began at the start of a read."""
         self._in_message = False
+        self._headers_done = False
         self._completed_this_read = False
         self._url = b""
         self._body: list[bytes] = []
@@ -90,11 +93,9 @@ class FastV2Protocol(asyncio.Protocol):
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        self._connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
-        self._connections.discard(self)
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
@@ -122,6 +123,7 @@ class FastV2Protocol(asyncio.Protocol):
     # httptools callbacks
     def on_message_begin(self) -> None:
         self._in_message = True
+        self._headers_done = False
         if self._completed_this_read:
             self._raw = None  # pipelined: began in the middle of a read
         self._url = b""
@@ -157,6 +159,8 @@ class FastV2Protocol(asyncio.Protocol):
             or (self._auth is not None and not hmac.compare_digest(self._authorization, self._auth))
         ):
             raise _HandOff
+        self._headers_done = True
+        self._conn.headers_in()
 
     def on_body(self, body: bytes) -> None:
         self._body.append(body)
@@ -164,6 +168,7 @@ class FastV2Protocol(asyncio.Protocol):
     def on_message_complete(self) -> None:
         self._in_message = False
         self._completed_this_read = True
+        self._conn.body_in()
         slot = _Slot(self._parser.should_keep_alive())
         self._slots.append(slot)
         step = self._core.begin(b"".join(self._body), self._header_length, time.perf_counter())
@@ -202,6 +207,13 @@ class FastV2Protocol(asyncio.Protocol):
             transport.write(cast(bytes, slot.data))
             if not slot.keep_alive:
                 self.close()
+        if not slots:
+            if not self._in_message:
+                self._conn.idle()
+            elif self._headers_done:
+                self._conn.headers_in()
+            else:
+                self._conn.heading()
 
     def _hand_off(self) -> None:
         if self._raw is None or self._slots or self._transport is None:
@@ -211,11 +223,7 @@ class FastV2Protocol(asyncio.Protocol):
             )
             return
         raw, self._raw = b"".join(self._raw), None
-        self._connections.discard(self)
-        proto = self._fallback()
-        self._transport.set_protocol(proto)
-        proto.connection_made(self._transport)
-        proto.data_received(raw)
+        self._conn.replace(self._fallback(), raw)
 
     def _refuse(self, message: str) -> None:
         self._refused = True

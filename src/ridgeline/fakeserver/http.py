@@ -30,6 +30,7 @@ from ridgeline.fakeserver.engine import BatchingEngine, Outcome, Status
 from ridgeline.fakeserver.metrics import METRICS_CONTENT_TYPE, MetricsExporter
 from ridgeline.synthetic.model import LatencyModel
 from ridgeline.synthetic.outputs import compute_outputs
+from ridgeline.v2.connections import ConnectionGuard, guard_middleware, read_body
 from ridgeline.v2.http_codec import (
     HEADER_LENGTH,
     Answer,
@@ -54,9 +55,15 @@ def error_response(message: str, status: int) -> web.Response:
 
 class _V2Routes:
     def __init__(
-        self, model: LatencyModel, engine: BatchingEngine, exporter: MetricsExporter, max_body: int
+        self,
+        model: LatencyModel,
+        engine: BatchingEngine,
+        exporter: MetricsExporter,
+        max_body: int,
+        guard: ConnectionGuard | None,
     ) -> None:
         self.model, self.engine, self.exporter, self.max_body = model, engine, exporter, max_body
+        self.guard = guard
         self._stats = engine.stats
         self.core = InferCore(model, engine, max_body)
 
@@ -107,13 +114,9 @@ class _V2Routes:
         began = time.perf_counter()
         if missing := self._unknown(request):
             return missing
-        length = request.content_length
-        try:
-            if length is not None and length > self.max_body:
-                raise web.HTTPRequestEntityTooLarge(max_size=self.max_body, actual_size=length)
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return _web(self.core.too_large())
+        body = await read_body(request, self.max_body, self.guard)
+        if isinstance(body, Answer):
+            return _web(self.core.too_large() if body.status == 413 else body)
         step = self.core.begin(body, request.headers.get(HEADER_LENGTH), began)
         if isinstance(step, Answer):
             return _web(step)
@@ -180,12 +183,16 @@ def build_app(
     *,
     token: str | None,
     max_body_bytes: int,
+    guard: ConnectionGuard | None = None,
 ) -> web.Application:
-    """The aiohttp app serving v2, metrics and OpenAI routes for one model."""
-    middlewares = [] if token is None else [auth_middleware(token, engine.stats.finish)]
+    """The aiohttp app serving v2, metrics and OpenAI routes for one model; ``guard``
+    times its connections (``v2.connections``)."""
+    middlewares = [] if guard is None else [guard_middleware(guard)]
+    if token is not None:
+        middlewares.append(auth_middleware(token, engine.stats.finish))
     app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares)
-    r = _V2Routes(model, engine, exporter, max_body_bytes)
+    r = _V2Routes(model, engine, exporter, max_body_bytes, guard)
     add_routes(app.router, r)
     app.router.add_get("/metrics", r.metrics)
-    openai.add_routes(app, model, engine)
+    openai.add_routes(app, model, engine, guard)
     return app

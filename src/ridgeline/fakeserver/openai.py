@@ -22,6 +22,7 @@ from aiohttp import web
 from ridgeline.clock import Clock
 from ridgeline.fakeserver.engine import BatchingEngine, Status
 from ridgeline.synthetic.model import LatencyModel
+from ridgeline.v2.connections import ConnectionGuard, body_in
 
 DEFAULT_MAX_TOKENS = 16
 MAX_TOKENS_LIMIT = 1_000_000
@@ -48,8 +49,10 @@ def _words(value: Any) -> int:
 
 
 class _OpenAIRoutes:
-    def __init__(self, model: LatencyModel, engine: BatchingEngine) -> None:
-        self.model, self.engine, self.clock = model, engine, engine.clock
+    def __init__(
+        self, model: LatencyModel, engine: BatchingEngine, guard: ConnectionGuard | None
+    ) -> None:
+        self.model, self.engine, self.clock, self.guard = model, engine, engine.clock, guard
         self._ids = itertools.count()
         self._created = int(time.time())
 
@@ -82,6 +85,9 @@ class _OpenAIRoutes:
             doc = await request.json()
         except ValueError:
             doc = None
+        except ConnectionError:  # closed by the body timeout: nobody is left to answer
+            return _error("the request's body came too slowly", 408)
+        body_in(request, self.guard)
         try:
             max_tokens, prompt_tokens, stream = self._parse(doc, chat)
         except _BadRequest as e:
@@ -165,9 +171,14 @@ async def _sleep_until(clock: Clock, t: float) -> None:
         await asyncio.sleep(delay)
 
 
-def add_routes(app: web.Application, model: LatencyModel, engine: BatchingEngine) -> None:
-    """Register the OpenAI routes for ``model`` on ``app``."""
-    r = _OpenAIRoutes(model, engine)
+def add_routes(
+    app: web.Application,
+    model: LatencyModel,
+    engine: BatchingEngine,
+    guard: ConnectionGuard | None = None,
+) -> None:
+    """Register the OpenAI routes for ``model`` on ``app`` (``guard``: see ``build_app``)."""
+    r = _OpenAIRoutes(model, engine, guard)
     app.router.add_get("/v1/models", r.models)
     app.router.add_post("/v1/completions", r.completions)
     app.router.add_post("/v1/chat/completions", r.chat)

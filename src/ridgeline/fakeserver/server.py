@@ -23,13 +23,16 @@ from aiohttp import web
 
 from ridgeline.aio import AsyncService, new_event_loop, run_coroutine, serve_until_signal
 from ridgeline.clock import Clock
-from ridgeline.errors import ConfigError, RidgelineError
+from ridgeline.errors import RidgelineError
 from ridgeline.fakeserver._fastpath import FastV2Protocol
 from ridgeline.fakeserver.engine import BatchingEngine
 from ridgeline.fakeserver.grpc import Servicer
 from ridgeline.fakeserver.http import InferCore, build_app
 from ridgeline.fakeserver.metrics import MetricsExporter
 from ridgeline.synthetic.model import LatencyModel
+from ridgeline.v2.connections import ConnectionGuard, GuardedConnection, listen_http
+from ridgeline.v2.limits import ConnectionLimits, check_port
+from ridgeline.v2.security import TlsFiles
 from ridgeline.v2.server import DEFAULT_MAX_BODY_BYTES, serve_grpc
 
 SHUTDOWN_GRACE_S = 0.25
@@ -56,6 +59,8 @@ class ServerOptions(TypedDict, total=False):
     grpc_port: int | None
     token: str | None
     max_body_bytes: int
+    limits: ConnectionLimits
+    tls: TlsFiles | None
 
 
 class FakeServer(AsyncService):
@@ -64,7 +69,8 @@ class FakeServer(AsyncService):
     Port 0 picks a free port (read it back from ``http_port`` / ``grpc_port``);
     ``grpc_port=None`` serves HTTP only. With ``token``, every HTTP route and gRPC method
     needs ``Authorization: Bearer TOKEN``. Bodies and gRPC messages over
-    ``max_body_bytes`` are refused (413 / RESOURCE_EXHAUSTED).
+    ``max_body_bytes`` are refused (413 / RESOURCE_EXHAUSTED). ``limits`` time and bound
+    the connections; with ``tls`` both serve TLS (https://, grpcs://).
     """
 
     def __init__(
@@ -75,6 +81,8 @@ class FakeServer(AsyncService):
         grpc_port: int | None = 0,
         token: str | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        limits: ConnectionLimits | None = None,
+        tls: TlsFiles | None = None,
         clock: Clock | None = None,
     ) -> None:
         if max_body_bytes < 1:
@@ -83,11 +91,16 @@ class FakeServer(AsyncService):
         self.host = host
         self.token = token
         self.max_body_bytes = max_body_bytes
+        self.limits = limits or ConnectionLimits()
+        self.tls = tls
+        check_port(http_port, "HTTP port")
+        if grpc_port is not None:
+            check_port(grpc_port, "gRPC port")
         self._want_http, self._want_grpc, self._clock = http_port, grpc_port, clock
         self._engine: BatchingEngine | None = None
         self._runner: web.AppRunner | None = None
         self._listener: asyncio.Server | None = None
-        self._fast_connections: set[FastV2Protocol] = set()
+        self._guard: ConnectionGuard | None = None
         self._grpc: Any = None
         self._http_port: int | None = None
         self._grpc_port: int | None = None
@@ -100,13 +113,20 @@ class FakeServer(AsyncService):
         exporter = MetricsExporter(
             self.model.name, engine.stats, lambda: (engine.queue_length, engine.pending)
         )
+        guard = self._guard = ConnectionGuard(self.limits)
         app = build_app(
-            self.model, engine, exporter, token=self.token, max_body_bytes=self.max_body_bytes
+            self.model,
+            engine,
+            exporter,
+            token=self.token,
+            max_body_bytes=self.max_body_bytes,
+            guard=guard,
         )
         try:
             self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
             await self._runner.setup()
-            self._listener = await self._listen(engine)
+            self._listener = await self._listen(engine, guard)
+            guard.start()
             self._http_port = int(self._listener.sockets[0].getsockname()[1])
             if self._want_grpc is not None:
                 self._grpc, self._grpc_port = await serve_grpc(
@@ -115,31 +135,32 @@ class FakeServer(AsyncService):
                     port=self._want_grpc,
                     token=self.token,
                     max_bytes=self.max_body_bytes,
+                    limits=self.limits,
+                    tls=self.tls,
                     on_deny=engine.stats.finish,
                 )
         except BaseException:
             await self.stop()
             raise
 
-    async def _listen(self, engine: BatchingEngine) -> asyncio.Server:
+    async def _listen(self, engine: BatchingEngine, guard: ConnectionGuard) -> asyncio.Server:
         """Bind HTTP: infer requests on the fast path, the rest handed to aiohttp."""
         assert self._runner is not None and self._runner.server is not None
         core = InferCore(self.model, engine, self.max_body_bytes)
         base = f"/v2/models/{self.model.name}"
         paths = frozenset(p.encode() for p in (f"{base}/infer", f"{base}/versions/1/infer"))
-        fallback, conns = self._runner.server, self._fast_connections
+        fallback = self._runner.server
 
-        def protocol() -> FastV2Protocol:
-            return FastV2Protocol(core, paths, fallback, self.token, conns)
+        def protocol(conn: GuardedConnection) -> FastV2Protocol:
+            return FastV2Protocol(core, paths, fallback, self.token, conn)
 
-        loop = asyncio.get_running_loop()
-        try:
-            return await loop.create_server(protocol, self.host, self._want_http, backlog=1024)
-        except OSError as e:
-            raise ConfigError(
-                f"cannot bind HTTP to {self.host}:{self._want_http}: {e.strerror}; "
-                "pick another port, or 0 for any free one"
-            ) from e
+        return await listen_http(
+            guard.protocol(protocol),
+            host=self.host,
+            port=self._want_http,
+            limits=self.limits,
+            tls=None if self.tls is None else self.tls.server_context(),
+        )
 
     async def stop(self) -> None:
         """Answer what is queued as rejected, close the listeners; safe to call twice."""
@@ -149,9 +170,9 @@ class FakeServer(AsyncService):
         if self._listener is not None:
             self._listener.close()
             self._listener = None
-        for conn in list(self._fast_connections):
-            conn.close()
-        self._fast_connections.clear()
+        if self._guard is not None:
+            self._guard.close()
+            self._guard = None
         if self._grpc is not None:
             await self._grpc.stop(SHUTDOWN_GRACE_S)
             self._grpc = None
@@ -190,7 +211,7 @@ class FakeServer(AsyncService):
 
     @property
     def http_url(self) -> str:
-        return f"http://{self._netloc}"
+        return f"{'http' if self.tls is None else 'https'}://{self._netloc}"
 
     @property
     def model_url(self) -> str:
@@ -198,7 +219,8 @@ class FakeServer(AsyncService):
 
     @property
     def grpc_url(self) -> str:
-        return f"grpc://{self._url_host}:{self.grpc_port}/{self.model.name}"
+        scheme = "grpc" if self.tls is None else "grpcs"
+        return f"{scheme}://{self._url_host}:{self.grpc_port}/{self.model.name}"
 
     @property
     def metrics_url(self) -> str:

@@ -21,7 +21,7 @@ from aiohttp import web
 
 from ridgeline.aio import AsyncService, LoopLag
 from ridgeline.clock import Clock, MonotonicClock
-from ridgeline.errors import ConfigError, PlanError, RidgelineError
+from ridgeline.errors import PlanError, RidgelineError
 from ridgeline.pipeline.plan import Plan, TaskPlan
 from ridgeline.policies.batching import BatchingConfig
 from ridgeline.policies.dropping import DROP_MARGIN, ExecModel, Slack
@@ -33,7 +33,10 @@ from ridgeline.serve.metrics import InstanceView, ServeMetrics
 from ridgeline.serve.mps import MpsDaemons
 from ridgeline.serve.workers import Worker
 from ridgeline.v2 import describe
+from ridgeline.v2.connections import ConnectionGuard, listen_http
 from ridgeline.v2.describe import VERSION
+from ridgeline.v2.limits import ConnectionLimits, check_port
+from ridgeline.v2.security import TlsFiles
 from ridgeline.v2.server import DEFAULT_MAX_BODY_BYTES, build_http_app, start_grpc_server
 from ridgeline.v2.spec import TensorSpec
 from ridgeline.v2.tensors import NUMPY_DTYPES, Array
@@ -169,11 +172,17 @@ class PlanServer(AsyncService):
         drop: bool = True,
         drop_margin: float = DROP_MARGIN,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        limits: ConnectionLimits | None = None,
+        tls: TlsFiles | None = None,
         clock: Clock | None = None,
     ) -> None:
         self.plan, self.plan_dir, self.host = plan, Path(plan_dir), host
+        self.limits, self.tls = limits or ConnectionLimits(), tls
         self.token, self.zoo, self.drop, self.max_body = token, zoo, drop, max_body_bytes
         self.drop_margin = drop_margin
+        check_port(http_port, "HTTP port")
+        if grpc_port is not None:
+            check_port(grpc_port, "gRPC port")
         self._want_http, self._want_grpc = http_port, grpc_port
         self.clock = clock or MonotonicClock()
         self._started_at = self.clock.now()
@@ -182,6 +191,8 @@ class PlanServer(AsyncService):
         self.queues: dict[str, TaskQueue] = {}
         self.models: dict[str, _TaskModel | _PipelineModel] = {}
         self._runner: web.AppRunner | None = None
+        self._listener: asyncio.Server | None = None
+        self._guard: ConnectionGuard | None = None
         self._grpc: Any = None
         self.http_port: int | None = None
         self.grpc_port: int | None = None
@@ -414,24 +425,28 @@ class PlanServer(AsyncService):
         }
 
     async def _listen(self) -> None:
+        guard = self._guard = ConnectionGuard(self.limits)
         app = build_http_app(
             self.models,
             name=SERVER_NAME,
             token=self.token,
             max_body_bytes=self.max_body,
             metrics=self.metrics.render,
+            guard=guard,
         )
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.25)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self._want_http, backlog=1024)
-        try:
-            await site.start()
-        except OSError as e:
-            raise ConfigError(
-                f"cannot bind HTTP to {self.host}:{self._want_http}: {e.strerror}; pick another "
-                "port (--port), or 0 for any free one"
-            ) from e
-        self.http_port = int(self._runner.addresses[0][1])
+        runner = self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.25)
+        await runner.setup()
+        assert runner.server is not None
+        fallback = runner.server
+        self._listener = await listen_http(
+            guard.protocol(lambda conn: fallback()),
+            host=self.host,
+            port=self._want_http,
+            limits=self.limits,
+            tls=None if self.tls is None else self.tls.server_context(),
+        )
+        guard.start()
+        self.http_port = int(self._listener.sockets[0].getsockname()[1])
         if self._want_grpc is not None:
             self._grpc, self.grpc_port = await start_grpc_server(
                 self.models,
@@ -440,6 +455,8 @@ class PlanServer(AsyncService):
                 port=self._want_grpc,
                 token=self.token,
                 max_message_bytes=self.max_body,
+                limits=self.limits,
+                tls=self.tls,
             )
 
     async def stop(self) -> None:
@@ -449,6 +466,12 @@ class PlanServer(AsyncService):
         if self._grpc is not None:
             await self._grpc.stop(0.25)
             self._grpc = None
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        if self._guard is not None:
+            self._guard.close()
+            self._guard = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -461,7 +484,7 @@ class PlanServer(AsyncService):
     @property
     def http_url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.http_port}"
+        return f"{'http' if self.tls is None else 'https'}://{host}:{self.http_port}"
 
     def model_url(self, model: str | None = None) -> str:
         return f"{self.http_url}/v2/models/{model or self.plan.name}"
@@ -478,7 +501,8 @@ def serve_plan_forever(
     plan = load_plan(plan_path)
 
     def ready(server: PlanServer) -> None:
-        grpc = f"{server.host}:{server.grpc_port} (model {plan.name!r})"
+        tls = "" if server.tls is None else ", TLS"
+        grpc = f"{server.host}:{server.grpc_port} (model {plan.name!r}{tls})"
         lines = [
             f"serving plan {plan.name!r}: v2 HTTP {server.model_url()}",
             *([f"  v2 gRPC  {grpc}"] if server.grpc_port is not None else []),

@@ -77,16 +77,18 @@ class _Connection(asyncio.Protocol):
 
 
 class Http1Pool:
-    """Up to ``max_connections`` keep-alive connections to one ``scheme://host:port``."""
+    """Up to ``max_connections`` keep-alive connections to one ``scheme://host:port``
+    (https: verified with ``tls``, or the system's CAs)."""
 
-    def __init__(self, url: str, max_connections: int) -> None:
+    def __init__(self, url: str, max_connections: int, tls: ssl.SSLContext | None = None) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigError(f"{url!r} is not an http(s):// URL with a host")
         self.host = parts.hostname
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self.netloc = parts.netloc
-        self._ssl = ssl.create_default_context() if parts.scheme == "https" else None
+        https = parts.scheme == "https"
+        self._ssl = (tls or ssl.create_default_context()) if https else None
         self._max = max(1, max_connections)
         self._idle: list[_Connection] = []
         self._waiters: deque[asyncio.Future[None]] = deque()

@@ -4,24 +4,30 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any, Protocol
 
 import aiohttp
 
 from ridgeline.errors import ConfigError, TargetError, TargetUnreachableError
 from ridgeline.targets.base import Reply
+from ridgeline.v2.security import check_token, client_context
 
 _MAX_ERROR_TEXT = 300
 
 
-def new_session(max_outstanding: int, headers: Mapping[str, str]) -> aiohttp.ClientSession:
-    """One keep-alive pool of at most ``max_outstanding`` connections, with no timeout.
+def new_session(
+    max_outstanding: int, headers: Mapping[str, str], ca_file: Path | None = None
+) -> aiohttp.ClientSession:
+    """One keep-alive pool of at most ``max_outstanding`` connections, with no timeout;
+    https servers are verified against the system's CAs and ``ca_file``'s.
 
     The replayer times requests out itself, so the session has no total timeout.
     """
     if max_outstanding < 1:
         raise ConfigError(f"max_outstanding is {max_outstanding}; it must be at least 1")
-    connector = aiohttp.TCPConnector(limit=max_outstanding, keepalive_timeout=60.0)
+    tls: Any = True if ca_file is None else client_context(ca_file)
+    connector = aiohttp.TCPConnector(limit=max_outstanding, keepalive_timeout=60.0, ssl=tls)
     return aiohttp.ClientSession(
         connector=connector, headers=dict(headers), timeout=aiohttp.ClientTimeout(total=None)
     )
@@ -60,10 +66,11 @@ async def checked_session(
     headers: Mapping[str, str],
     timeout: float,
     check: Callable[[Get], Awaitable[None]],
+    ca_file: Path | None = None,
 ) -> aiohttp.ClientSession:
     """A ``new_session`` on which ``check`` passed: its GETs share the session and
     ``timeout``; the session is closed again when the check fails."""
-    session = new_session(max_outstanding, headers)
+    session = new_session(max_outstanding, headers, ca_file)
 
     async def get(url: str, *, purpose: str, hint: str) -> bytes:
         return await fetch(session, url, purpose=purpose, hint=hint, timeout=timeout)
@@ -119,5 +126,5 @@ def with_token(headers: Mapping[str, str] | None, token: str | None) -> dict[str
     """``headers`` plus ``Authorization: Bearer <token>`` when a token is given."""
     merged = dict(headers or {})
     if token:
-        merged["Authorization"] = f"Bearer {token}"
+        merged["Authorization"] = f"Bearer {check_token(token)}"
     return merged

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import SplitResult, urlsplit
 
 from ridgeline.errors import ConfigError, UnknownKindError
@@ -36,6 +37,7 @@ class _Options:
     stream: bool
     method: str
     body: str | None
+    ca_file: Path | None
 
 
 def make_target(
@@ -49,13 +51,17 @@ def make_target(
     method: str = "POST",
     body: str | None = None,
     token: str | None = None,
+    ca_file: Path | None = None,
 ) -> Target:
-    """The target ``url`` names (see ``describe_target_urls``); nothing is contacted yet."""
+    """The target ``url`` names (see ``describe_target_urls``); nothing is contacted yet.
+    ``token`` is sent as ``Authorization: Bearer``; https and grpcs servers are verified
+    against the system's CAs and ``ca_file``'s (PEM)."""
     scheme = url.partition("://")[0].lower() if "://" in url else ""
     builder = _BUILDERS.get(scheme)
     if builder is None:
         raise UnknownKindError("target scheme", scheme or url, _BUILDERS)
-    options = _Options(model, with_token(headers, token), inputs, openai_api, stream, method, body)
+    headers = with_token(headers, token)
+    options = _Options(model, headers, inputs, openai_api, stream, method, body, ca_file)
     return builder(url, options)
 
 
@@ -80,7 +86,7 @@ def _split(url: str, form: str) -> SplitResult:
 def _http(url: str, options: _Options) -> Target:
     parts = _split(url, "http://HOST:PORT/PATH")
     if options.body is not None:  # a body template asks for the generic target
-        return HttpTarget(url, method=options.method, headers=options.headers, body=options.body)
+        return _generic(url, options)
     root = f"{parts.scheme}://{parts.netloc}"
     v2 = _V2_MODEL.match(parts.path)
     if v2 is not None:
@@ -90,6 +96,7 @@ def _http(url: str, options: _Options) -> Target:
             version=v2["version"],
             inputs=options.inputs,
             headers=options.headers,
+            ca_file=options.ca_file,
         )
     bare = _V2_BARE.match(parts.path)
     if bare is not None:
@@ -99,9 +106,23 @@ def _http(url: str, options: _Options) -> Target:
                 f"{root}{bare['prefix']}/v2/models/NAME[/versions/V], or give the model option"
             )
         return V2HttpTarget(
-            root + bare["prefix"], options.model, inputs=options.inputs, headers=options.headers
+            root + bare["prefix"],
+            options.model,
+            inputs=options.inputs,
+            headers=options.headers,
+            ca_file=options.ca_file,
         )
-    return HttpTarget(url, method=options.method, headers=options.headers, body=options.body)
+    return _generic(url, options)
+
+
+def _generic(url: str, options: _Options) -> Target:
+    return HttpTarget(
+        url,
+        method=options.method,
+        headers=options.headers,
+        body=options.body,
+        ca_file=options.ca_file,
+    )
 
 
 def _grpc(url: str, options: _Options) -> Target:
@@ -123,6 +144,7 @@ def _grpc(url: str, options: _Options) -> Target:
         inputs=options.inputs,
         headers=options.headers,
         tls=parts.scheme == "grpcs",
+        ca_file=options.ca_file,
     )
 
 
@@ -136,6 +158,7 @@ def _openai(url: str, options: _Options) -> Target:
         api=options.openai_api,
         stream=options.stream,
         headers=options.headers,
+        ca_file=options.ca_file,
     )
 
 

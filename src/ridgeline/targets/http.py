@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from pathlib import Path
 
 import aiohttp
 import yarl
@@ -44,9 +45,11 @@ class HttpTarget:
         headers: Mapping[str, str] | None = None,
         body: str | None = None,
         health_url: str | None = None,
+        ca_file: Path | None = None,
         connect_timeout: float = 10.0,
     ) -> None:
         self._url = yarl.URL(url)
+        self._ca_file = ca_file
         if self._url.host is None or self._url.scheme not in ("http", "https"):
             raise ConfigError(f"target URL {url!r} is not http(s)://HOST[:PORT]/PATH")
         self._method = method.upper()
@@ -66,7 +69,7 @@ class HttpTarget:
     async def connect(self, max_outstanding: int) -> None:
         await self.close()
         self._session = await checked_session(
-            max_outstanding, self._headers, self._connect_timeout, self._check
+            max_outstanding, self._headers, self._connect_timeout, self._check, self._ca_file
         )
 
     async def send(self, shape: RequestShape) -> Reply:

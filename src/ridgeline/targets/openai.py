@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 import aiohttp
@@ -45,8 +46,10 @@ class OpenAITarget:
         headers: Mapping[str, str] | None = None,
         default_max_tokens: int = 16,
         extra_body: Mapping[str, Any] | None = None,
+        ca_file: Path | None = None,
         connect_timeout: float = 10.0,
     ) -> None:
+        self._ca_file = ca_file
         if api not in _ROUTES:
             raise UnknownKindError("OpenAI API", api, _ROUTES)
         self._base = base_url.rstrip("/")
@@ -69,7 +72,7 @@ class OpenAITarget:
     async def connect(self, max_outstanding: int) -> None:
         await self.close()
         session = await checked_session(
-            max_outstanding, self._headers, self._connect_timeout, self._check
+            max_outstanding, self._headers, self._connect_timeout, self._check, self._ca_file
         )
         self._bodies.clear()
         self._session = session

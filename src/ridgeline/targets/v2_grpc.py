@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -21,6 +22,7 @@ from ridgeline.errors import ConfigError, TargetUnreachableError
 from ridgeline.targets._http import not_connected
 from ridgeline.targets.base import OK, Reply
 from ridgeline.targets.tensors import raw_bytes
+from ridgeline.v2.security import grpc_root_certificates
 from ridgeline.v2.spec import TensorSpec
 from ridgeline.workload.payloads import RequestShape
 
@@ -49,6 +51,7 @@ class V2GrpcTarget:
         inputs: Sequence[TensorSpec] | None = None,
         headers: Mapping[str, str] | None = None,
         tls: bool = False,
+        ca_file: Path | None = None,
         max_channels: int = 4,
         connect_timeout: float = 10.0,
     ) -> None:
@@ -59,6 +62,7 @@ class V2GrpcTarget:
         self._version = version or ""
         self._metadata = tuple((k.lower(), v) for k, v in (headers or {}).items()) or None
         self._tls = tls
+        self._roots = grpc_root_certificates(ca_file) if tls else None
         self._max_channels = max_channels
         self._connect_timeout = connect_timeout
         self.inputs: tuple[TensorSpec, ...] | None = tuple(inputs) if inputs else None
@@ -109,7 +113,7 @@ class V2GrpcTarget:
 
     def _open_channel(self) -> grpc.aio.Channel:
         if self._tls:
-            credentials = grpc.ssl_channel_credentials()
+            credentials = grpc.ssl_channel_credentials(root_certificates=self._roots)
             return grpc.aio.secure_channel(self._address, credentials, options=_CHANNEL_OPTIONS)
         return grpc.aio.insecure_channel(self._address, options=_CHANNEL_OPTIONS)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import yarl
@@ -18,6 +19,7 @@ from ridgeline.targets._fastpool import Http1Pool
 from ridgeline.targets._http import Get, checked_session, failed_reply, not_connected, parse_json
 from ridgeline.targets.base import OK, Reply
 from ridgeline.targets.tensors import json_inputs
+from ridgeline.v2.security import client_context
 from ridgeline.v2.spec import TensorSpec
 from ridgeline.workload.payloads import RequestShape
 
@@ -33,9 +35,11 @@ class V2HttpTarget:
         version: str | None = None,
         inputs: Sequence[TensorSpec] | None = None,
         headers: Mapping[str, str] | None = None,
+        ca_file: Path | None = None,
         connect_timeout: float = 10.0,
     ) -> None:
         base = base_url.rstrip("/")
+        self._ca_file = ca_file
         self._model_url = f"{base}/v2/models/{model}" + (f"/versions/{version}" if version else "")
         self._health_url = f"{base}/v2/health/ready"
         self._infer_url = yarl.URL(f"{self._model_url}/infer")
@@ -53,10 +57,11 @@ class V2HttpTarget:
     async def connect(self, max_outstanding: int) -> None:
         await self.close()
         checked = await checked_session(
-            max_outstanding, self._headers, self._connect_timeout, self._check
+            max_outstanding, self._headers, self._connect_timeout, self._check, self._ca_file
         )
         await checked.close()  # it served the checks; requests go through the pool
-        self._pool = Http1Pool(str(self._infer_url.origin()), max_outstanding)
+        tls = None if self._ca_file is None else client_context(self._ca_file)
+        self._pool = Http1Pool(str(self._infer_url.origin()), max_outstanding, tls)
 
     async def send(self, shape: RequestShape) -> Reply:
         pool = self._pool

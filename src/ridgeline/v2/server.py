@@ -29,9 +29,12 @@ from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
 from ridgeline._version import __version__
 from ridgeline.errors import ConfigError, InferFailed, InvalidRequest
+from ridgeline.v2.connections import ConnectionGuard, guard_middleware, read_body
 from ridgeline.v2.describe import VERSION
 from ridgeline.v2.grpc_codec import decode_request, encode_response
 from ridgeline.v2.http_codec import HEADER_LENGTH, Answer, error_answer, infer_answer, parse_infer
+from ridgeline.v2.limits import ConnectionLimits
+from ridgeline.v2.security import TlsFiles, check_token
 from ridgeline.v2.spec import ModelSpec
 from ridgeline.v2.tensors import Array, decode_inputs
 
@@ -80,8 +83,14 @@ def server_metadata(name: str) -> dict[str, Any]:
 
 
 class _Routes:
-    def __init__(self, models: Mapping[str, V2Model], name: str, max_body: int) -> None:
-        self.models, self.name, self.max_body = models, name, max_body
+    def __init__(
+        self,
+        models: Mapping[str, V2Model],
+        name: str,
+        max_body: int,
+        guard: ConnectionGuard | None,
+    ) -> None:
+        self.models, self.name, self.max_body, self.guard = models, name, max_body, guard
 
     def _model(self, request: web.Request) -> V2Model:
         name = request.match_info["name"]
@@ -127,13 +136,9 @@ class _Routes:
 
     async def infer(self, request: web.Request) -> web.Response:
         model = self._model(request)
-        length = request.content_length
-        if length is not None and length > self.max_body:
-            return _web(error_answer(f"request body over the bound of {self.max_body} bytes", 413))
-        try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return _web(error_answer(f"request body over the bound of {self.max_body} bytes", 413))
+        body = await read_body(request, self.max_body, self.guard)
+        if isinstance(body, Answer):
+            return _web(body)
         try:
             req = parse_infer(model, body, request.headers.get(HEADER_LENGTH))
             rows, arrays = decode_inputs(model, req.inputs)
@@ -182,7 +187,7 @@ def add_routes(router: web.UrlDispatcher, r: RouteHandlers) -> None:
 def auth_middleware(token: str, on_deny: Callable[[str], None] | None = None) -> Any:
     """aiohttp middleware: every request needs ``Authorization: Bearer TOKEN`` (401
     otherwise; ``on_deny("unauthorized")`` counts it)."""
-    expected = f"Bearer {token}".encode()
+    expected = f"Bearer {check_token(token)}".encode()
 
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -207,13 +212,15 @@ def build_http_app(
     token: str | None,
     max_body_bytes: int,
     metrics: Callable[[], tuple[bytes, str]] | None = None,
+    guard: ConnectionGuard | None = None,
 ) -> web.Application:
-    """The aiohttp app serving ``models``; ``metrics`` renders (body, content type)."""
-    app = web.Application(
-        client_max_size=max_body_bytes,
-        middlewares=[] if token is None else [auth_middleware(token)],
-    )
-    add_routes(app.router, _Routes(models, name, max_body_bytes))
+    """The aiohttp app serving ``models``; ``metrics`` renders (body, content type);
+    ``guard`` times its connections (``v2.connections``)."""
+    middlewares = [] if guard is None else [guard_middleware(guard)]
+    if token is not None:
+        middlewares.append(auth_middleware(token))
+    app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares)
+    add_routes(app.router, _Routes(models, name, max_body_bytes, guard))
     add = app.router
     if metrics is not None:
         render = metrics
@@ -296,7 +303,7 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     otherwise; ``on_deny("unauthorized")`` counts it)."""
 
     def __init__(self, token: str, on_deny: Callable[[str], None] | None = None) -> None:
-        self._expected = f"Bearer {token}".encode()
+        self._expected = f"Bearer {check_token(token)}".encode()
         self._on_deny = on_deny
 
         async def deny(request: Any, context: Any) -> None:
@@ -331,10 +338,18 @@ async def start_grpc_server(
     port: int,
     token: str | None,
     max_message_bytes: int,
+    limits: ConnectionLimits,
+    tls: TlsFiles | None = None,
 ) -> tuple[Any, int]:
     """Start a grpc.aio server for ``models`` on ``host:port`` (0: any); (server, port)."""
     return await serve_grpc(
-        _Servicer(models, name), host=host, port=port, token=token, max_bytes=max_message_bytes
+        _Servicer(models, name),
+        host=host,
+        port=port,
+        token=token,
+        max_bytes=max_message_bytes,
+        limits=limits,
+        tls=tls,
     )
 
 
@@ -345,24 +360,35 @@ async def serve_grpc(
     port: int,
     token: str | None,
     max_bytes: int,
+    limits: ConnectionLimits,
+    tls: TlsFiles | None = None,
     on_deny: Callable[[str], None] | None = None,
 ) -> tuple[Any, int]:
     """A started grpc.aio server running ``servicer`` (a GRPCInferenceService) on
     ``host:port`` (0: any free port), refusing messages over ``max_bytes`` and, with a
-    ``token``, calls without it (``on_deny`` counts them); (server, bound port). A taken
-    port is a ConfigError."""
+    ``token``, calls without it (``on_deny`` counts them); (server, bound port). Within
+    ``limits``: the handshake (HTTP/2, and TLS with ``tls``) within the header timeout,
+    connections idle for the idle timeout closed, no more than the bound at once (more
+    are closed at accept). A taken port is a ConfigError."""
+    credentials = None if tls is None else tls.grpc_credentials()
     server = grpc.aio.server(
         interceptors=[] if token is None else [TokenInterceptor(token, on_deny)],
         options=[
             ("grpc.max_receive_message_length", max_bytes),
             ("grpc.max_send_message_length", -1),
             ("grpc.so_reuseport", 0),
+            ("grpc.max_allowed_incoming_connections", limits.connection_bound()),
+            ("grpc.server_handshake_timeout_ms", round(limits.header_timeout_s * 1000)),
+            ("grpc.max_connection_idle_ms", round(limits.idle_timeout_s * 1000)),
         ],
     )
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
-        bound = server.add_insecure_port(address)
+        if credentials is None:
+            bound = server.add_insecure_port(address)
+        else:
+            bound = server.add_secure_port(address, credentials)
     except RuntimeError:
         bound = 0
     if bound == 0:

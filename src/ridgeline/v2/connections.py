@@ -1,0 +1,332 @@
+"""Every HTTP connection a v2 server holds, timed and bounded (``ConnectionLimits``).
+
+``listen_http`` binds a server whose connections each pass through a
+``GuardedConnection`` in front of the protocol that serves them (aiohttp's, or the fake
+server's fast path). A connection is in one of four states, each with its own deadline:
+
+- ``IDLE``: no request in progress (a new connection too); closed after the idle timeout;
+- ``HEADERS``: a request's first bytes came; its headers must follow within the header
+  timeout, else 408 and close (a slow-loris);
+- ``BODY``: the headers came; the body must follow within the body timeout, else 408;
+- ``BUSY``: the request is whole and being served: no deadline (the server's own work).
+
+The serving protocol says when a request moves on: the fast path itself; aiohttp
+through ``middleware`` (its handler started: ``BODY``; it returned: ``IDLE``) and
+``read_body`` (the body is in: ``BUSY``). One sweep per server closes what is overdue.
+At the bound, a new connection closes the longest-idle one (else the one longest in its
+headers), or, none being either, is answered 503 and closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import ssl
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+import orjson
+from aiohttp import web
+
+from ridgeline.errors import ConfigError
+from ridgeline.v2.http_codec import Answer, error_answer
+from ridgeline.v2.limits import ConnectionLimits
+
+
+class State(enum.Enum):
+    IDLE = "idle"
+    HEADERS = "headers"
+    BODY = "body"
+    BUSY = "busy"
+
+
+def _raw_answer(status: int, reason: str, message: str) -> bytes:
+    body = orjson.dumps({"error": message})
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+class GuardedConnection(asyncio.Protocol):
+    """One client connection: its state and deadline, in front of the protocol serving it
+    (made by ``inner(self)``; ``replace`` hands the connection to another one)."""
+
+    __slots__ = ("_fresh", "_guard", "_make", "deadline", "inner", "state", "transport")
+
+    def __init__(
+        self, guard: ConnectionGuard, inner: Callable[[GuardedConnection], asyncio.Protocol]
+    ) -> None:
+        self._guard = guard
+        self._make = inner
+        self.inner: asyncio.Protocol | None = None
+        self.transport: asyncio.Transport | None = None
+        self.state = State.IDLE
+        self.deadline = 0.0
+        self._fresh = False
+        """Bytes came while a request was served: the next one may have begun."""
+
+    # asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        if not self._guard.admit(self):
+            return
+        self.inner = self._make(self)
+        self.inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self.state is State.IDLE:
+            self._to(State.HEADERS)
+        elif self.state is not State.HEADERS:
+            self._fresh = True
+        if self.inner is not None:
+            self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return None if self.inner is None else self.inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._guard.forget(self)
+        if self.inner is not None:
+            self.inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        if self.inner is not None:
+            self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.inner is not None:
+            self.inner.resume_writing()
+
+    # what the serving protocol tells
+    def headers_in(self) -> None:
+        """The request's headers came; its body is due."""
+        self._to(State.BODY)
+
+    def body_in(self) -> None:
+        """The request is whole; it is being served."""
+        self._to(State.BUSY)
+
+    def heading(self) -> None:
+        """A request has begun; its headers are not all in."""
+        self._fresh = False
+        self._to(State.HEADERS)
+
+    def idle(self) -> None:
+        """Nothing is left to answer, and no next request has begun."""
+        self._fresh = False
+        self._to(State.IDLE)
+
+    def answered(self) -> None:
+        """Nothing is left to answer; bytes that came meanwhile began the next request."""
+        if self._fresh:
+            self.heading()
+        else:
+            self.idle()
+
+    def replace(self, protocol: asyncio.Protocol, replay: bytes) -> None:
+        """Hand the connection to ``protocol``, replaying ``replay`` into it."""
+        self.inner = protocol
+        protocol.connection_made(cast(asyncio.BaseTransport, self.transport))
+        protocol.data_received(replay)
+
+    def close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    def refuse(self, status: int, reason: str, message: str) -> None:
+        """Answer ``status`` with ``message`` and close."""
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(_raw_answer(status, reason, message))
+            self.transport.close()
+
+    def _to(self, state: State) -> None:
+        self._guard.move(self, state)
+
+
+class ConnectionGuard:
+    """The connections of one HTTP server: admitted up to the bound, swept for deadlines."""
+
+    def __init__(self, limits: ConnectionLimits) -> None:
+        self.limits = limits
+        self.bound = limits.connection_bound()
+        self._timeouts = {
+            State.IDLE: limits.idle_timeout_s,
+            State.HEADERS: limits.header_timeout_s,
+            State.BODY: limits.body_timeout_s,
+        }
+        self._conns: dict[GuardedConnection, None] = {}
+        self._by_transport: dict[object, GuardedConnection] = {}
+        self._idle: dict[GuardedConnection, None] = {}
+        """Idle connections, longest idle first (the first to close at the bound)."""
+        self._heading: dict[GuardedConnection, None] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._sweeper: asyncio.TimerHandle | None = None
+
+    def __len__(self) -> int:
+        return len(self._conns)
+
+    def protocol(
+        self, inner: Callable[[GuardedConnection], asyncio.Protocol]
+    ) -> Callable[[], GuardedConnection]:
+        """The protocol factory for ``create_server``: each connection guarded."""
+        return lambda: GuardedConnection(self, inner)
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._sweep()
+
+    def close(self) -> None:
+        """Stop sweeping and close every connection."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        for conn in list(self._conns):
+            conn.close()
+
+    def connection_of(self, transport: object) -> GuardedConnection | None:
+        return self._by_transport.get(transport)
+
+    # the connections' life
+    def admit(self, conn: GuardedConnection) -> bool:
+        if len(self._conns) >= self.bound:
+            victim = next(iter(self._idle), None) or next(iter(self._heading), None)
+            if victim is None:
+                conn.refuse(
+                    503,
+                    "Service Unavailable",
+                    f"the server holds its bound of {self.bound} connections, none idle; "
+                    "retry shortly (or raise the server's --max-connections)",
+                )
+                return False
+            self._expire(victim)
+            self.forget(victim)
+        self._conns[conn] = None
+        self._by_transport[conn.transport] = conn
+        self.move(conn, State.IDLE)
+        return True
+
+    def forget(self, conn: GuardedConnection) -> None:
+        self._conns.pop(conn, None)
+        self._by_transport.pop(conn.transport, None)
+        self._idle.pop(conn, None)
+        self._heading.pop(conn, None)
+
+    def move(self, conn: GuardedConnection, state: State) -> None:
+        old, conn.state = conn.state, state
+        if old is State.IDLE:
+            self._idle.pop(conn, None)
+        elif old is State.HEADERS:
+            self._heading.pop(conn, None)
+        if conn not in self._conns:
+            return
+        if state is State.IDLE:
+            self._idle[conn] = None
+        elif state is State.HEADERS:
+            self._heading[conn] = None
+        timeout = self._timeouts.get(state)
+        if timeout is not None:
+            conn.deadline = self._now() + timeout
+
+    def _now(self) -> float:
+        loop = self._loop or asyncio.get_running_loop()
+        return loop.time()
+
+    # deadlines
+    def _sweep(self) -> None:
+        assert self._loop is not None
+        now = self._loop.time()
+        for conn in list(self._conns):
+            if conn.state is not State.BUSY and conn.deadline <= now:
+                self._expire(conn)
+        tick = min(self._timeouts.values()) / 4
+        self._sweeper = self._loop.call_later(min(max(tick, 0.01), 1.0), self._sweep)
+
+    def _expire(self, conn: GuardedConnection) -> None:
+        limits = self.limits
+        if conn.state is State.HEADERS:
+            conn.refuse(
+                408,
+                "Request Timeout",
+                f"the request's headers did not all come within {limits.header_timeout_s:g} s "
+                "of its first byte; send them at once (or raise the server's --header-timeout)",
+            )
+        elif conn.state is State.BODY:
+            conn.refuse(
+                408,
+                "Request Timeout",
+                f"the request's body did not all come within {limits.body_timeout_s:g} s of "
+                "its headers; send it at once (or raise the server's --body-timeout)",
+            )
+        else:
+            conn.close()
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def guard_middleware(guard: ConnectionGuard) -> Any:
+    """aiohttp middleware (put it first): a handler's start and end move its connection on."""
+
+    @web.middleware
+    async def track(request: web.Request, handler: Handler) -> web.StreamResponse:
+        conn = guard.connection_of(request.transport)
+        if conn is None:
+            return await handler(request)
+        conn.headers_in()
+        try:
+            return await handler(request)
+        finally:
+            conn.answered()
+
+    return track
+
+
+def body_in(request: web.Request, guard: ConnectionGuard | None) -> None:
+    """Tell ``guard`` that ``request``'s body is in (its connection is being served)."""
+    conn = None if guard is None else guard.connection_of(request.transport)
+    if conn is not None:
+        conn.body_in()
+
+
+async def read_body(
+    request: web.Request, max_body: int, guard: ConnectionGuard | None
+) -> bytes | Answer:
+    """The request's body, or the answer refusing it: 413 over ``max_body`` bytes, 408
+    when the guard closed the connection for a body too slow."""
+    too_large = error_answer(f"request body over the server's bound of {max_body} bytes", 413)
+    length = request.content_length
+    if length is not None and length > max_body:
+        return too_large
+    try:
+        body = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        return too_large
+    except ConnectionError:  # closed by the body timeout: nobody is left to answer
+        return error_answer("the request's body came too slowly", 408)
+    body_in(request, guard)
+    return body
+
+
+async def listen_http(
+    protocol: Callable[[], asyncio.Protocol],
+    *,
+    host: str,
+    port: int,
+    limits: ConnectionLimits,
+    tls: ssl.SSLContext | None,
+) -> asyncio.Server:
+    """An asyncio server on ``host:port`` (0: any free port) making ``protocol`` per
+    connection, TLS with ``tls``; a taken port is a ConfigError."""
+    loop = asyncio.get_running_loop()
+    extra: dict[str, Any] = {}
+    if tls is not None:
+        extra = {"ssl": tls, "ssl_handshake_timeout": limits.header_timeout_s}
+    try:
+        return await loop.create_server(protocol, host, port, backlog=1024, **extra)
+    except OSError as e:
+        raise ConfigError(
+            f"cannot bind HTTP to {host}:{port}: {e.strerror}; pick another port (--port), "
+            "or 0 for any free one"
+        ) from e
