@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import select
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -136,21 +138,68 @@ TlsCaOption = Annotated[
 ]
 
 
+_SERVER_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "token": (ServerTokenOption, None),
+    "token_file": (TokenFileOption, None),
+    "tls_cert": (TlsCertOption, None),
+    "tls_key": (TlsKeyOption, None),
+    "idle_timeout": (IdleTimeoutOption, DEFAULT_LIMITS.idle_timeout_s),
+    "header_timeout": (HeaderTimeoutOption, DEFAULT_LIMITS.header_timeout_s),
+    "body_timeout": (BodyTimeoutOption, DEFAULT_LIMITS.body_timeout_s),
+    "max_connections": (MaxConnectionsOption, DEFAULT_LIMITS.max_connections),
+}
+"""The options every server command takes, after its own: (annotation, default)."""
+
+
+def with_server_options(command: Callable[..., None]) -> Callable[..., None]:
+    """``command`` with ``_SERVER_OPTIONS`` added to its options; it gets them as one
+    keyword, ``security``: a server's ``token`` (from --token, --token-file or
+    $RIDGELINE_TOKEN), ``tls`` and ``limits`` keyword arguments."""
+    own = [
+        p
+        for p in inspect.signature(command, eval_str=True).parameters.values()
+        if p.name != "security"
+    ]
+    shared = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=kind)
+        for name, (kind, default) in _SERVER_OPTIONS.items()
+    ]
+
+    @functools.wraps(command)
+    def run(**options: Any) -> None:
+        given = {name: options.pop(name) for name in _SERVER_OPTIONS}
+        with failing():
+            security = server_security(**given)
+        command(security=security, **options)
+
+    params = own + shared
+    run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    run.__annotations__ = {p.name: p.annotation for p in params}
+    return run
+
+
 def server_security(
     token: str | None,
     token_file: Path | None,
     tls_cert: Path | None,
     tls_key: Path | None,
-    **limits: float,
+    idle_timeout: float,
+    header_timeout: float,
+    body_timeout: float,
+    max_connections: int,
 ) -> dict[str, Any]:
-    """A server's ``token``, ``tls`` and ``limits`` keyword arguments from its options
-    (the token from --token, --token-file or $RIDGELINE_TOKEN)."""
+    """A server's ``token``, ``tls`` and ``limits`` keyword arguments from its options."""
     from ridgeline.v2.security import resolve_token, tls_files
 
     return {
         "token": resolve_token(token, token_file),
         "tls": tls_files(tls_cert, tls_key),
-        "limits": connection_limits(**limits),
+        "limits": connection_limits(
+            idle_timeout_s=idle_timeout,
+            header_timeout_s=header_timeout,
+            body_timeout_s=body_timeout,
+            max_connections=max_connections,
+        ),
     }
 
 

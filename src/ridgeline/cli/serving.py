@@ -8,37 +8,22 @@ from typing import Annotated, Any
 import typer
 
 from ridgeline.cli._common import (
-    DEFAULT_LIMITS,
-    BodyTimeoutOption,
-    HeaderTimeoutOption,
     HostOption,
-    IdleTimeoutOption,
-    MaxConnectionsOption,
-    ServerTokenOption,
-    TlsCertOption,
-    TlsKeyOption,
-    TokenFileOption,
     ZooOption,
     failing,
     port_option,
-    server_security,
+    with_server_options,
 )
 from ridgeline.errors import ConfigError
 
 
+@with_server_options
 def serve(
+    security: dict[str, Any],
     plan: Annotated[Path, typer.Argument(help="the plan YAML (hand-written or from `plan`)")],
     port: Annotated[int, port_option("HTTP port (v2, /metrics)")] = 8000,
     grpc_port: Annotated[int | None, port_option("gRPC port")] = 8001,
     host: HostOption = "127.0.0.1",
-    token: ServerTokenOption = None,
-    token_file: TokenFileOption = None,
-    tls_cert: TlsCertOption = None,
-    tls_key: TlsKeyOption = None,
-    idle_timeout: IdleTimeoutOption = DEFAULT_LIMITS.idle_timeout_s,
-    header_timeout: HeaderTimeoutOption = DEFAULT_LIMITS.header_timeout_s,
-    body_timeout: BodyTimeoutOption = DEFAULT_LIMITS.body_timeout_s,
-    max_connections: MaxConnectionsOption = DEFAULT_LIMITS.max_connections,
     zoo: ZooOption = None,
     drop: Annotated[bool, typer.Option(help="drop requests that cannot meet the SLO")] = True,
     reconfigure: Annotated[
@@ -68,24 +53,15 @@ def serve(
 
     from ridgeline.serve.runtime import serve_plan_forever
 
+    options: dict[str, Any] = {
+        "host": host,
+        "http_port": port,
+        "grpc_port": grpc_port,
+        "zoo": zoo,
+        "drop": drop,
+        **security,
+    }
     with failing():
-        options: dict[str, Any] = {
-            "host": host,
-            "http_port": port,
-            "grpc_port": grpc_port,
-            **server_security(
-                token,
-                token_file,
-                tls_cert,
-                tls_key,
-                idle_timeout_s=idle_timeout,
-                header_timeout_s=header_timeout,
-                body_timeout_s=body_timeout,
-                max_connections=max_connections,
-            ),
-            "zoo": zoo,
-            "drop": drop,
-        }
         if not reconfigure:
             serve_plan_forever(plan, **options)
             return

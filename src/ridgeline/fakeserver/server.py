@@ -19,8 +19,6 @@ from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from typing import Any, TypedDict, Unpack
 
-from aiohttp import web
-
 from ridgeline.aio import AsyncService, new_event_loop, run_coroutine, serve_until_signal
 from ridgeline.clock import Clock
 from ridgeline.errors import RidgelineError
@@ -30,7 +28,7 @@ from ridgeline.fakeserver.grpc import Servicer
 from ridgeline.fakeserver.http import InferCore, build_app
 from ridgeline.fakeserver.metrics import MetricsExporter
 from ridgeline.synthetic.model import LatencyModel
-from ridgeline.v2.connections import ConnectionGuard, GuardedConnection, listen_http
+from ridgeline.v2.connections import Front, GuardedConnection, HttpListener
 from ridgeline.v2.limits import ConnectionLimits, check_port
 from ridgeline.v2.security import TlsFiles
 from ridgeline.v2.server import DEFAULT_MAX_BODY_BYTES, serve_grpc
@@ -98,9 +96,7 @@ class FakeServer(AsyncService):
             check_port(grpc_port, "gRPC port")
         self._want_http, self._want_grpc, self._clock = http_port, grpc_port, clock
         self._engine: BatchingEngine | None = None
-        self._runner: web.AppRunner | None = None
-        self._listener: asyncio.Server | None = None
-        self._guard: ConnectionGuard | None = None
+        self._http: HttpListener | None = None
         self._grpc: Any = None
         self._http_port: int | None = None
         self._grpc_port: int | None = None
@@ -113,21 +109,17 @@ class FakeServer(AsyncService):
         exporter = MetricsExporter(
             self.model.name, engine.stats, lambda: (engine.queue_length, engine.pending)
         )
-        guard = self._guard = ConnectionGuard(self.limits)
+        http = self._http = HttpListener(self.host, self.limits, self.tls, SHUTDOWN_GRACE_S)
         app = build_app(
             self.model,
             engine,
             exporter,
             token=self.token,
             max_body_bytes=self.max_body_bytes,
-            guard=guard,
+            guard=http.guard,
         )
         try:
-            self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
-            await self._runner.setup()
-            self._listener = await self._listen(engine, guard)
-            guard.start()
-            self._http_port = int(self._listener.sockets[0].getsockname()[1])
+            self._http_port = await http.start(app, self._want_http, self._fast_path(engine))
             if self._want_grpc is not None:
                 self._grpc, self._grpc_port = await serve_grpc(
                     Servicer(self.model, engine),
@@ -143,42 +135,30 @@ class FakeServer(AsyncService):
             await self.stop()
             raise
 
-    async def _listen(self, engine: BatchingEngine, guard: ConnectionGuard) -> asyncio.Server:
-        """Bind HTTP: infer requests on the fast path, the rest handed to aiohttp."""
-        assert self._runner is not None and self._runner.server is not None
+    def _fast_path(self, engine: BatchingEngine) -> Front:
+        """Infer requests on the fast path, the rest handed to aiohttp."""
         core = InferCore(self.model, engine, self.max_body_bytes)
         base = f"/v2/models/{self.model.name}"
         paths = frozenset(p.encode() for p in (f"{base}/infer", f"{base}/versions/1/infer"))
-        fallback = self._runner.server
 
-        def protocol(conn: GuardedConnection) -> FastV2Protocol:
-            return FastV2Protocol(core, paths, fallback, self.token, conn)
+        def front(
+            fallback: Callable[[], asyncio.Protocol],
+        ) -> Callable[[GuardedConnection], FastV2Protocol]:
+            return lambda conn: FastV2Protocol(core, paths, fallback, self.token, conn)
 
-        return await listen_http(
-            guard.protocol(protocol),
-            host=self.host,
-            port=self._want_http,
-            limits=self.limits,
-            tls=None if self.tls is None else self.tls.server_context(),
-        )
+        return front
 
     async def stop(self) -> None:
         """Answer what is queued as rejected, close the listeners; safe to call twice."""
         if self._engine is not None:
             self._engine.close()
             await asyncio.sleep(0)  # let the fast path write the rejections
-        if self._listener is not None:
-            self._listener.close()
-            self._listener = None
-        if self._guard is not None:
-            self._guard.close()
-            self._guard = None
         if self._grpc is not None:
             await self._grpc.stop(SHUTDOWN_GRACE_S)
             self._grpc = None
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._http is not None:
+            await self._http.stop()
+            self._http = None
         self._engine = None
 
     @property

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from aiohttp import web
 
 from ridgeline.aio import AsyncService, LoopLag
 from ridgeline.clock import Clock, MonotonicClock
@@ -33,11 +32,11 @@ from ridgeline.serve.metrics import InstanceView, ServeMetrics
 from ridgeline.serve.mps import MpsDaemons
 from ridgeline.serve.workers import Worker
 from ridgeline.v2 import describe
-from ridgeline.v2.connections import ConnectionGuard, listen_http
+from ridgeline.v2.connections import HttpListener
 from ridgeline.v2.describe import VERSION
 from ridgeline.v2.limits import ConnectionLimits, check_port
 from ridgeline.v2.security import TlsFiles
-from ridgeline.v2.server import DEFAULT_MAX_BODY_BYTES, build_http_app, start_grpc_server
+from ridgeline.v2.server import DEFAULT_MAX_BODY_BYTES, build_http_app, grpc_servicer, serve_grpc
 from ridgeline.v2.spec import TensorSpec
 from ridgeline.v2.tensors import NUMPY_DTYPES, Array
 
@@ -190,9 +189,7 @@ class PlanServer(AsyncService):
         self.workers: dict[str, list[Worker]] = {}
         self.queues: dict[str, TaskQueue] = {}
         self.models: dict[str, _TaskModel | _PipelineModel] = {}
-        self._runner: web.AppRunner | None = None
-        self._listener: asyncio.Server | None = None
-        self._guard: ConnectionGuard | None = None
+        self._http: HttpListener | None = None
         self._grpc: Any = None
         self.http_port: int | None = None
         self.grpc_port: int | None = None
@@ -425,36 +422,23 @@ class PlanServer(AsyncService):
         }
 
     async def _listen(self) -> None:
-        guard = self._guard = ConnectionGuard(self.limits)
+        http = self._http = HttpListener(self.host, self.limits, self.tls, 0.25)
         app = build_http_app(
             self.models,
             name=SERVER_NAME,
             token=self.token,
             max_body_bytes=self.max_body,
             metrics=self.metrics.render,
-            guard=guard,
+            guard=http.guard,
         )
-        runner = self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.25)
-        await runner.setup()
-        assert runner.server is not None
-        fallback = runner.server
-        self._listener = await listen_http(
-            guard.protocol(lambda conn: fallback()),
-            host=self.host,
-            port=self._want_http,
-            limits=self.limits,
-            tls=None if self.tls is None else self.tls.server_context(),
-        )
-        guard.start()
-        self.http_port = int(self._listener.sockets[0].getsockname()[1])
+        self.http_port = await http.start(app, self._want_http)
         if self._want_grpc is not None:
-            self._grpc, self.grpc_port = await start_grpc_server(
-                self.models,
-                name=SERVER_NAME,
+            self._grpc, self.grpc_port = await serve_grpc(
+                grpc_servicer(self.models, SERVER_NAME),
                 host=self.host,
                 port=self._want_grpc,
                 token=self.token,
-                max_message_bytes=self.max_body,
+                max_bytes=self.max_body,
                 limits=self.limits,
                 tls=self.tls,
             )
@@ -466,15 +450,9 @@ class PlanServer(AsyncService):
         if self._grpc is not None:
             await self._grpc.stop(0.25)
             self._grpc = None
-        if self._listener is not None:
-            self._listener.close()
-            self._listener = None
-        if self._guard is not None:
-            self._guard.close()
-            self._guard = None
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._http is not None:
+            await self._http.stop()
+            self._http = None
         await asyncio.gather(
             *(w.stop() for ws in self.workers.values() for w in ws), return_exceptions=True
         )

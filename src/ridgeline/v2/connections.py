@@ -1,6 +1,6 @@
 """Every HTTP connection a v2 server holds, timed and bounded (``ConnectionLimits``).
 
-``listen_http`` binds a server whose connections each pass through a
+``HttpListener`` serves an aiohttp app on a socket whose connections each pass through a
 ``GuardedConnection`` in front of the protocol that serves them (aiohttp's, or the fake
 server's fast path). A connection is in one of four states, each with its own deadline:
 
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
@@ -31,6 +30,7 @@ from aiohttp import web
 from ridgeline.errors import ConfigError
 from ridgeline.v2.http_codec import Answer, error_answer
 from ridgeline.v2.limits import ConnectionLimits
+from ridgeline.v2.security import TlsFiles
 
 
 class State(enum.Enum):
@@ -309,24 +309,57 @@ async def read_body(
     return body
 
 
-async def listen_http(
-    protocol: Callable[[], asyncio.Protocol],
-    *,
-    host: str,
-    port: int,
-    limits: ConnectionLimits,
-    tls: ssl.SSLContext | None,
-) -> asyncio.Server:
-    """An asyncio server on ``host:port`` (0: any free port) making ``protocol`` per
-    connection, TLS with ``tls``; a taken port is a ConfigError."""
-    loop = asyncio.get_running_loop()
-    extra: dict[str, Any] = {}
-    if tls is not None:
-        extra = {"ssl": tls, "ssl_handshake_timeout": limits.header_timeout_s}
-    try:
-        return await loop.create_server(protocol, host, port, backlog=1024, **extra)
-    except OSError as e:
-        raise ConfigError(
-            f"cannot bind HTTP to {host}:{port}: {e.strerror}; pick another port (--port), "
-            "or 0 for any free one"
-        ) from e
+Front = Callable[[Callable[[], asyncio.Protocol]], Callable[[GuardedConnection], asyncio.Protocol]]
+"""Given aiohttp's protocol factory, the protocol serving each guarded connection."""
+
+
+class HttpListener:
+    """An aiohttp app served on ``host:port`` behind a ``ConnectionGuard`` (``guard``: give
+    it to the app's middleware), TLS with ``tls``: ``start`` then ``stop``."""
+
+    def __init__(
+        self, host: str, limits: ConnectionLimits, tls: TlsFiles | None, shutdown_s: float
+    ) -> None:
+        self.host, self.limits, self.tls, self.shutdown_s = host, limits, tls, shutdown_s
+        self.guard = ConnectionGuard(limits)
+        self._runner: web.AppRunner | None = None
+        self._server: asyncio.Server | None = None
+
+    async def start(self, app: web.Application, port: int, front: Front | None = None) -> int:
+        """Serve ``app`` (through ``front`` when given); the bound port. A taken port is a
+        ConfigError."""
+        runner = self._runner = web.AppRunner(
+            app, access_log=None, shutdown_timeout=self.shutdown_s
+        )
+        await runner.setup()
+        assert runner.server is not None
+        aiohttp_protocol = runner.server
+        inner = front(aiohttp_protocol) if front else (lambda conn: aiohttp_protocol())
+        extra: dict[str, Any] = {}
+        if self.tls is not None:
+            extra = {
+                "ssl": self.tls.server_context(),
+                "ssl_handshake_timeout": self.limits.header_timeout_s,
+            }
+        loop = asyncio.get_running_loop()
+        try:
+            self._server = await loop.create_server(
+                self.guard.protocol(inner), self.host, port, backlog=1024, **extra
+            )
+        except OSError as e:
+            raise ConfigError(
+                f"cannot bind HTTP to {self.host}:{port}: {e.strerror}; pick another port "
+                "(--port), or 0 for any free one"
+            ) from e
+        self.guard.start()
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def stop(self) -> None:
+        """Close the socket and every connection; safe to call twice."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        self.guard.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None

@@ -330,27 +330,9 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return self._deny_stream if details.method.endswith("StreamInfer") else self._deny
 
 
-async def start_grpc_server(
-    models: Mapping[str, V2Model],
-    *,
-    name: str,
-    host: str,
-    port: int,
-    token: str | None,
-    max_message_bytes: int,
-    limits: ConnectionLimits,
-    tls: TlsFiles | None = None,
-) -> tuple[Any, int]:
-    """Start a grpc.aio server for ``models`` on ``host:port`` (0: any); (server, port)."""
-    return await serve_grpc(
-        _Servicer(models, name),
-        host=host,
-        port=port,
-        token=token,
-        max_bytes=max_message_bytes,
-        limits=limits,
-        tls=tls,
-    )
+def grpc_servicer(models: Mapping[str, V2Model], name: str) -> Any:
+    """The GRPCInferenceService serving ``models`` (for ``serve_grpc``)."""
+    return _Servicer(models, name)
 
 
 async def serve_grpc(
