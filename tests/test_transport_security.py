@@ -286,3 +286,23 @@ def test_a_bad_connection_limit_is_a_one_line_error_naming_the_option(
     assert result.exit_code == 2
     assert says in " ".join(result.output.split())
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["run", "grpcs://127.0.0.1:1/m", "--rate", "5", "--duration", "0.2"], ["probe", "null://"]],
+)
+def test_the_clients_token_file_and_ca_are_checked_before_any_traffic(
+    tmp_path: Path, command: list[str]
+) -> None:
+    text = tmp_path / "not.pem"
+    text.write_text("hello\n")
+    db = ["--db", str(tmp_path / "runs.sqlite")]
+    for option, says in (
+        (["--token-file", str(tmp_path / "missing")], "cannot read --token-file"),
+        (["--tls-ca", str(text)], f"cannot load the CA bundle {text}"),
+    ):
+        result = CliRunner().invoke(app, [*command, *option, *db])
+        assert result.exit_code == 2, result.output
+        assert says in " ".join(result.output.split())
+        assert "Traceback" not in result.output

@@ -33,7 +33,7 @@ def _target_options(
     token_file: Path | None = None,
     tls_ca: Path | None = None,
 ) -> dict[str, Any]:
-    from ridgeline.v2.security import resolve_token
+    from ridgeline.v2.security import client_context, resolve_token
 
     headers: dict[str, str] = {}
     for h in header:
@@ -47,6 +47,7 @@ def _target_options(
     if token := resolve_token(token, token_file):
         opts["token"] = token
     if tls_ca is not None:
+        client_context(tls_ca)  # a bad bundle is named now, not in a step
         opts["ca_file"] = tls_ca
     if model:
         opts["model"] = model
