@@ -39,11 +39,12 @@ class ConnectionLimits(BaseModel):
         "else 408 and close",
     )
     max_connections: int = Field(
-        1000,
+        10_000,
         ge=1,
         description="client connections held at once (each of HTTP and gRPC); at the bound "
-        "a new one closes the longest-idle one, or is refused when none is idle; never more "
-        f"than the descriptor limit (ulimit -n) less {RESERVED_DESCRIPTORS}",
+        "a new one closes the longest-idle one, or is refused (503) when none is idle; never "
+        f"more than the descriptor limit (ulimit -n) less {RESERVED_DESCRIPTORS}. The default "
+        "is a load generator's default requests in flight: one connection each",
     )
 
     def connection_bound(self) -> int:
