@@ -210,3 +210,28 @@ def test_the_connection_bound_never_exceeds_the_descriptor_limit() -> None:
     bound = ConnectionLimits(max_connections=10**9).connection_bound()
     assert bound <= max(1, soft - 64) or soft == resource.RLIM_INFINITY
     assert ConnectionLimits(max_connections=3).connection_bound() == min(3, max(1, soft - 64))
+
+
+@pytest.mark.parametrize("kind", SERVERS)
+async def test_a_client_in_use_outlives_every_timeout_on_one_connection(kind: str) -> None:
+    """Requests every 0.4 s on one keep-alive connection, for longer than the header, body
+    and idle timeouts together: each is answered, none is timed out."""
+    limits = ConnectionLimits(idle_timeout_s=0.8, header_timeout_s=0.5, body_timeout_s=0.5)
+    async with SERVERS[kind](limits) as (port, path):
+        reader, writer = await _open(port)
+        body = b'{"inputs":[{"name":"X","datatype":"FP32","shape":[1,4],"data":[1,2,3,4]}]}'
+        if kind == "fake":
+            body = body.replace(b'"X"', b'"INPUT0"').replace(b"[1,4]", b"[1,16]")
+            body = body.replace(b"[1,2,3,4]", b"[" + b",".join([b"1"] * 16) + b"]")
+        infer = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
+        began = time.monotonic()
+        for i in range(7):
+            writer.write(READY if i % 2 else infer.encode() + body)
+            assert await _status(reader, 10) == 200
+            while (line := await reader.readline()) not in (b"\r\n", b""):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            await reader.readexactly(length)
+            await asyncio.sleep(0.4)  # the client's pace, not a synchronisation
+        assert time.monotonic() - began > 2.5
+        writer.close()
