@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from ridgeline.cli._common import DbOption, JsonOption, ZooOption, failing, out
+from ridgeline.cli._exit import verify_code
 
 
 def verify(
@@ -25,7 +26,8 @@ def verify(
     as_json: JsonOption = False,
 ) -> None:
     """Probe a served plan at its planned demand: pass or fail against its SLO, and the
-    margin its measured capacity leaves. Exit status 1 when it fails."""
+    margin its measured capacity leaves. Exit status 0 on PASS, 1 on FAIL (the server
+    missed its SLO), 3 on INCONCLUSIVE (the host was too busy to measure)."""
     from ridgeline.aio import run_coroutine
     from ridgeline.loop.verify import verify as verify_plan
     from ridgeline.pipeline.plan import load_plan
@@ -38,8 +40,7 @@ def verify(
         out.print_json(json.dumps(result.to_json()))
     else:
         out.print(result.summary())
-    if not result.passed:
-        raise typer.Exit(1)
+    raise typer.Exit(verify_code(result))
 
 
 def demo(
@@ -52,7 +53,8 @@ def demo(
 ) -> None:
     """The whole loop on this machine: profile the example pipeline on CPU, plan it, serve
     it, verify it at its demand, move the demand up and back down while it reconfigures
-    live, and write one HTML report."""
+    live, and write one HTML report. Exit status as `verify`'s (1 also when requests
+    were lost)."""
     from ridgeline.loop.demo import REPORT, SHORT, run_demo
     from ridgeline.report.loop_html import write_loop_report
     from ridgeline.report.terminal import demo_summary
@@ -62,5 +64,4 @@ def demo(
         report = write_loop_report(result, out_dir / REPORT)
     for line in demo_summary(result, report):
         out.print(line)
-    if not result.verified.passed or result.lost:
-        raise typer.Exit(1)
+    raise typer.Exit(verify_code(result.verified, result.lost))

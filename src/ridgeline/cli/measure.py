@@ -15,8 +15,10 @@ from ridgeline.cli._common import (
     emit,
     err,
     failing,
+    opened_store,
     out,
 )
+from ridgeline.cli._exit import probe_code, step_code
 
 if TYPE_CHECKING:
     from ridgeline.loadgen.schedule import Schedule
@@ -84,11 +86,12 @@ def run(
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Run one open-loop step against TARGET and print its result."""
+    """Run one open-loop step against TARGET and print its result. Exit status 0 for a
+    valid step, 3 for one marked INVALID (the generator fell behind), 2 for bad input or
+    an endpoint failing its connect check, 130 when interrupted."""
     from ridgeline.loadgen.replayer import Progress, ReplayConfig
     from ridgeline.loadgen.step import StepConfig, run_step
     from ridgeline.report.terminal import live_progress, step_table
-    from ridgeline.telemetry.store import RunStore
 
     with failing(values=True):
         schedule = _schedule(rate, duration, arrival, trace, target_rate, trace_start, seed)
@@ -101,7 +104,7 @@ def run(
             validity=_validity(lateness_bound_ms),
         )
         progress = Progress()
-        with RunStore(db) as store, live_progress(progress, err, err.is_terminal):
+        with opened_store(db) as store, live_progress(progress, err, err.is_terminal):
             result = run_step(
                 target,
                 schedule,
@@ -114,6 +117,7 @@ def run(
         emit(result.summary.model_dump_json(indent=2))
     else:
         out.print(step_table(result.summary, f"{target} — {schedule.description}"))
+    raise typer.Exit(step_code(result.summary))
 
 
 def _validity(lateness_bound_ms: float | None) -> ValidityConfig:
@@ -217,7 +221,9 @@ def probe(
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Find the maximum sustainable throughput of TARGET under an SLO."""
+    """Find the maximum sustainable throughput of TARGET under an SLO. Exit status 0 for
+    a valid estimate, 1 when no rate held the SLO, 2 for bad input or a failed probe, 3
+    when the estimate is not valid (the steps measured the host), 130 when interrupted."""
     from ridgeline.loadgen.replayer import Progress
     from ridgeline.loadgen.step import StepConfig
     from ridgeline.probe.api import default_slo, make_driver, run_probe
@@ -225,7 +231,6 @@ def probe(
     from ridgeline.probe.orchestrator import ProbeConfig
     from ridgeline.report.terminal import live_progress, probe_line, probe_start, probe_table
     from ridgeline.telemetry.gpu import detect_gpu_monitor
-    from ridgeline.telemetry.store import RunStore
 
     options: dict[str, Any] = {
         "min_rate": min_rate,
@@ -266,7 +271,7 @@ def probe(
             driver.progress = progress  # a status line counts the step in flight
         else:
             live = False  # a simulated step ends in milliseconds
-        with RunStore(db) as store, live_progress(progress, err, live):
+        with opened_store(db) as store, live_progress(progress, err, live):
             gpu = None if target.startswith("sim:") else detect_gpu_monitor(gpu_metrics_url)
             if gpu is not None and not as_json:
                 err.print(f"GPU: {gpu.describe()}", highlight=False)
@@ -282,5 +287,4 @@ def probe(
         emit(result.model_dump_json(indent=2))
     else:
         out.print(probe_table(result))
-    if result.status != "complete":
-        raise typer.Exit(130 if result.status == "interrupted" else 1)
+    raise typer.Exit(probe_code(result))

@@ -8,6 +8,12 @@ and by what margin?
 2. The margin: the capacity the probe's binary search measures under the same SLO
    (between a quarter and four times the demand), over the demand, minus one.
 
+The verdict is PASS, FAIL (the server missed its SLO at the demand, on a step that
+measured the server) or INCONCLUSIVE: the step that missed was the generator's (it fell
+behind its schedule: ``loadgen.validity``), or the capacity search then held the demand
+the step missed (a busy host, not the plan). An INCONCLUSIVE verdict says nothing of the
+plan either way: run it again on a quieter host.
+
 Latency counts from the scheduled send, so a send the generator makes late is already
 in it; a step is judged valid by how far the generator's lateness moved its p99 against
 the plan's SLO (``loadgen.validity``), so that a generator sharing its process with the
@@ -17,7 +23,7 @@ server, as in the demo, can verify.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -48,6 +54,23 @@ class VerifyResult:
     passed: bool
     capacity_rps: float | None = None
     """Measured by the probe's binary search; None when not searched or none found."""
+    invalid_reason: str | None = None
+    """Why the step at the demand measured the generator rather than the server (None:
+    it measured the server)."""
+
+    @property
+    def verdict(self) -> Literal["PASS", "FAIL", "INCONCLUSIVE"]:
+        """PASS; FAIL, the server missed its SLO; INCONCLUSIVE, the miss was the host's."""
+        if self.passed:
+            return "PASS"
+        if self.invalid_reason is not None or self.search_held:
+            return "INCONCLUSIVE"
+        return "FAIL"
+
+    @property
+    def search_held(self) -> bool:
+        """The capacity search held the demand the step missed: the miss did not repeat."""
+        return self.capacity_rps is not None and self.capacity_rps >= self.demand_rps
 
     @property
     def margin(self) -> float | None:
@@ -57,17 +80,24 @@ class VerifyResult:
         return self.capacity_rps / self.demand_rps - 1.0
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "margin": self.margin}
+        return {**asdict(self), "margin": self.margin, "verdict": self.verdict}
 
     def summary(self) -> str:
-        verdict = "PASS" if self.passed else "FAIL"
         p99 = "no answers" if self.p99_ms is None else f"p99 {self.p99_ms:.1f} ms"
         text = (
-            f"{verdict}: {self.demand_rps:g} req/s, {p99} (SLO {self.slo_ms:g} ms), "
-            f"{self.fail_rate:.2%} failed or dropped of {self.sent}"
+            f"{self.verdict}: {self.demand_rps:g} req/s, {p99} (SLO {self.slo_ms:g} ms), "
+            f"{self.ok} answered, {self.dropped} dropped, {self.failed} failed or lost of "
+            f"{self.sent} ({self.fail_rate:.2%} not served)"
         )
         if self.margin is not None:
             text += f"; capacity {self.capacity_rps:,.1f} req/s, margin {self.margin:+.0%}"
+        if self.verdict == "INCONCLUSIVE":
+            why = (
+                f"the step measured the generator: {self.invalid_reason}"
+                if self.invalid_reason is not None
+                else "the capacity search then held the demand the step missed"
+            )
+            text += f" — the host was too busy to measure ({why}); run it on a quieter host"
         return text
 
 
@@ -118,5 +148,15 @@ async def verify(
         )
         capacity = (await probe(NetworkDriver(target, step_cfg), cfg)).capacity_rps
     return VerifyResult(
-        demand, plan.slo_ms, s.sent, s.ok, s.dropped, failed, p99, fail_rate, passed, capacity
+        demand,
+        plan.slo_ms,
+        s.sent,
+        s.ok,
+        s.dropped,
+        failed,
+        p99,
+        fail_rate,
+        passed,
+        capacity,
+        None if s.valid else s.invalid_reason or "invalid",
     )

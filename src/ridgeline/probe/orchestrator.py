@@ -100,7 +100,7 @@ async def probe(
             )
         est = _with_confirmation(est, run.trajectory)
     except Stopped:
-        status, reason = "interrupted", "interrupted (Ctrl-C): partial search stored"
+        status, reason = "interrupted", "interrupted (Ctrl-C or SIGTERM): partial search stored"
         est = _with_confirmation(strategy.result(), run.trajectory)
     except asyncio.CancelledError:  # the caller's: store what was measured, stay cancelled
         reason = "cancelled by its caller: partial search stored"

@@ -358,6 +358,6 @@ def demo_summary(r: LoopResult, report: Path) -> list[str]:
         f"verify: {r.verified.summary()}",
         f"reconfigure: {len(r.events)} re-plans, {sum(1 for e in r.events if e.applied)} "
         f"of them changing the served tasks, up to {peak} instances in all",
-        f"requests: {r.sent} sent, {r.answered} answered, {r.lost} lost",
+        f"requests: {r.counts()}",
         f"report: {report}",
     ]
