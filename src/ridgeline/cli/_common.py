@@ -86,9 +86,12 @@ def opened_store(db: str | None) -> Iterator[RunStore]:
                     "(killed?); marked interrupted, what they stored is kept",
                     markup=False,
                     highlight=False,
+                    soft_wrap=True,
                 )
             if store.unsaved is not None:
-                err.print(f"warning: {store.unsaved}", markup=False, highlight=False)
+                err.print(
+                    f"warning: {store.unsaved}", markup=False, highlight=False, soft_wrap=True
+                )
 
 
 @contextmanager

@@ -8,11 +8,11 @@ and by what margin?
 2. The margin: the capacity the probe's binary search measures under the same SLO
    (between a quarter and four times the demand), over the demand, minus one.
 
-The verdict is PASS, FAIL (the server missed its SLO at the demand, on a step that
-measured the server) or INCONCLUSIVE: the step that missed was the generator's (it fell
-behind its schedule: ``loadgen.validity``), or the capacity search then held the demand
-the step missed (a busy host, not the plan). An INCONCLUSIVE verdict says nothing of the
-plan either way: run it again on a quieter host.
+The verdict is PASS, FAIL (the server missed its SLO at the demand) or INCONCLUSIVE,
+when the miss was the host's: the generator fell behind its schedule
+(``loadgen.validity``) and the server, timed from each actual send, held the SLO; or the
+capacity search then held the demand the step missed (the miss did not repeat). An
+INCONCLUSIVE verdict says nothing of the plan either way: run it on a quieter host.
 
 Latency counts from the scheduled send, so a send the generator makes late is already
 in it; a step is judged valid by how far the generator's lateness moved its p99 against
@@ -57,13 +57,16 @@ class VerifyResult:
     invalid_reason: str | None = None
     """Why the step at the demand measured the generator rather than the server (None:
     it measured the server)."""
+    server_missed: bool = True
+    """Whether the server missed the SLO on its own: its p99 timed from each actual send
+    (the generator's lateness left out) over the bound, or too many failures."""
 
     @property
     def verdict(self) -> Literal["PASS", "FAIL", "INCONCLUSIVE"]:
         """PASS; FAIL, the server missed its SLO; INCONCLUSIVE, the miss was the host's."""
         if self.passed:
             return "PASS"
-        if self.invalid_reason is not None or self.search_held:
+        if self.search_held or (self.invalid_reason is not None and not self.server_missed):
             return "INCONCLUSIVE"
         return "FAIL"
 
@@ -93,9 +96,10 @@ class VerifyResult:
             text += f"; capacity {self.capacity_rps:,.1f} req/s, margin {self.margin:+.0%}"
         if self.verdict == "INCONCLUSIVE":
             why = (
-                f"the step measured the generator: {self.invalid_reason}"
-                if self.invalid_reason is not None
-                else "the capacity search then held the demand the step missed"
+                "the capacity search then held the demand the step missed"
+                if self.search_held
+                else f"the generator fell behind, the server held the SLO from each send: "
+                f"{self.invalid_reason}"
             )
             text += f" — the host was too busy to measure ({why}); run it on a quieter host"
         return text
@@ -128,10 +132,12 @@ async def verify(
     step = await measure_step(target, from_arrival(arrivals, seconds, seed=2), step_cfg)
     s, rec = step.summary, step.records
     ok = rec.outcome == int(Outcome.OK)
-    p99 = float(np.percentile(rec.latency_from_schedule[ok], 99) * 1000) if ok.any() else None
+    p99 = _p99_ms(rec.latency_from_schedule[ok])
     failed = s.sent - s.ok - s.dropped
     fail_rate = (failed + s.dropped) / s.sent if s.sent else 1.0
     passed = p99 is not None and p99 <= plan.slo_ms and fail_rate <= max_fail
+    from_send = _p99_ms(rec.latency_from_send[ok])
+    server_missed = from_send is None or from_send > plan.slo_ms or fail_rate > max_fail
     capacity = None
     if search:
         cfg = ProbeConfig(
@@ -159,4 +165,9 @@ async def verify(
         passed,
         capacity,
         None if s.valid else s.invalid_reason or "invalid",
+        server_missed,
     )
+
+
+def _p99_ms(latencies_s: np.ndarray) -> float | None:
+    return float(np.percentile(latencies_s, 99) * 1000) if latencies_s.size else None

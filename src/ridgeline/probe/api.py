@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 from ridgeline.aio import run_coroutine, stopping_on_signal
 from ridgeline.loadgen.step import StepConfig
@@ -62,11 +63,11 @@ def run_probe(
     gpu: GpuMonitor | None = None,
     on_start: StartFn | None = None,
 ) -> ProbeResult:
+    hooks: dict[str, Any] = {"on_step": on_step, "on_start": on_start}
+
     async def main() -> ProbeResult:
-        stop = asyncio.Event()
-        with stopping_on_signal(stop):
-            return await probe(
-                driver, cfg, store=store, stop=stop, on_step=on_step, gpu=gpu, on_start=on_start
-            )
+        stop, got = asyncio.Event(), list[int]()
+        with stopping_on_signal(stop, got):
+            return await probe(driver, cfg, store=store, stop=stop, gpu=gpu, signals=got, **hooks)
 
     return run_coroutine(main())
