@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -192,3 +193,49 @@ def test_verify_tells_a_missed_slo_from_a_host_too_busy_to_measure(
 
 def test_requests_lost_fail_the_demo_whatever_verify_said() -> None:
     assert verify_code(verified(passed=True, p99_ms=40.0), lost=1) == ExitCode.SLO_MISSED
+
+
+def test_a_run_shows_the_servers_metrics_at_the_terminals_width(tmp_path: Path) -> None:
+    db = tmp_path / "r.sqlite"
+    wide = {**os.environ, "COLUMNS": "120"}
+    with running_in_process(load_preset("default"), grpc_port=None) as srv:
+        args = ["run", srv.model_url, "--rate", "50", "--duration", "2"]
+        res = subprocess.run(
+            [*RIDGELINE, *args, "--metrics-url", srv.metrics_url, "--db", str(db)],
+            capture_output=True, text=True, timeout=60, env=wide,
+        )  # fmt: skip
+    assert res.returncode in (0, 3), res.stderr
+    lines = res.stdout.splitlines()
+    counts = next(line for line in lines if line.startswith("offered "))
+    assert counts.rstrip().endswith("run 1")  # one line: not wrapped at the table's width
+    assert f"server metrics from {srv.metrics_url}" in res.stdout
+    assert "nv_inference_count" in res.stdout
+    shown = subprocess.run(
+        [*RIDGELINE, "runs", "show", "1", "--db", str(db)],
+        capture_output=True, text=True, timeout=60, env=wide,
+    )  # fmt: skip
+    assert shown.stdout.splitlines()[1].startswith("step 1 — ")
+    assert "nv_inference_count" in shown.stdout
+    report = tmp_path / "report.html"
+    made = ridgeline("report", "1", "--out", str(report), db=db)
+    assert made.returncode == 0, made.stderr
+    page = report.read_text()
+    assert "<h2>Server metrics</h2>" in page and "nv_inference_count" in page
+
+
+def test_a_probes_live_steps_are_numbered_as_runs_show_and_the_report_number_them(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "r.sqlite"
+    res = ridgeline("probe", "sim:nlp", "--strategy", "binary", db=db, timeout=120)
+    assert res.returncode == 0, res.stderr
+    live = sorted({int(n) for n in re.findall(r"^step +(\d+) ", res.stderr, re.M)})
+    with RunStore(db) as store:
+        (run,) = store.list_runs()
+    shown = ridgeline("runs", "show", str(run["id"]), db=db)
+    listed = sorted(int(n) for n in re.findall(r"^step (\d+) — ", shown.stdout, re.M))
+    report = tmp_path / "report.html"
+    assert ridgeline("report", str(run["id"]), "--out", str(report), db=db).returncode == 0
+    rows = [int(n) for n in re.findall(r"<tr><td>(\d+)</td>", report.read_text())]
+    assert live[0] == 1 and "warmup" in res.stderr  # the warmup steps are steps 1, 2, ...
+    assert live == listed == rows == list(range(1, run["steps"] + 1))

@@ -29,6 +29,7 @@ def runs_show(
     run_id: int, db: DbOption = None, as_json: Annotated[bool, typer.Option("--json")] = False
 ) -> None:
     """Show one run: its steps and their windows."""
+    from ridgeline.report._view import step_label
     from ridgeline.report.terminal import step_table
     from ridgeline.telemetry.summary import StepSummary
 
@@ -41,7 +42,7 @@ def runs_show(
     out.print(f"run {run_['id']} [{run_['kind']}] {run_['target']}: {run_['status']}{reason}")
     for step in run_["steps"]:
         summary = StepSummary.model_validate(step["summary"])
-        out.print(step_table(summary, f"step {step['index']}"))
+        out.print(step_table(summary, step_label(step["index"])))
 
 
 def report_command(

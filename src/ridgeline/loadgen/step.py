@@ -160,6 +160,7 @@ async def measure_step(
     wins = windows(records, schedule.duration_s, cfg.window_s)
     if scraper is not None:
         scraper.attach(wins)
+        summary.server = scraper.summary()
     return StepResult(
         summary, wins, records, interrupted, scraper.failures if scraper is not None else 0
     )
