@@ -239,3 +239,31 @@ def test_a_probes_live_steps_are_numbered_as_runs_show_and_the_report_number_the
     rows = [int(n) for n in re.findall(r"<tr><td>(\d+)</td>", report.read_text())]
     assert live[0] == 1 and "warmup" in res.stderr  # the warmup steps are steps 1, 2, ...
     assert live == listed == rows == list(range(1, run["steps"] + 1))
+
+
+def test_sigterm_stops_verify_with_the_interrupted_status(tmp_path: Path) -> None:
+    import yaml
+
+    from test_cli import answered
+
+    plan = tmp_path / "plan.yaml"
+    synthetic = {"base_ms": 2, "per_item_ms": 1}
+    task = {
+        "variant": "v",
+        "segment": {"kind": "cpu", "cores": 1},
+        "batch_size": 4,
+        "latency_budget_ms": 400,
+        "synthetic": synthetic,
+    }
+    doc = {"name": "fake", "slo_ms": 400, "demand_rps": 50, "tasks": {"t": task}}
+    plan.write_text(yaml.safe_dump(doc))
+    with running_in_process(load_preset("default"), grpc_port=None) as srv:
+        proc = subprocess.Popen(
+            [*RIDGELINE, "verify", str(plan), srv.model_url, "--seconds", "120"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        wait_until(lambda: answered(srv.metrics_url) >= 20, 60, "verify under way")
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "verify interrupted by SIGTERM" in stderr

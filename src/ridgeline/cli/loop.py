@@ -28,14 +28,24 @@ def verify(
     """Probe a served plan at its planned demand: pass or fail against its SLO, and the
     margin its measured capacity leaves. Exit status 0 on PASS, 1 on FAIL (the server
     missed its SLO), 3 on INCONCLUSIVE (the host was too busy to measure)."""
-    from ridgeline.aio import run_coroutine
+    import asyncio
+
+    from ridgeline.aio import cancelled_on_signal, run_coroutine, signal_name
+    from ridgeline.errors import RunInterrupted
     from ridgeline.loop.verify import verify as verify_plan
     from ridgeline.pipeline.plan import load_plan
 
+    got: list[int] = []
     with failing():
-        result = run_coroutine(
-            verify_plan(load_plan(plan), target, seconds=seconds, max_fail=max_fail, search=search)
+        checking = verify_plan(
+            load_plan(plan), target, seconds=seconds, max_fail=max_fail, search=search
         )
+        try:
+            result = run_coroutine(cancelled_on_signal(checking, got))
+        except asyncio.CancelledError:
+            raise RunInterrupted(
+                None, f"verify interrupted by {signal_name(got)}: no verdict (verify stores no run)"
+            ) from None
     if as_json:
         out.print_json(json.dumps(result.to_json()))
     else:
