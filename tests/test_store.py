@@ -129,13 +129,16 @@ def test_a_journal_still_being_written_is_left_to_its_store(tmp_path: Path) -> N
     assert list(tmp_path.glob("runs.sqlite.unsaved-*.jsonl")) == []
 
 
-def _killed_mid_run(path: Path) -> int:
-    """A process that opens a run in ``path`` and is killed with SIGKILL; the run's id."""
+def _killed_mid_run(path: Path, then: str = "") -> int:
+    """A process that opens a run in ``path``, runs ``then`` (``s`` the store, ``run``
+    the run's id) and is killed with SIGKILL; the run's id."""
     code = (
         "import os, signal, sys\n"
         "from ridgeline.telemetry.store import RunStore\n"
         f"s = RunStore({str(path)!r})\n"
-        "print(s.create_run('probe', 'null://', {}), flush=True)\n"
+        "run = s.create_run('probe', 'null://', {})\n"
+        "print(run, flush=True)\n"
+        f"{then}\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -197,3 +200,30 @@ def test_a_step_run_on_a_full_disk_is_returned_kept_and_finished_later(tmp_path:
         stored = store.get_run(run["id"])
     assert (run["status"], run["steps"]) == ("complete", 1)
     assert stored["steps"][0]["summary"]["ok"] == 500
+
+
+def test_a_journal_left_by_a_killed_process_is_replayed_and_its_run_marked(
+    tmp_path: Path,
+) -> None:
+    """A full disk, then ``kill -9``: the step the journal kept reaches the store, and
+    the run its process never finished is marked interrupted."""
+    path = tmp_path / "runs.sqlite"
+    step = (
+        "import numpy as np\n"
+        "from ridgeline.telemetry.records import Records\n"
+        "from ridgeline.telemetry.summary import summarize\n"
+        "rec = Records.empty(np.arange(500) / 100.0)\n"
+        "(pages,) = s._db.execute('PRAGMA page_count').fetchone()\n"
+        "s._db.execute(f'PRAGMA max_page_count={pages}')\n"
+        "summary = summarize(rec, 5.0, valid=True, invalid_reason=None)\n"
+        "s.add_step(run, 0, summary, [], rec)\n"
+        "assert s.unsaved is not None\n"
+    )
+    dead = _killed_mid_run(path, step)
+    assert len(list(tmp_path.glob("runs.sqlite.unsaved-*.jsonl"))) == 1
+    with RunStore(path) as store:
+        assert store.recovered == [dead]
+        (run,) = store.list_runs()
+        requests = store.request_count(store.get_run(dead)["steps"][0]["id"])
+    assert (run["status"], run["steps"], requests) == ("interrupted", 1, 500)
+    assert list(tmp_path.glob("runs.sqlite.unsaved-*.jsonl")) == []

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from ridgeline.cli._common import DbOption, JsonOption, ZooOption, failing, out
+from ridgeline.cli._common import DbOption, JsonOption, ZooOption, failing, opened_store, out
 from ridgeline.cli._exit import verify_code
 
 
@@ -69,8 +69,10 @@ def demo(
     from ridgeline.report.loop_html import write_loop_report
     from ridgeline.report.terminal import demo_summary
 
-    with failing():
-        result = run_demo(out_dir, zoo=zoo, cfg=SHORT if short else None, say=out.print, db=db)
+    with failing(), opened_store(db) as store:
+        result = run_demo(
+            out_dir, zoo=zoo, cfg=SHORT if short else None, say=out.print, store=store
+        )
         report = write_loop_report(result, out_dir / REPORT)
     for line in demo_summary(result, report):
         out.print(line)

@@ -14,6 +14,7 @@ the store is opened on that host.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -165,12 +166,9 @@ class RunStore(Connected):
         self._deferred: set[int] = set()
         self._placeholders = 0
         self._journal = _unsaved.Journal(path)
-        with_room = True
-        try:
+        with contextlib.suppress(sqlite3.Error):  # still no room: it waits for the next time
             _unsaved.replay(path, self._apply)
-        except sqlite3.Error:
-            with_room = False  # still no room: the journal waits for the next time
-        self.recovered: list[int] = self._mark_stale() if with_room else []
+        self.recovered: list[int] = self._mark_stale()
         """Runs found ``running`` whose process had ended, marked ``interrupted`` now."""
 
     def close(self) -> None:
