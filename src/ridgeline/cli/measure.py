@@ -287,4 +287,10 @@ def probe(
         emit(result.model_dump_json(indent=2))
     else:
         out.print(probe_table(result))
+        if metrics_url is not None and result.run_id is not None:
+            out.print(
+                f"the server's metrics, step by step: ridgeline runs show {result.run_id}",
+                markup=False,
+                highlight=False,
+            )
     raise typer.Exit(probe_code(result))
