@@ -267,3 +267,20 @@ def test_sigterm_stops_verify_with_the_interrupted_status(tmp_path: Path) -> Non
         _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     assert "verify interrupted by SIGTERM" in stderr
+
+
+def test_sigterm_stops_the_fake_server_as_ctrl_c_does() -> None:
+    """The servers stop on SIGTERM as on Ctrl-C (``aio.serve_until_signal``), even
+    started as a background job is, with SIGINT ignored."""
+    proc = subprocess.Popen(
+        [*RIDGELINE, "fake-server", "--port", "0", "--grpc-port", "0", "--preset", "fast"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )  # fmt: skip
+    assert proc.stdout is not None
+    first = proc.stdout.readline()
+    assert "http://127.0.0.1:" in first, first
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
