@@ -28,6 +28,7 @@ import httptools
 from ridgeline.fakeserver.engine import SHUT_DOWN, Outcome
 from ridgeline.fakeserver.http import InferCore, InFlight
 from ridgeline.v2.http_codec import HEADER_LENGTH, Answer, error_answer
+from ridgeline.v2.server import RequestLog
 
 _REASONS = {
     200: b"OK",
@@ -64,12 +65,14 @@ class FastV2Protocol(asyncio.Protocol):
         fallback: Callable[[], asyncio.Protocol],
         token: str | None,
         connections: set[FastV2Protocol],
+        log: RequestLog,
     ) -> None:
         self._core = core
         self._paths = paths
         self._fallback = fallback
         self._auth = None if token is None else f"Bearer {token}".encode()
         self._connections = connections
+        self._log = log
         self._parser = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
         self._slots: deque[_Slot] = deque()
@@ -109,8 +112,9 @@ class FastV2Protocol(asyncio.Protocol):
         except httptools.HttpParserCallbackError as e:
             if isinstance(e.__context__, _HandOff):
                 self._hand_off()
-            else:
-                raise
+            else:  # a fault of ours: answered, logged, and the connection closed
+                self._log.exception("error answering a request", exc_info=e.__context__)
+                self._refuse(f"internal error: {type(e.__context__).__name__}", 500)
         except httptools.HttpParserError as e:
             self._refuse(f"malformed HTTP request: {e}")
 
@@ -217,8 +221,8 @@ class FastV2Protocol(asyncio.Protocol):
         proto.connection_made(self._transport)
         proto.data_received(raw)
 
-    def _refuse(self, message: str) -> None:
+    def _refuse(self, message: str, status: int = 400) -> None:
         self._refused = True
         slot = _Slot(keep_alive=False)
         self._slots.append(slot)
-        self._answer(slot, error_answer(message, 400))
+        self._answer(slot, error_answer(message, status))

@@ -18,12 +18,14 @@ UNAUTHENTICATED. Every endpoint needs ``Authorization: Bearer TOKEN`` when a tok
 from __future__ import annotations
 
 import hmac
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 import grpc
 import orjson
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
@@ -77,6 +79,36 @@ def _web(answer: Answer) -> web.Response:
 def server_metadata(name: str) -> dict[str, Any]:
     extensions = ["binary_tensor_data", "model_configuration", "statistics"]
     return {"name": name, "version": __version__, "extensions": extensions}
+
+
+class RequestLog(logging.LoggerAdapter[logging.Logger]):
+    """An HTTP server's log (aiohttp's ``logger``, and the fake server's fast path): a
+    malformed request is one line at debug, for a client can send them by the thousand;
+    a fault of the server's own keeps its traceback the first time each exception type is
+    seen, and is one line after that."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        super().__init__(logger, {})
+        self._seen: set[type[BaseException]] = set()
+
+    def exception(self, msg: object, *args: object, exc_info: Any = True, **kw: Any) -> None:
+        exc = exc_info if isinstance(exc_info, BaseException) else None
+        if exc is None or isinstance(exc, HttpProcessingError):
+            self.debug(f"{msg}: %s", *args, _one_line(exc), **kw)
+        elif type(exc) in self._seen:
+            self.error(f"{msg}: %s: %s", *args, type(exc).__name__, _one_line(exc), **kw)
+        else:
+            self._seen.add(type(exc))
+            self.error(msg, *args, exc_info=exc, **kw)
+
+
+def _one_line(exc: BaseException | None) -> str:
+    return " ".join(str(exc).split())[:200] if exc is not None else "no detail"
+
+
+def request_log() -> RequestLog:
+    """A fresh ``RequestLog`` over the ``ridgeline.v2.http`` logger, for one server."""
+    return RequestLog(logging.getLogger("ridgeline.v2.http"))
 
 
 class _Routes:
@@ -136,7 +168,7 @@ class _Routes:
             return _web(error_answer(f"request body over the bound of {self.max_body} bytes", 413))
         try:
             req = parse_infer(model, body, request.headers.get(HEADER_LENGTH))
-            rows, arrays = decode_inputs(model, req.inputs)
+            rows, arrays = decode_inputs(model, req.inputs, self.max_body)
         except InvalidRequest as e:
             return _web(error_answer(str(e), 400))
         try:
@@ -229,8 +261,8 @@ def build_http_app(
 
 
 class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
-    def __init__(self, models: Mapping[str, V2Model], name: str) -> None:
-        self.models, self.name = models, name
+    def __init__(self, models: Mapping[str, V2Model], name: str, max_bytes: int) -> None:
+        self.models, self.name, self.max_bytes = models, name, max_bytes
 
     async def _model(self, name: str, version: str, context: Any) -> V2Model:
         model = self.models.get(name)
@@ -281,7 +313,7 @@ class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[
     async def ModelInfer(self, request: Any, context: Any) -> Any:
         model = await self._model(request.model_name, request.model_version, context)
         try:
-            rows, arrays, wanted = decode_request(model, request)
+            rows, arrays, wanted = decode_request(model, request, self.max_bytes)
         except InvalidRequest as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         try:
@@ -334,7 +366,11 @@ async def start_grpc_server(
 ) -> tuple[Any, int]:
     """Start a grpc.aio server for ``models`` on ``host:port`` (0: any); (server, port)."""
     return await serve_grpc(
-        _Servicer(models, name), host=host, port=port, token=token, max_bytes=max_message_bytes
+        _Servicer(models, name, max_message_bytes),
+        host=host,
+        port=port,
+        token=token,
+        max_bytes=max_message_bytes,
     )
 
 
