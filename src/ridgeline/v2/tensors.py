@@ -168,8 +168,7 @@ _KINDS.update({t: "iuf" for t in ("FP16", "FP32", "FP64")})
 """The numpy kinds a datatype's elements may arrive as (b bool, i/u integer, f float)."""
 
 _WANTED = {"b": "booleans", "iu": "integers", "iuf": "numbers"}
-_HELD = {"b": "booleans", "i": "integers", "u": "integers", "f": "fractional numbers"}
-_HELD.update({"U": "strings", "S": "bytes"})
+_FITS: dict[str, tuple[type, ...]] = {"b": (bool,), "iu": (int,), "iuf": (int, float)}
 
 _ITEMSIZE = {t: 1 if t == "BYTES" else np.dtype(d).itemsize for t, d in NUMPY_DTYPES.items()}
 """Decoded bytes per element; a BYTES element takes at least one byte of any body."""
@@ -190,17 +189,13 @@ def _from_elements(datatype: str, data: Sequence[Any], where: str) -> Array:
     if src.size == 0:
         return np.empty(0, dtype=dtype)
     wanted = _KINDS[datatype]
+    if src.dtype.kind not in wanted and dtype.kind in "iu":
+        src = _exact_integers(data, datatype, where, src)
     if src.dtype.kind not in wanted:
-        held = _HELD.get(src.dtype.kind)
-        if held is None:
-            held = (
-                "null"
-                if any(x is None for x in src)
-                else "a mix of types, or integers beyond 64 bits"
-            )
+        held = _offending(data, wanted, dtype)
+        hint = " (JSON has no NaN; send binary data for NaN)" if held == "null" else ""
         raise InvalidRequest(
-            f"{where} data holds {held}; {datatype} elements are {_WANTED[wanted]}"
-            + (" (JSON has no NaN; send binary data for NaN)" if held == "null" else "")
+            f"{where} data holds {held}; {datatype} elements are {_WANTED[wanted]}{hint}"
         )
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
@@ -220,6 +215,35 @@ def _from_elements(datatype: str, data: Sequence[Any], where: str) -> Array:
                 f"{np.finfo(dtype).max}"
             )
     return out
+
+
+def _exact_integers(data: Sequence[Any], datatype: str, where: str, src: Array) -> Array:
+    """Integers numpy read as floats or objects (0 and 2**63 have no common integer type),
+    exactly; ``src`` unchanged when some element is not an integer."""
+    leaves = np.asarray(data, dtype=np.object_).reshape(-1)
+    if not all(type(v) is int for v in leaves):
+        return src
+    dtype = np.dtype(NUMPY_DTYPES[datatype])
+    info = np.iinfo(dtype)
+    low, high = min(leaves), max(leaves)
+    if low < info.min or high > info.max:
+        raise InvalidRequest(
+            f"{where} data holds {low if low < info.min else high}, outside "
+            f"{datatype}'s range {info.min}..{info.max}"
+        )
+    return leaves.astype(dtype)
+
+
+def _offending(data: Sequence[Any], wanted: str, dtype: np.dtype[Any]) -> str:
+    """The first element a datatype cannot hold, described (the error path only)."""
+    leaves = np.asarray(data, dtype=np.object_).reshape(-1)
+    fits = _FITS[wanted]
+    for leaf in leaves:
+        if not isinstance(leaf, fits) or (isinstance(leaf, bool) and wanted != "b"):
+            return (
+                f"a fractional number ({leaf!r})" if type(leaf) is float else describe_value(leaf)
+            )
+    return "numbers it cannot hold"
 
 
 def _bytes_from_elements(data: Sequence[Any], where: str) -> Array:
