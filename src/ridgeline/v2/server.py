@@ -27,6 +27,7 @@ import orjson
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from google.protobuf import json_format
+from google.protobuf.message import DecodeError
 from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
 from ridgeline._version import __version__
@@ -355,6 +356,54 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return self._deny_stream if details.method.endswith("StreamInfer") else self._deny
 
 
+class _Undecodable:
+    """A message protobuf could not parse, handed to the call so it answers for it."""
+
+    def __init__(self, error: DecodeError) -> None:
+        self.error = " ".join(str(error).split())
+
+
+class DecodeGuard(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """gRPC: a request that is not a valid protobuf message of its method is answered
+    INVALID_ARGUMENT, as any other bad request (grpc itself would answer UNKNOWN)."""
+
+    def __init__(self) -> None:
+        self._guarded: dict[str, Any] = {}
+
+    async def intercept_service(
+        self, continuation: Callable[[Any], Awaitable[Any]], details: Any
+    ) -> Any:
+        method = details.method
+        if method in self._guarded:
+            return self._guarded[method]
+        handler = await continuation(details)
+        if handler is None or handler.unary_unary is None or handler.request_deserializer is None:
+            return handler
+        parse, behave = handler.request_deserializer, handler.unary_unary
+
+        def deserialize(raw: bytes) -> Any:
+            try:
+                return parse(raw)
+            except DecodeError as e:
+                return _Undecodable(e)
+
+        async def guarded(request: Any, context: Any) -> Any:
+            if isinstance(request, _Undecodable):
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"the {method} request is not a valid protobuf message ({request.error}); "
+                    "send the message the service defines",
+                )
+            return await behave(request, context)
+
+        self._guarded[method] = grpc.unary_unary_rpc_method_handler(
+            guarded,
+            request_deserializer=deserialize,
+            response_serializer=handler.response_serializer,
+        )
+        return self._guarded[method]
+
+
 async def start_grpc_server(
     models: Mapping[str, V2Model],
     *,
@@ -386,9 +435,12 @@ async def serve_grpc(
     """A started grpc.aio server running ``servicer`` (a GRPCInferenceService) on
     ``host:port`` (0: any free port), refusing messages over ``max_bytes`` and, with a
     ``token``, calls without it (``on_deny`` counts them); (server, bound port). A taken
-    port is a ConfigError."""
+    port is a ConfigError. A message that is not valid protobuf is INVALID_ARGUMENT."""
     server = grpc.aio.server(
-        interceptors=[] if token is None else [TokenInterceptor(token, on_deny)],
+        interceptors=[
+            *([] if token is None else [TokenInterceptor(token, on_deny)]),
+            DecodeGuard(),
+        ],
         options=[
             ("grpc.max_receive_message_length", max_bytes),
             ("grpc.max_send_message_length", -1),
