@@ -8,7 +8,9 @@ HTTP routes: ``/v2/health/{live,ready}``, ``/v2`` (server metadata), ``POST
 ModelReady, ServerMetadata, ModelMetadata, ModelConfig, ModelStatistics,
 RepositoryIndex, ModelInfer. So tritonclient and perf_analyzer drive it unchanged.
 
-Failures: a bad request is 400 / INVALID_ARGUMENT, an unknown model 404 / NOT_FOUND, a
+Failures: a bad request (a field of the wrong type, an element its datatype cannot hold,
+a declared shape that would decode past the body bound, a gRPC message protobuf cannot
+parse) is 400 / INVALID_ARGUMENT, an unknown model 404 / NOT_FOUND, a
 body over the bound 413 / RESOURCE_EXHAUSTED, a request the server drops because it can
 no longer meet its SLO 503 / UNAVAILABLE with a message starting "dropped", other
 refusals 503 / UNAVAILABLE, a failed execution 500 / INTERNAL, a bad token 401 /
