@@ -170,6 +170,10 @@ _KINDS.update({t: "iuf" for t in ("FP16", "FP32", "FP64")})
 _WANTED = {"b": "booleans", "iu": "integers", "iuf": "numbers"}
 _FITS: dict[str, tuple[type, ...]] = {"b": (bool,), "iu": (int,), "iuf": (int, float)}
 
+_DTYPES = {t: np.dtype(d) for t, d in NUMPY_DTYPES.items()}
+_FINITE_MAX = {t: float(np.finfo(NUMPY_DTYPES[t]).max) for t in ("FP16", "FP32")}
+"""The largest finite values of the floating-point datatypes a JSON number can overflow."""
+
 _ITEMSIZE = {t: 1 if t == "BYTES" else np.dtype(d).itemsize for t, d in NUMPY_DTYPES.items()}
 """Decoded bytes per element; a BYTES element takes at least one byte of any body."""
 
@@ -178,7 +182,7 @@ def _from_elements(datatype: str, data: Sequence[Any], where: str) -> Array:
     """Elements (a flat or nested list, or gRPC typed contents) as a flat array."""
     if datatype == "BYTES":
         return _bytes_from_elements(data, where)
-    dtype = np.dtype(NUMPY_DTYPES[datatype])
+    dtype = _DTYPES[datatype]
     try:
         src = np.asarray(data).reshape(-1)
     except (ValueError, TypeError, OverflowError, RecursionError) as e:
@@ -205,15 +209,17 @@ def _from_elements(datatype: str, data: Sequence[Any], where: str) -> Array:
             raise InvalidRequest(
                 f"{where} data holds {bad}, outside {datatype}'s range {info.min}..{info.max}"
             )
-    with np.errstate(over="ignore"):
-        out = src.astype(dtype, copy=False)
-    if dtype.kind == "f" and out.dtype != src.dtype and np.isinf(out).any():
-        over = np.isinf(out) & np.isfinite(src)
-        if over.any():
-            raise InvalidRequest(
-                f"{where} data holds {src[over][0]}, beyond {datatype}'s largest finite value "
-                f"{np.finfo(dtype).max}"
-            )
+    fmax = _FINITE_MAX.get(datatype)
+    if fmax is not None and (src.dtype.itemsize > dtype.itemsize or datatype == "FP16"):
+        magnitude = np.abs(src)
+        if magnitude.max() > fmax:  # NaN compares false; infinities are the client's own
+            over = np.isfinite(src) & (magnitude > fmax)
+            if over.any():
+                raise InvalidRequest(
+                    f"{where} data holds {src[over][0]}, beyond {datatype}'s largest finite "
+                    f"value {fmax}"
+                )
+    out = src.astype(dtype, copy=False)
     return out
 
 
