@@ -308,3 +308,44 @@ async def test_serves_peak_memory_stays_within_50_mb_of_idle(tmp_path: Path) -> 
     with serving_in_process(tmp_path) as (pid, url, grpc_port):
         rise = await peak_over_idle_mib(pid, url, grpc_port)
     assert rise < 50, f"peak RSS rose {rise:.0f} MiB over idle"
+
+
+INFER = "POST /v2/models/fake/infer HTTP/1.1\r\nHost: x\r\n"
+CLOSE = "Connection: close\r\nContent-Length: 2\r\n"
+RAW_ATTACKS = [  # each read to its close: the framing ones close, the rest ask to
+    f"{INFER}Content-Length: {'9' * 5000}\r\n\r\n".encode(),
+    f"{INFER}Content-Length: 99999999999999999999\r\n\r\n".encode(),
+    f"{INFER}Content-Length: 2\r\nContent-Length: 3\r\n\r\n{{}}".encode(),
+    f"{INFER}{CLOSE}Inference-Header-Content-Length: {'9' * 5000}\r\n\r\n{{}}".encode(),
+    f"{INFER}{CLOSE}Inference-Header-Content-Length: \xff\r\n\r\n{{}}".encode("latin-1"),
+]
+
+
+async def test_the_fast_path_answers_malformed_http_framing_with_a_400(fake: FakeServer) -> None:
+    for raw in RAW_ATTACKS:
+        status_line = (await send_raw(fake.http_port, raw)).split(b"\r\n")[0]
+        assert re.fullmatch(rb"HTTP/1\.[01] 400 .*", status_line), (raw[:60], status_line)
+    async with aiohttp.ClientSession() as session:
+        assert (await post(session, f"{fake.model_url}/infer", GOOD, False))[0] == 200
+
+
+OPENAI_MALFORMED = [
+    ({"prompt": "hi", "stream": "yes"}, '"stream" must be true or false'),
+    ({"prompt": "hi", "model": ["fake"]}, '"model" must be a string'),
+    ({"prompt": "hi", "max_tokens": True}, "max_tokens must be an integer"),
+    (b"[" * 5000 + b"]" * 5000, "request body must be a JSON object"),
+]
+
+
+async def test_the_fake_openai_routes_answer_malformed_requests(fake: FakeServer) -> None:
+    url = f"{fake.openai_url}/completions"
+    deep = b'{"max_tokens": 1, "prompt": ' + b"[" * 1000 + b'"word"' + b"]" * 1000 + b"}"
+    async with aiohttp.ClientSession() as session:
+        for doc, says in OPENAI_MALFORMED:
+            raw = doc if isinstance(doc, bytes) else orjson.dumps(doc)
+            async with session.post(url, data=raw) as resp:
+                assert resp.status == 400
+                assert says in (await resp.json())["error"]["message"]
+        async with session.post(url, data=deep) as resp:  # counted without recursion
+            assert resp.status == 200
+            assert (await resp.json())["usage"]["prompt_tokens"] == 1
