@@ -112,9 +112,9 @@ class FastV2Protocol(asyncio.Protocol):
         except httptools.HttpParserCallbackError as e:
             if isinstance(e.__context__, _HandOff):
                 self._hand_off()
-            else:  # a fault of ours: answered, logged, and the connection closed
+            else:  # a fault of ours in another callback: answered, logged, closed
                 self._log.exception("error answering a request", exc_info=e.__context__)
-                self._refuse(f"internal error: {type(e.__context__).__name__}", 500)
+                self._refuse(f"internal error ({type(e.__context__).__name__})", 500)
         except httptools.HttpParserError as e:
             self._refuse(f"malformed HTTP request: {e}")
 
@@ -170,18 +170,35 @@ class FastV2Protocol(asyncio.Protocol):
         self._completed_this_read = True
         slot = _Slot(self._parser.should_keep_alive())
         self._slots.append(slot)
-        step = self._core.begin(b"".join(self._body), self._header_length, time.perf_counter())
-        if isinstance(step, Answer):
-            self._answer(slot, step)
-        elif isinstance(step.waiting, Outcome):
-            self._answer(slot, self._core.finish(step, step.waiting))
-        else:
-            step.waiting.add_done_callback(lambda f: self._done(slot, step, f))
+        try:
+            step = self._core.begin(b"".join(self._body), self._header_length, time.perf_counter())
+            if isinstance(step, Answer):
+                answer = step
+            elif isinstance(step.waiting, Outcome):
+                answer = self._core.finish(step, step.waiting)
+            else:
+                step.waiting.add_done_callback(lambda f: self._done(slot, step, f))
+                return
+        except Exception as e:  # a fault of ours still gets its answer
+            answer = self._fault(slot, e)
+        self._answer(slot, answer)
 
     # answers
     def _done(self, slot: _Slot, step: InFlight, fut: asyncio.Future[Outcome]) -> None:
         outcome = SHUT_DOWN if fut.cancelled() else fut.result()
-        self._answer(slot, self._core.finish(step, outcome))
+        try:
+            answer = self._core.finish(step, outcome)
+        except Exception as e:  # as in on_message_complete
+            answer = self._fault(slot, e)
+        self._answer(slot, answer)
+
+    def _fault(self, slot: _Slot, error: Exception) -> Answer:
+        """A fault of the server's own: logged (its traceback once per exception type),
+        answered 500 in its turn, and the connection closed after it; never a connection
+        dropped without an answer, nor one left waiting."""
+        self._log.exception("error answering a request", exc_info=error)
+        slot.keep_alive = False
+        return error_answer(f"internal error ({type(error).__name__}); see the server's log", 500)
 
     def _answer(self, slot: _Slot, answer: Answer) -> None:
         head = [
