@@ -30,7 +30,7 @@ from ridgeline.fakeserver.grpc import Servicer
 from ridgeline.fakeserver.http import InferCore, build_app
 from ridgeline.fakeserver.metrics import MetricsExporter
 from ridgeline.synthetic.model import LatencyModel
-from ridgeline.v2.server import DEFAULT_MAX_BODY_BYTES, serve_grpc
+from ridgeline.v2.server import DEFAULT_MAX_BODY_BYTES, RequestLog, request_log, serve_grpc
 
 SHUTDOWN_GRACE_S = 0.25
 
@@ -103,14 +103,17 @@ class FakeServer(AsyncService):
         app = build_app(
             self.model, engine, exporter, token=self.token, max_body_bytes=self.max_body_bytes
         )
+        log = request_log()
         try:
-            self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
+            self._runner = web.AppRunner(
+                app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S, logger=log
+            )
             await self._runner.setup()
-            self._listener = await self._listen(engine)
+            self._listener = await self._listen(engine, log)
             self._http_port = int(self._listener.sockets[0].getsockname()[1])
             if self._want_grpc is not None:
                 self._grpc, self._grpc_port = await serve_grpc(
-                    Servicer(self.model, engine),
+                    Servicer(self.model, engine, self.max_body_bytes),
                     host=self.host,
                     port=self._want_grpc,
                     token=self.token,
@@ -121,7 +124,7 @@ class FakeServer(AsyncService):
             await self.stop()
             raise
 
-    async def _listen(self, engine: BatchingEngine) -> asyncio.Server:
+    async def _listen(self, engine: BatchingEngine, log: RequestLog) -> asyncio.Server:
         """Bind HTTP: infer requests on the fast path, the rest handed to aiohttp."""
         assert self._runner is not None and self._runner.server is not None
         core = InferCore(self.model, engine, self.max_body_bytes)
@@ -130,7 +133,7 @@ class FakeServer(AsyncService):
         fallback, conns = self._runner.server, self._fast_connections
 
         def protocol() -> FastV2Protocol:
-            return FastV2Protocol(core, paths, fallback, self.token, conns)
+            return FastV2Protocol(core, paths, fallback, self.token, conns, log)
 
         loop = asyncio.get_running_loop()
         try:

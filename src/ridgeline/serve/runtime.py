@@ -34,7 +34,12 @@ from ridgeline.serve.mps import MpsDaemons
 from ridgeline.serve.workers import Worker
 from ridgeline.v2 import describe
 from ridgeline.v2.describe import VERSION
-from ridgeline.v2.server import DEFAULT_MAX_BODY_BYTES, build_http_app, start_grpc_server
+from ridgeline.v2.server import (
+    DEFAULT_MAX_BODY_BYTES,
+    build_http_app,
+    request_log,
+    start_grpc_server,
+)
 from ridgeline.v2.spec import TensorSpec
 from ridgeline.v2.tensors import NUMPY_DTYPES, Array
 
@@ -421,7 +426,9 @@ class PlanServer(AsyncService):
             max_body_bytes=self.max_body,
             metrics=self.metrics.render,
         )
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.25)
+        self._runner = web.AppRunner(
+            app, access_log=None, shutdown_timeout=0.25, logger=request_log()
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self._want_http, backlog=1024)
         try:
