@@ -12,8 +12,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# exit status 3 is INCONCLUSIVE (the host was too busy to measure): said, not an error
 demo: $(STAMP)
-	$(BIN)/ridgeline demo
+	$(BIN)/ridgeline demo || [ $$? -eq 3 ]
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -99,6 +99,13 @@ def watch(proc: subprocess.Popen[str]) -> tuple[LineReader, LineReader]:
 def running(cmd: list[str]) -> Iterator[LineReader]:
     """``cmd`` (a server) in its own process, unbuffered; its stdout's reader until the
     block ends, then SIGINT and its exit (killed if it takes over a minute)."""
+    with running_process(cmd) as (_, stdout):
+        yield stdout
+
+
+@contextlib.contextmanager
+def running_process(cmd: list[str]) -> Iterator[tuple[subprocess.Popen[str], LineReader]]:
+    """``running``, yielding the process too (its pid, to read its memory)."""
     proc = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,
@@ -108,7 +115,7 @@ def running(cmd: list[str]) -> Iterator[LineReader]:
     )
     try:
         stdout, _ = watch(proc)
-        yield stdout
+        yield proc, stdout
     finally:
         proc.send_signal(signal.SIGINT)
         try:

@@ -53,8 +53,10 @@ def test_run_json_against_the_fake_server_over_http_and_grpc(tmp_path: Path) -> 
                 srv.metrics_url,
                 db=db,
             )
-            assert res.returncode == 0, res.stderr
+            # 3: a step this busy host's generator fell behind in, marked INVALID
+            assert res.returncode in (0, 3), res.stderr
             out = json.loads(res.stdout)
+            assert res.returncode == (0 if out["valid"] else 3)
             keys = {"offered_rps", "achieved_rps", "latency_ms", "error_rate", "lateness_ms"}
             assert keys | {"valid", "invalid_reason", "run_id"} <= set(out)
             assert set(out["latency_ms"]) >= {"p50", "p90", "p99", "max"}
@@ -87,7 +89,7 @@ def test_a_recorded_trace_replays_time_scaled(tmp_path: Path) -> None:
         "--json",
         db=tmp_path / "r.sqlite",
     )
-    assert res.returncode == 0, res.stderr
+    assert res.returncode in (0, 3), res.stderr  # 3: INVALID, on a host too busy to send
     out = json.loads(res.stdout)
     expected = read_trace(bundled_trace_path()).scaled_to_rate(200.0).window(0.0, 2.0)
     assert out["scheduled"] == len(expected) > 0  # the CLI replays the library's window
@@ -139,7 +141,11 @@ def answered(metrics_url: str) -> float:
 
 
 @pytest.mark.slow
-def test_ctrl_c_stores_the_partial_step_marked_interrupted(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("sig", "how"), [(signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM")])
+def test_ctrl_c_stores_the_partial_step_marked_interrupted(
+    tmp_path: Path, sig: signal.Signals, how: str
+) -> None:
+    """Ctrl-C, and the SIGTERM `timeout`, systemd and Kubernetes send, alike."""
     db = tmp_path / "r.sqlite"
     with running_in_process(load_preset("default"), grpc_port=None) as srv:
         proc = subprocess.Popen(
@@ -165,10 +171,10 @@ def test_ctrl_c_stores_the_partial_step_marked_interrupted(tmp_path: Path) -> No
         wait_until(  # the step is under way: the server has answered some of it
             lambda: answered(srv.metrics_url) >= 20, 60, "20 answers before Ctrl-C"
         )
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 130, stderr
-    assert "interrupted" in stderr and "runs show" in stderr
+    assert f"interrupted by {how}" in stderr and "runs show" in stderr
     with RunStore(db) as store:
         (run,) = store.list_runs()
         assert run["status"] == "interrupted"

@@ -386,7 +386,7 @@ async def test_raw_json_errors_name_what_was_wrong(
     cases = [
         (v2_body(data=[1.0] * 15), "carries 15 elements but shape [1, 16] needs 16"),
         (v2_body(shape=[9, 16]), "batch size 9"),
-        (v2_body(data=["a"] * 16), "cannot be read as FP32"),
+        (v2_body(data=["a"] * 16), "data holds a string ('a'); FP32 elements are numbers"),
         ({"inputs": "nope"}, '"inputs" list'),
         (v2_body(outputs=[{"name": "OUT"}]), "unknown output 'OUT'"),
     ]

@@ -16,7 +16,7 @@ from ridgeline.errors import ConfigError, StoreError
 from ridgeline.health.state import HealthState
 from ridgeline.report import PROBE_FIGURES, RUN_FIGURES, summary_table, write_report
 from ridgeline.report._view import view_of
-from ridgeline.report.figures import COLOURS, health_timeline, trajectory
+from ridgeline.report.figures import COLOURS, health_timeline, throughput_vs_rate, trajectory
 from ridgeline.search.base import CapacityEstimate, StepVerdict
 from ridgeline.telemetry.records import Outcome, Records
 from ridgeline.telemetry.store import RunStore
@@ -240,3 +240,15 @@ def test_a_run_of_another_layout_or_an_unwritable_path_says_what_to_do(
     run = store.get_run(write_plain_run(store))
     with pytest.raises(ConfigError, match="--out"):
         write_report(run, blocker / "x.html")
+
+
+def test_the_achieved_equals_offered_line_is_drawn_over_the_steps(
+    probe_run: dict[str, Any],
+) -> None:
+    """Where the server keeps up, achieved lies on the reference line: drawn first, the
+    line was hidden under the data."""
+    fig = throughput_vs_rate(view_of(probe_run))
+    *data, reference = fig.data
+    assert reference.name == "achieved = offered" and [d.name for d in data] == ["achieved"]
+    top = max(max(data[0].x), max(data[0].y))
+    assert list(reference.x) == list(reference.y) == [0, top]

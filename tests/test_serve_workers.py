@@ -117,7 +117,7 @@ async def test_a_crash_fails_its_batch_at_once_and_the_worker_restarts() -> None
     async with Worker(DOUBLER, name="crashy") as worker:
         first_pid = worker.pid
         with pytest.raises(
-            WorkerCrashed, match="'crashy' died with batch 0 in flight: exit code 3"
+            WorkerCrashed, match="'crashy' died with a batch in flight: exit code 3"
         ):
             await asyncio.wait_for(worker.run({"X": _rows(2, first=CRASH)}), timeout=10)
         assert worker.restarts == 1
@@ -144,7 +144,7 @@ async def test_stop_fails_the_batch_in_flight_and_ends_a_busy_process() -> None:
     started = time.perf_counter()
     await worker.stop(timeout_s=0.2)
     assert time.perf_counter() - started < 3.0
-    with pytest.raises(WorkerError, match="stopped while batch 0 ran"):
+    with pytest.raises(WorkerError, match="stopped while a batch ran"):
         await batch
     with pytest.raises(WorkerError, match="it was stopped"):
         await worker.run({"INPUT0": np.ones((1, 16), dtype=np.float32)})

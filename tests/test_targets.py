@@ -188,6 +188,14 @@ async def test_openai_learns_model_and_runs_without_streaming(server: FakeServer
     assert reply == Reply(output_tokens=4)
 
 
+async def test_openai_a_model_the_server_does_not_list_fails_the_connect_check(
+    server: FakeServer,
+) -> None:
+    target = make_target("openai+" + server.http_url + "/v1", model="llama")
+    with pytest.raises(TargetUnreachableError, match=r"does not serve model 'llama'.*lists: m"):
+        await target.connect(4)
+
+
 async def test_openai_default_max_tokens(server: FakeServer) -> None:
     target = OpenAITarget(server.http_url + "/v1", default_max_tokens=3)
     [reply] = await roundtrip(target, RequestShape())
@@ -247,6 +255,7 @@ async def test_http_substitutes_each_shape(
     shapes = [RequestShape(2, 3, 4), RequestShape(1, 1, 8), RequestShape(2, 3, 4)]
     assert await roundtrip(target, *shapes) == [OK, OK, OK]
     assert seen == [
+        ("POST", "/predict", "application/json", b'{"n": 1, "p": "the", "max": 0}'),  # the check
         ("POST", "/predict", "application/json", b'{"n": 2, "p": "the quick brown", "max": 4}'),
         ("POST", "/predict", "application/json", b'{"n": 1, "p": "the", "max": 8}'),
         ("POST", "/predict", "application/json", b'{"n": 2, "p": "the quick brown", "max": 4}'),
@@ -261,6 +270,22 @@ async def test_http_failure_and_drop(
     [reply] = await roundtrip(target, RequestShape())
     assert reply == Reply(ok=False, dropped=True, error="HTTP 503: dropped: deadline")
     assert [(m, p) for m, p, _, _ in seen] == [("GET", "/health"), ("GET", "/fail")]
+
+
+async def test_http_a_path_the_server_refuses_fails_the_connect_check(
+    recorder: tuple[str, list[tuple[str, str, str, bytes]]], server: FakeServer
+) -> None:
+    """A misspelt v2 path (``/v2/model/NAME``) is a generic endpoint the server answers
+    404: the connect check says so, with the server's message, before any step."""
+    target = make_target(server.http_url + "/v2/model/m")
+    assert isinstance(target, HttpTarget)
+    with pytest.raises(TargetUnreachableError, match=r"answered HTTP 404.*/v2/models/NAME"):
+        await target.connect(4)
+    url, seen = recorder
+    ok = make_target(f"{url}/anything")
+    await ok.connect(4)  # 2xx: it passes, and the check was one request
+    await ok.close()
+    assert [(m, p) for m, p, _, _ in seen] == [("POST", "/anything")]
 
 
 def test_render_leaves_other_braces_alone() -> None:

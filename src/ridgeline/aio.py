@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import signal
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -137,7 +137,7 @@ async def cancelled_on_signal(coro: Coroutine[Any, Any, T], got: list[int]) -> T
         got.append(sig)
         task.cancel()
 
-    signals = (signal.SIGINT, signal.SIGTERM)
+    signals = STOP_SIGNALS
     for sig in signals:
         loop.add_signal_handler(sig, on, sig)
     try:
@@ -147,12 +147,49 @@ async def cancelled_on_signal(coro: Coroutine[Any, Any, T], got: list[int]) -> T
             loop.remove_signal_handler(sig)
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+"""What stops every long-running command: Ctrl-C, and what `timeout`, systemd and
+Kubernetes send."""
+
+
+def signal_name(got: list[int]) -> str:
+    """How a stop is told to the user: ``Ctrl-C``, ``SIGTERM``, or ``a signal``."""
+    if not got:
+        return "a signal"
+    return "Ctrl-C" if got[-1] == signal.SIGINT else signal.Signals(got[-1]).name
+
+
+@contextlib.contextmanager
+def stopping_on_signal(stop: asyncio.Event, got: list[int] | None = None) -> Iterator[None]:
+    """While the block runs, SIGINT or SIGTERM sets ``stop`` (the signal appended to
+    ``got``): the one way a measuring command stops sending, keeps what it measured and
+    marks its run. Handled on the running loop, so it holds whatever the process
+    inherited (see ``cancelled_on_signal``); outside a main thread, nothing is handled."""
+    loop = asyncio.get_running_loop()
+    seen = got if got is not None else []
+
+    def on(sig: int) -> None:
+        seen.append(sig)
+        stop.set()
+
+    installed = []
+    for sig in STOP_SIGNALS:
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, on, sig)
+            installed.append(sig)
+    try:
+        yield
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
 def stop_on_signal() -> asyncio.Event:
     """An event set when the process gets SIGINT or SIGTERM (handled on the running loop
     from now on)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
     return stop
 

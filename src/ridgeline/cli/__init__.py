@@ -18,12 +18,14 @@ from ridgeline.cli import (
     sizing,
     study,
 )
+from ridgeline.cli._exit import EPILOG
 
 app = typer.Typer(
     help="ridgeline: what is the least GPU that serves demand D within my SLO, and does it "
     "really? Open-loop load, capacity search, planning and serving for ML inference.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    epilog=EPILOG,
 )
 app.add_typer(runs.app, name="runs")
 app.command("allocate")(sizing.allocate_command)

@@ -17,7 +17,7 @@ from rich.console import Console
 
 from ridgeline._fields import MAX_PORT
 from ridgeline.errors import ConfigError, RidgelineError, RunInterrupted
-from ridgeline.telemetry.store import default_store_path
+from ridgeline.telemetry.store import RunStore, default_store_path
 from ridgeline.v2.limits import ConnectionLimits
 from ridgeline.v2.security import TOKEN_ENV
 
@@ -78,6 +78,30 @@ def fail(exc: RidgelineError) -> NoReturn:
     """Print ``error: ...`` to stderr and exit 2 (130 for an interrupted run)."""
     err.print(f"[red]error:[/] {exc}", highlight=False)
     raise typer.Exit(130 if isinstance(exc, RunInterrupted) else 2)
+
+
+@contextmanager
+def opened_store(db: str | None) -> Iterator[RunStore]:
+    """The run store a command writes to or reads. On leaving, stderr is told what it
+    could not write and where that went (a full disk), and which runs it found left
+    ``running`` by a process that had ended (marked ``interrupted`` on opening)."""
+    with RunStore(db) as store:
+        try:
+            yield store
+        finally:
+            if store.recovered:
+                ids = ", ".join(map(str, store.recovered))
+                err.print(
+                    f"note: run(s) {ids} were left running by a process that has ended "
+                    "(killed?); marked interrupted, what they stored is kept",
+                    markup=False,
+                    highlight=False,
+                    soft_wrap=True,
+                )
+            if store.unsaved is not None:
+                err.print(
+                    f"warning: {store.unsaved}", markup=False, highlight=False, soft_wrap=True
+                )
 
 
 @contextmanager

@@ -9,7 +9,8 @@ from typing import Annotated
 
 import typer
 
-from ridgeline.cli._common import DbOption, JsonOption, ZooOption, failing, out
+from ridgeline.cli._common import DbOption, JsonOption, ZooOption, failing, opened_store, out
+from ridgeline.cli._exit import verify_code
 
 
 def verify(
@@ -25,21 +26,31 @@ def verify(
     as_json: JsonOption = False,
 ) -> None:
     """Probe a served plan at its planned demand: pass or fail against its SLO, and the
-    margin its measured capacity leaves. Exit status 1 when it fails."""
-    from ridgeline.aio import run_coroutine
+    margin its measured capacity leaves. Exit status 0 on PASS, 1 on FAIL (the server
+    missed its SLO), 3 on INCONCLUSIVE (the host was too busy to measure)."""
+    import asyncio
+
+    from ridgeline.aio import cancelled_on_signal, run_coroutine, signal_name
+    from ridgeline.errors import RunInterrupted
     from ridgeline.loop.verify import verify as verify_plan
     from ridgeline.pipeline.plan import load_plan
 
+    got: list[int] = []
     with failing():
-        result = run_coroutine(
-            verify_plan(load_plan(plan), target, seconds=seconds, max_fail=max_fail, search=search)
+        checking = verify_plan(
+            load_plan(plan), target, seconds=seconds, max_fail=max_fail, search=search
         )
+        try:
+            result = run_coroutine(cancelled_on_signal(checking, got))
+        except asyncio.CancelledError:
+            raise RunInterrupted(
+                None, f"verify interrupted by {signal_name(got)}: no verdict (verify stores no run)"
+            ) from None
     if as_json:
         out.print_json(json.dumps(result.to_json()))
     else:
         out.print(result.summary())
-    if not result.passed:
-        raise typer.Exit(1)
+    raise typer.Exit(verify_code(result))
 
 
 def demo(
@@ -52,15 +63,17 @@ def demo(
 ) -> None:
     """The whole loop on this machine: profile the example pipeline on CPU, plan it, serve
     it, verify it at its demand, move the demand up and back down while it reconfigures
-    live, and write one HTML report."""
+    live, and write one HTML report. Exit status as `verify`'s (1 also when requests
+    were lost)."""
     from ridgeline.loop.demo import REPORT, SHORT, run_demo
     from ridgeline.report.loop_html import write_loop_report
     from ridgeline.report.terminal import demo_summary
 
-    with failing():
-        result = run_demo(out_dir, zoo=zoo, cfg=SHORT if short else None, say=out.print, db=db)
+    with failing(), opened_store(db) as store:
+        result = run_demo(
+            out_dir, zoo=zoo, cfg=SHORT if short else None, say=out.print, store=store
+        )
         report = write_loop_report(result, out_dir / REPORT)
     for line in demo_summary(result, report):
         out.print(line)
-    if not result.verified.passed or result.lost:
-        raise typer.Exit(1)
+    raise typer.Exit(verify_code(result.verified, result.lost))

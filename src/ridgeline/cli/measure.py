@@ -18,8 +18,10 @@ from ridgeline.cli._common import (
     emit,
     err,
     failing,
+    opened_store,
     out,
 )
+from ridgeline.cli._exit import probe_code, step_code
 
 if TYPE_CHECKING:
     from ridgeline.loadgen.schedule import Schedule
@@ -100,11 +102,12 @@ def run(
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Run one open-loop step against TARGET and print its result."""
+    """Run one open-loop step against TARGET and print its result. Exit status 0 for a
+    valid step, 3 for one marked INVALID (the generator fell behind), 2 for bad input or
+    an endpoint failing its connect check, 130 when interrupted."""
     from ridgeline.loadgen.replayer import Progress, ReplayConfig
     from ridgeline.loadgen.step import StepConfig, run_step
     from ridgeline.report.terminal import live_progress, step_table
-    from ridgeline.telemetry.store import RunStore
 
     with failing(values=True):
         schedule = _schedule(rate, duration, arrival, trace, target_rate, trace_start, seed)
@@ -117,7 +120,7 @@ def run(
             validity=_validity(lateness_bound_ms),
         )
         progress = Progress()
-        with RunStore(db) as store, live_progress(progress, err, err.is_terminal):
+        with opened_store(db) as store, live_progress(progress, err, err.is_terminal):
             result = run_step(
                 target,
                 schedule,
@@ -130,6 +133,7 @@ def run(
         emit(result.summary.model_dump_json(indent=2))
     else:
         out.print(step_table(result.summary, f"{target} — {schedule.description}"))
+    raise typer.Exit(step_code(result.summary))
 
 
 def _validity(lateness_bound_ms: float | None) -> ValidityConfig:
@@ -236,7 +240,9 @@ def probe(
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Find the maximum sustainable throughput of TARGET under an SLO."""
+    """Find the maximum sustainable throughput of TARGET under an SLO. Exit status 0 for
+    a valid estimate, 1 when no rate held the SLO, 2 for bad input or a failed probe, 3
+    when the estimate is not valid (the steps measured the host), 130 when interrupted."""
     from ridgeline.loadgen.replayer import Progress
     from ridgeline.loadgen.step import StepConfig
     from ridgeline.probe.api import default_slo, make_driver, run_probe
@@ -244,7 +250,6 @@ def probe(
     from ridgeline.probe.orchestrator import ProbeConfig
     from ridgeline.report.terminal import live_progress, probe_line, probe_start, probe_table
     from ridgeline.telemetry.gpu import detect_gpu_monitor
-    from ridgeline.telemetry.store import RunStore
 
     options: dict[str, Any] = {
         "min_rate": min_rate,
@@ -291,7 +296,7 @@ def probe(
             driver.progress = progress  # a status line counts the step in flight
         else:
             live = False  # a simulated step ends in milliseconds
-        with RunStore(db) as store, live_progress(progress, err, live):
+        with opened_store(db) as store, live_progress(progress, err, live):
             gpu = None if target.startswith("sim:") else detect_gpu_monitor(gpu_metrics_url)
             if gpu is not None and not as_json:
                 err.print(f"GPU: {gpu.describe()}", highlight=False)
@@ -307,5 +312,10 @@ def probe(
         emit(result.model_dump_json(indent=2))
     else:
         out.print(probe_table(result))
-    if result.status != "complete":
-        raise typer.Exit(130 if result.status == "interrupted" else 1)
+        if metrics_url is not None and result.run_id is not None:
+            out.print(
+                f"the server's metrics, step by step: ridgeline runs show {result.run_id}",
+                markup=False,
+                highlight=False,
+            )
+    raise typer.Exit(probe_code(result))

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ridgeline.cli._common import DbOption, emit, failing, out
+from ridgeline.cli._common import DbOption, emit, failing, opened_store, out
 
 app = typer.Typer(help="Runs kept in the run store.", no_args_is_help=True)
 
@@ -19,9 +19,8 @@ def runs_list(
 ) -> None:
     """List the newest runs."""
     from ridgeline.report.terminal import runs_table
-    from ridgeline.telemetry.store import RunStore
 
-    with failing(), RunStore(db) as store:
+    with failing(), opened_store(db) as store:
         out.print(runs_table(store.list_runs(limit)))
 
 
@@ -30,11 +29,11 @@ def runs_show(
     run_id: int, db: DbOption = None, as_json: Annotated[bool, typer.Option("--json")] = False
 ) -> None:
     """Show one run: its steps and their windows."""
+    from ridgeline.report._view import step_label
     from ridgeline.report.terminal import step_table
-    from ridgeline.telemetry.store import RunStore
     from ridgeline.telemetry.summary import StepSummary
 
-    with failing(), RunStore(db) as store:
+    with failing(), opened_store(db) as store:
         run_ = store.get_run(run_id)
     if as_json:
         emit(json.dumps(run_, indent=2))
@@ -43,7 +42,7 @@ def runs_show(
     out.print(f"run {run_['id']} [{run_['kind']}] {run_['target']}: {run_['status']}{reason}")
     for step in run_["steps"]:
         summary = StepSummary.model_validate(step["summary"])
-        out.print(step_table(summary, f"step {step['index']}"))
+        out.print(step_table(summary, step_label(step["index"])))
 
 
 def report_command(
@@ -57,10 +56,9 @@ def report_command(
     """Write RUN_ID's report as one self-contained HTML file and print its summary."""
     from ridgeline.report.html import write_report
     from ridgeline.report.terminal import summary_table
-    from ridgeline.telemetry.store import RunStore
 
     with failing():
-        with RunStore(db) as store:
+        with opened_store(db) as store:
             run = store.get_run(run_id)
         path = write_report(run, out_path or Path(f"ridgeline-run-{run_id}.html"))
         table = summary_table(run)
@@ -86,10 +84,9 @@ def analyze_command(
     from ridgeline.analysis.repeats import repeatability
     from ridgeline.errors import ConfigError
     from ridgeline.report.terminal import repeatability_table
-    from ridgeline.telemetry.store import RunStore
 
     with failing():
-        with RunStore(db) as store:
+        with opened_store(db) as store:
             runs_ = [store.get_run(i) for i in run_ids]
         capacities = []
         for r in runs_:

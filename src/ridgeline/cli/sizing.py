@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
-from ridgeline.cli._common import DbOption, JsonOption, emit, failing, out
+from ridgeline.cli._common import DbOption, JsonOption, emit, failing, opened_store, out
 from ridgeline.sizing.allocator import AllocationInputs
 
 if TYPE_CHECKING:
@@ -95,9 +95,8 @@ registry_app = typer.Typer(
 def _read(db: str | None, read: Callable[[Registry], T]) -> T:
     """``read`` over the registry in the run store ``db``; an error exits as ``fail`` does."""
     from ridgeline.sizing.registry import Registry
-    from ridgeline.telemetry.store import RunStore
 
-    with failing(), RunStore(db) as store, Registry(store) as reg:
+    with failing(), opened_store(db) as store, Registry(store) as reg:
         return read(reg)
 
 

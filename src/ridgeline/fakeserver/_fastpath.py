@@ -29,6 +29,7 @@ from ridgeline.fakeserver.engine import SHUT_DOWN, Outcome
 from ridgeline.fakeserver.http import InferCore, InFlight
 from ridgeline.v2.connections import GuardedConnection
 from ridgeline.v2.http_codec import HEADER_LENGTH, Answer, error_answer
+from ridgeline.v2.server import RequestLog
 
 _REASONS = {
     200: b"OK",
@@ -65,6 +66,7 @@ class FastV2Protocol(asyncio.Protocol):
         fallback: Callable[[], asyncio.Protocol],
         token: str | None,
         connection: GuardedConnection,
+        log: RequestLog,
     ) -> None:
         self._core = core
         self._paths = paths
@@ -72,6 +74,7 @@ class FastV2Protocol(asyncio.Protocol):
         self._auth = None if token is None else f"Bearer {token}".encode()
         self._conn = connection
         """The guard in front (``v2.connections``): told when a request moves on."""
+        self._log = log
         self._parser = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
         self._slots: deque[_Slot] = deque()
@@ -110,8 +113,9 @@ class FastV2Protocol(asyncio.Protocol):
         except httptools.HttpParserCallbackError as e:
             if isinstance(e.__context__, _HandOff):
                 self._hand_off()
-            else:
-                raise
+            else:  # a fault of ours in another callback: answered, logged, closed
+                self._log.exception("error answering a request", exc_info=e.__context__)
+                self._refuse(f"internal error ({type(e.__context__).__name__})", 500)
         except httptools.HttpParserError as e:
             self._refuse(f"malformed HTTP request: {e}")
 
@@ -171,18 +175,35 @@ class FastV2Protocol(asyncio.Protocol):
         self._conn.body_in()
         slot = _Slot(self._parser.should_keep_alive())
         self._slots.append(slot)
-        step = self._core.begin(b"".join(self._body), self._header_length, time.perf_counter())
-        if isinstance(step, Answer):
-            self._answer(slot, step)
-        elif isinstance(step.waiting, Outcome):
-            self._answer(slot, self._core.finish(step, step.waiting))
-        else:
-            step.waiting.add_done_callback(lambda f: self._done(slot, step, f))
+        try:
+            step = self._core.begin(b"".join(self._body), self._header_length, time.perf_counter())
+            if isinstance(step, Answer):
+                answer = step
+            elif isinstance(step.waiting, Outcome):
+                answer = self._core.finish(step, step.waiting)
+            else:
+                step.waiting.add_done_callback(lambda f: self._done(slot, step, f))
+                return
+        except Exception as e:  # a fault of ours still gets its answer
+            answer = self._fault(slot, e)
+        self._answer(slot, answer)
 
     # answers
     def _done(self, slot: _Slot, step: InFlight, fut: asyncio.Future[Outcome]) -> None:
         outcome = SHUT_DOWN if fut.cancelled() else fut.result()
-        self._answer(slot, self._core.finish(step, outcome))
+        try:
+            answer = self._core.finish(step, outcome)
+        except Exception as e:  # as in on_message_complete
+            answer = self._fault(slot, e)
+        self._answer(slot, answer)
+
+    def _fault(self, slot: _Slot, error: Exception) -> Answer:
+        """A fault of the server's own: logged (its traceback once per exception type),
+        answered 500 in its turn, and the connection closed after it; never a connection
+        dropped without an answer, nor one left waiting."""
+        self._log.exception("error answering a request", exc_info=error)
+        slot.keep_alive = False
+        return error_answer(f"internal error ({type(error).__name__}); see the server's log", 500)
 
     def _answer(self, slot: _Slot, answer: Answer) -> None:
         head = [
@@ -225,8 +246,8 @@ class FastV2Protocol(asyncio.Protocol):
         raw, self._raw = b"".join(self._raw), None
         self._conn.replace(self._fallback(), raw)
 
-    def _refuse(self, message: str) -> None:
+    def _refuse(self, message: str, status: int = 400) -> None:
         self._refused = True
         slot = _Slot(keep_alive=False)
         self._slots.append(slot)
-        self._answer(slot, error_answer(message, 400))
+        self._answer(slot, error_answer(message, status))

@@ -26,8 +26,9 @@ from ridgeline.v2.grpc_codec import decode_request, encode_response
 
 
 class Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
-    def __init__(self, model: LatencyModel, engine: BatchingEngine) -> None:
+    def __init__(self, model: LatencyModel, engine: BatchingEngine, max_bytes: int) -> None:
         self.model, self.engine, self.stats = model, engine, engine.stats
+        self.max_bytes = max_bytes
 
     async def _check_model(self, name: str, version: str, context: Any) -> None:
         if name == self.model.name and version in ("", _describe.VERSION):
@@ -81,7 +82,7 @@ class Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         began = time.perf_counter()
         await self._check_model(request.model_name, request.model_version, context)
         try:
-            rows, arrays, wanted = decode_request(self.model, request)
+            rows, arrays, wanted = decode_request(self.model, request, self.max_bytes)
         except InvalidRequest as e:
             self.stats.finish("invalid")
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))

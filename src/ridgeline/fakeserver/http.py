@@ -152,7 +152,7 @@ class InferCore:
         """An answer at once (a bad request), or the request in flight."""
         try:
             req = parse_infer(self.model, body, header_length)
-            rows, arrays = decode_inputs(self.model, req.inputs)
+            rows, arrays = decode_inputs(self.model, req.inputs, self.max_body)
         except InvalidRequest as e:
             self.stats.finish("invalid")
             return error_answer(str(e), 400)

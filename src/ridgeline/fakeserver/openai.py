@@ -17,12 +17,14 @@ import json
 import time
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from ridgeline.clock import Clock
 from ridgeline.fakeserver.engine import BatchingEngine, Status
 from ridgeline.synthetic.model import LatencyModel
 from ridgeline.v2.connections import ConnectionGuard, body_in
+from ridgeline.v2.tensors import describe_value
 
 DEFAULT_MAX_TOKENS = 16
 MAX_TOKENS_LIMIT = 1_000_000
@@ -39,13 +41,20 @@ class _BadRequest(Exception):
 
 
 def _words(value: Any) -> int:
-    if isinstance(value, str):
-        return len(value.split())
-    if isinstance(value, list):
-        return sum(_words(v) if isinstance(v, str | list | dict) else 1 for v in value)
-    if isinstance(value, dict):
-        return _words(value.get("text", "")) + _words(value.get("content", ""))
-    return 0
+    """Prompt tokens, one a word: in a string, a list (a non-text element is one), or
+    the ``text`` and ``content`` of an object; walked without recursion, so a prompt
+    nested as deep as JSON allows costs no stack."""
+    words, todo = 0, [value]
+    while todo:
+        v = todo.pop()
+        if isinstance(v, str):
+            words += len(v.split())
+        elif isinstance(v, list):
+            todo.extend(v)
+            words += sum(1 for x in v if not isinstance(x, str | list | dict))
+        elif isinstance(v, dict):
+            todo.extend((v.get("text", ""), v.get("content", "")))
+    return words
 
 
 class _OpenAIRoutes:
@@ -76,13 +85,19 @@ class _OpenAIRoutes:
         if chat and not isinstance(doc.get("messages"), list):
             raise _BadRequest('chat completions need a "messages" list')
         prompt = _words(doc.get("messages") if chat else doc.get("prompt", ""))
-        return n, prompt, bool(doc.get("stream", False))
+        stream = doc.get("stream", False)
+        if type(stream) is not bool:
+            raise _BadRequest(f'"stream" must be true or false, not {describe_value(stream)}')
+        name = doc.get("model", self.model.name)
+        if not isinstance(name, str):
+            raise _BadRequest(f'"model" must be a string, not {describe_value(name)}')
+        return n, prompt, stream
 
     async def _serve(self, request: web.Request, chat: bool) -> web.StreamResponse:
         began = time.perf_counter()
         stats = self.engine.stats
         try:
-            doc = await request.json()
+            doc = orjson.loads(await request.read())  # nested past 1024: an error, not a crash
         except ValueError:
             doc = None
         except ConnectionError:  # closed by the body timeout: nobody is left to answer

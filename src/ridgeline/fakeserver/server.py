@@ -31,7 +31,7 @@ from ridgeline.synthetic.model import LatencyModel
 from ridgeline.v2.connections import Front, GuardedConnection, HttpListener
 from ridgeline.v2.limits import ConnectionLimits, check_port
 from ridgeline.v2.security import TlsFiles
-from ridgeline.v2.server import DEFAULT_MAX_BODY_BYTES, serve_grpc
+from ridgeline.v2.server import DEFAULT_MAX_BODY_BYTES, RequestLog, request_log, serve_grpc
 
 SHUTDOWN_GRACE_S = 0.25
 
@@ -109,7 +109,8 @@ class FakeServer(AsyncService):
         exporter = MetricsExporter(
             self.model.name, engine.stats, lambda: (engine.queue_length, engine.pending)
         )
-        http = self._http = HttpListener(self.host, self.limits, self.tls, SHUTDOWN_GRACE_S)
+        log = request_log()
+        http = self._http = HttpListener(self.host, self.limits, self.tls, SHUTDOWN_GRACE_S, log)
         app = build_app(
             self.model,
             engine,
@@ -119,10 +120,10 @@ class FakeServer(AsyncService):
             guard=http.guard,
         )
         try:
-            self._http_port = await http.start(app, self._want_http, self._fast_path(engine))
+            self._http_port = await http.start(app, self._want_http, self._fast_path(engine, log))
             if self._want_grpc is not None:
                 self._grpc, self._grpc_port = await serve_grpc(
-                    Servicer(self.model, engine),
+                    Servicer(self.model, engine, self.max_body_bytes),
                     host=self.host,
                     port=self._want_grpc,
                     token=self.token,
@@ -135,7 +136,7 @@ class FakeServer(AsyncService):
             await self.stop()
             raise
 
-    def _fast_path(self, engine: BatchingEngine) -> Front:
+    def _fast_path(self, engine: BatchingEngine, log: RequestLog) -> Front:
         """Infer requests on the fast path, the rest handed to aiohttp."""
         core = InferCore(self.model, engine, self.max_body_bytes)
         base = f"/v2/models/{self.model.name}"
@@ -144,7 +145,7 @@ class FakeServer(AsyncService):
         def front(
             fallback: Callable[[], asyncio.Protocol],
         ) -> Callable[[GuardedConnection], FastV2Protocol]:
-            return lambda conn: FastV2Protocol(core, paths, fallback, self.token, conn)
+            return lambda conn: FastV2Protocol(core, paths, fallback, self.token, conn, log)
 
         return front
 

@@ -32,7 +32,22 @@ def from_arrival(spec: ArrivalSpec, duration_s: float, seed: int = 0) -> Schedul
     if duration_s <= 0:
         raise ConfigError(f"duration must be > 0 s, got {duration_s}")
     times = spec.schedule(duration_s, seed)
-    return Schedule(times, None, duration_s, f"{spec!r}, {duration_s:g} s, seed {seed}")
+    return Schedule(times, None, duration_s, f"{_arrival(spec)}, {duration_s:g} s, seed {seed}")
+
+
+def _arrival(spec: ArrivalSpec) -> str:
+    """An arrival spec as the user wrote it: ``poisson rate=50``, ``gamma rate=20 cv=2``."""
+    fields = spec.model_dump(exclude={"kind"})
+    kind = str(getattr(spec, "kind", type(spec).__name__))
+    return " ".join([kind, *(f"{k}={_value(v)}" for k, v in fields.items())])
+
+
+def _value(v: object) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, list | tuple):
+        return "/".join(_value(x) for x in v)
+    return str(v)
 
 
 def from_trace(

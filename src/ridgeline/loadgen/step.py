@@ -2,21 +2,19 @@
 
 ``measure_step`` is the building block (the capacity search runs many of them in one
 run); ``run_step`` is the single-step job behind ``ridgeline run``: it opens a run in
-the store, turns Ctrl-C into a clean stop, and stores the (possibly partial) step.
+the store, turns Ctrl-C or SIGTERM into a clean stop, and stores the (possibly partial) step.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import signal
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ridgeline.aio import run_coroutine
+from ridgeline.aio import run_coroutine, signal_name, stopping_on_signal
 from ridgeline.errors import RunInterrupted
 from ridgeline.loadgen.replayer import Progress, ReplayConfig, replay
 from ridgeline.loadgen.schedule import Schedule
@@ -162,6 +160,7 @@ async def measure_step(
     wins = windows(records, schedule.duration_s, cfg.window_s)
     if scraper is not None:
         scraper.attach(wins)
+        summary.server = scraper.summary()
     return StepResult(
         summary, wins, records, interrupted, scraper.failures if scraper is not None else 0
     )
@@ -176,17 +175,14 @@ def run_step(
     target_options: dict[str, Any] | None = None,
     progress: Progress | None = None,
 ) -> StepResult:
-    """The ``ridgeline run`` job: one stored step. Ctrl-C stops sending, waits for
+    """The ``ridgeline run`` job: one stored step. Ctrl-C or SIGTERM stops sending, waits for
     in-flight requests, stores the partial step marked interrupted and raises
     RunInterrupted naming the run."""
 
     async def main() -> StepResult:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signal.SIGINT, stop.set)
+        stop, got = asyncio.Event(), list[int]()
         run_id: int | None = None
-        try:
+        with stopping_on_signal(stop, got):
             config = {"schedule": schedule.description, "step": cfg.model_dump()}
             result = await measure_step(
                 target_url,
@@ -209,14 +205,12 @@ def run_step(
             store.finish_run(
                 run_id, status, result.summary.invalid_reason, result.summary.model_dump()
             )
-        finally:
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.remove_signal_handler(signal.SIGINT)
         if result.interrupted:
             raise RunInterrupted(
                 run_id,
-                f"interrupted: the partial step ({result.summary.sent} requests sent) is "
-                f"stored as run {run_id}, marked interrupted; `ridgeline runs show {run_id}`",
+                f"interrupted by {signal_name(got)}: the partial step "
+                f"({result.summary.sent} requests sent) is stored as run {run_id}, marked "
+                f"interrupted; `ridgeline runs show {run_id}`",
             )
         return result
 

@@ -9,6 +9,7 @@ five-line summary."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 from collections.abc import Callable
 from dataclasses import asdict
@@ -50,12 +51,14 @@ def run_demo(
     cfg: LoopConfig | None = None,
     say: Callable[[str], None] = print,
     db: str | None = None,
+    store: RunStore | None = None,
 ) -> LoopResult:
     """Run the loop; ``say`` gets its progress lines. The run, and every reconfiguration
     with its reason as it happens, go to the run store, with the path of the report
     (``out_dir / REPORT``, which ``report.loop_html.write_loop_report`` writes). Ctrl-C
     stops it cleanly: the servers stop, the run is stored as interrupted, and
-    ``RunInterrupted`` names what was kept."""
+    ``RunInterrupted`` names what was kept. ``store``: an open store to use (else the
+    one at ``db``)."""
     spec = spec or demo_spec()
     stage = ["starting"]
 
@@ -64,7 +67,7 @@ def run_demo(
             stage[0] = line
         say(line)
 
-    with RunStore(db) as store:
+    with contextlib.nullcontext(store) if store is not None else RunStore(db) as store:
         run_id = store.create_run("demo", spec.name, {"out": str(out_dir), "spec": spec.name})
         events: list[dict[str, Any]] = []
 

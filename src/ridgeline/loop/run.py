@@ -81,11 +81,30 @@ class LoopResult:
         return sum(s.summary.sent for _, s in self.phases)
 
     @property
+    def served(self) -> int:
+        """Requests answered with a result."""
+        return sum(s.summary.ok for _, s in self.phases)
+
+    @property
+    def dropped(self) -> int:
+        """Requests the server dropped at once: they could not have made the SLO."""
+        return sum(s.summary.dropped for _, s in self.phases)
+
+    @property
+    def failed(self) -> int:
+        """Requests answered with an error, or timed out."""
+        return sum(s.summary.errors + s.summary.timeouts for _, s in self.phases)
+
+    @property
     def answered(self) -> int:
         """Requests that got an answer: a result, a drop, or an error."""
-        return sum(
-            s.summary.ok + s.summary.dropped + s.summary.errors + s.summary.timeouts
-            for _, s in self.phases
+        return self.served + self.dropped + self.failed
+
+    def counts(self) -> str:
+        """The requests of the demand phases, each fate apart."""
+        return (
+            f"{self.sent} sent: {self.served} served, {self.dropped} dropped (could not "
+            f"make the SLO), {self.failed} failed, {self.lost} lost (no answer)"
         )
 
     @property
@@ -165,7 +184,7 @@ async def run_loop(
             stop.set()
             await watching
     result = LoopResult(spec, table, planned, plan, verified, phases, ctl.events, plan_path)
-    say(f"      {result.sent} sent, {result.answered} answered, {result.lost} lost")
+    say(f"      {result.counts()}")
     return result
 
 

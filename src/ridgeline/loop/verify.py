@@ -8,6 +8,12 @@ and by what margin?
 2. The margin: the capacity the probe's binary search measures under the same SLO
    (between a quarter and four times the demand), over the demand, minus one.
 
+The verdict is PASS, FAIL (the server missed its SLO at the demand) or INCONCLUSIVE,
+when the miss was the host's: the generator fell behind its schedule
+(``loadgen.validity``) and the server, timed from each actual send, held the SLO; or the
+capacity search then held the demand the step missed (the miss did not repeat). An
+INCONCLUSIVE verdict says nothing of the plan either way: run it on a quieter host.
+
 Latency counts from the scheduled send, so a send the generator makes late is already
 in it; a step is judged valid by how far the generator's lateness moved its p99 against
 the plan's SLO (``loadgen.validity``), so that a generator sharing its process with the
@@ -17,7 +23,7 @@ server, as in the demo, can verify.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -48,6 +54,26 @@ class VerifyResult:
     passed: bool
     capacity_rps: float | None = None
     """Measured by the probe's binary search; None when not searched or none found."""
+    invalid_reason: str | None = None
+    """Why the step at the demand measured the generator rather than the server (None:
+    it measured the server)."""
+    server_missed: bool = True
+    """Whether the server missed the SLO on its own: its p99 timed from each actual send
+    (the generator's lateness left out) over the bound, or too many failures."""
+
+    @property
+    def verdict(self) -> Literal["PASS", "FAIL", "INCONCLUSIVE"]:
+        """PASS; FAIL, the server missed its SLO; INCONCLUSIVE, the miss was the host's."""
+        if self.passed:
+            return "PASS"
+        if self.search_held or (self.invalid_reason is not None and not self.server_missed):
+            return "INCONCLUSIVE"
+        return "FAIL"
+
+    @property
+    def search_held(self) -> bool:
+        """The capacity search held the demand the step missed: the miss did not repeat."""
+        return self.capacity_rps is not None and self.capacity_rps >= self.demand_rps
 
     @property
     def margin(self) -> float | None:
@@ -57,17 +83,25 @@ class VerifyResult:
         return self.capacity_rps / self.demand_rps - 1.0
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "margin": self.margin}
+        return {**asdict(self), "margin": self.margin, "verdict": self.verdict}
 
     def summary(self) -> str:
-        verdict = "PASS" if self.passed else "FAIL"
         p99 = "no answers" if self.p99_ms is None else f"p99 {self.p99_ms:.1f} ms"
         text = (
-            f"{verdict}: {self.demand_rps:g} req/s, {p99} (SLO {self.slo_ms:g} ms), "
-            f"{self.fail_rate:.2%} failed or dropped of {self.sent}"
+            f"{self.verdict}: {self.demand_rps:g} req/s, {p99} (SLO {self.slo_ms:g} ms), "
+            f"{self.ok} answered, {self.dropped} dropped, {self.failed} failed or lost of "
+            f"{self.sent} ({self.fail_rate:.2%} not served)"
         )
         if self.margin is not None:
             text += f"; capacity {self.capacity_rps:,.1f} req/s, margin {self.margin:+.0%}"
+        if self.verdict == "INCONCLUSIVE":
+            why = (
+                "the capacity search then held the demand the step missed"
+                if self.search_held
+                else f"the generator fell behind, the server held the SLO from each send: "
+                f"{self.invalid_reason}"
+            )
+            text += f" — the host was too busy to measure ({why}); run it on a quieter host"
         return text
 
 
@@ -98,10 +132,12 @@ async def verify(
     step = await measure_step(target, from_arrival(arrivals, seconds, seed=2), step_cfg)
     s, rec = step.summary, step.records
     ok = rec.outcome == int(Outcome.OK)
-    p99 = float(np.percentile(rec.latency_from_schedule[ok], 99) * 1000) if ok.any() else None
+    p99 = _p99_ms(rec.latency_from_schedule[ok])
     failed = s.sent - s.ok - s.dropped
     fail_rate = (failed + s.dropped) / s.sent if s.sent else 1.0
     passed = p99 is not None and p99 <= plan.slo_ms and fail_rate <= max_fail
+    from_send = _p99_ms(rec.latency_from_send[ok])
+    server_missed = from_send is None or from_send > plan.slo_ms or fail_rate > max_fail
     capacity = None
     if search:
         cfg = ProbeConfig(
@@ -118,5 +154,20 @@ async def verify(
         )
         capacity = (await probe(NetworkDriver(target, step_cfg), cfg)).capacity_rps
     return VerifyResult(
-        demand, plan.slo_ms, s.sent, s.ok, s.dropped, failed, p99, fail_rate, passed, capacity
+        demand,
+        plan.slo_ms,
+        s.sent,
+        s.ok,
+        s.dropped,
+        failed,
+        p99,
+        fail_rate,
+        passed,
+        capacity,
+        None if s.valid else s.invalid_reason or "invalid",
+        server_missed,
     )
+
+
+def _p99_ms(latencies_s: np.ndarray) -> float | None:
+    return float(np.percentile(latencies_s, 99) * 1000) if latencies_s.size else None

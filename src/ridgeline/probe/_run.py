@@ -275,6 +275,8 @@ async def warmup(run: Run, first_rate: float, stop: asyncio.Event) -> None:
     plan = StepPlan(rate, wc.window_s * wc.min_windows, "warmup")
     sent, wanted = 0, wc.requests or 0
     while run.warmup_s < wc.max_s or sent < wanted:
+        if run.on_start is not None:
+            run.on_start(run.index + 1, plan)  # numbered as stored: the steps that follow
         result = await run.measure(plan, run.cfg.seed + 10_000 + run.index, stop)
         sent += result.summary.sent
         run.warmup_s += plan.duration_s

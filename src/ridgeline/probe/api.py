@@ -1,14 +1,13 @@
 """``ridgeline probe`` as a library call: pick the driver from the target, run the probe
-on an event loop with Ctrl-C turned into a clean, stored stop."""
+on an event loop with Ctrl-C or SIGTERM turned into a clean, stored stop."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import signal
 from pathlib import Path
+from typing import Any
 
-from ridgeline.aio import run_coroutine
+from ridgeline.aio import run_coroutine, stopping_on_signal
 from ridgeline.loadgen.step import StepConfig
 from ridgeline.probe.drivers import Driver, NetworkDriver, SimDriver
 from ridgeline.probe.orchestrator import ProbeConfig, ProbeResult, ProgressFn, StartFn, probe
@@ -64,17 +63,11 @@ def run_probe(
     gpu: GpuMonitor | None = None,
     on_start: StartFn | None = None,
 ) -> ProbeResult:
+    hooks: dict[str, Any] = {"on_step": on_step, "on_start": on_start}
+
     async def main() -> ProbeResult:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signal.SIGINT, stop.set)
-        try:
-            return await probe(
-                driver, cfg, store=store, stop=stop, on_step=on_step, gpu=gpu, on_start=on_start
-            )
-        finally:
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.remove_signal_handler(signal.SIGINT)
+        stop, got = asyncio.Event(), list[int]()
+        with stopping_on_signal(stop, got):
+            return await probe(driver, cfg, store=store, stop=stop, gpu=gpu, signals=got, **hooks)
 
     return run_coroutine(main())

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Sequence
 from dataclasses import replace
 
+from ridgeline.aio import signal_name
 from ridgeline.errors import RidgelineError, TargetUnreachableError
 from ridgeline.health.state import HealthState
 from ridgeline.probe._run import POOLED_CAPS, UNDECIDED_RERUNS, Run, Stopped, warmup
@@ -51,9 +53,12 @@ async def probe(
     on_step: ProgressFn | None = None,
     gpu: GpuMonitor | None = None,
     on_start: StartFn | None = None,
+    signals: Sequence[int] = (),
 ) -> ProbeResult:
     """Find the maximum sustainable throughput of ``driver``'s endpoint under the SLO.
-    ``on_step`` hears of each step as it ends; ``on_start`` as it starts."""
+    ``on_step`` hears of each step as it ends; ``on_start`` as it starts. ``signals``:
+    the signals that set ``stop``, as ``aio.stopping_on_signal`` appends them (the
+    reason an interrupted probe is stored with names the last)."""
     stop = stop or asyncio.Event()
     options = dict(cfg.strategy_options)
     options.setdefault("decisive_requests", cfg.needed())
@@ -100,7 +105,10 @@ async def probe(
             )
         est = _with_confirmation(est, run.trajectory)
     except Stopped:
-        status, reason = "interrupted", "interrupted (Ctrl-C): partial search stored"
+        status, reason = (
+            "interrupted",
+            f"interrupted by {signal_name(list(signals))}: partial search stored",
+        )
         est = _with_confirmation(strategy.result(), run.trajectory)
     except asyncio.CancelledError:  # the caller's: store what was measured, stay cancelled
         reason = "cancelled by its caller: partial search stored"

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ridgeline.errors import StoreError
-from ridgeline.telemetry.summary import StepSummary
+from ridgeline.telemetry.summary import ServerMetrics, StepSummary
 from ridgeline.telemetry.windows import Window
 
 STATES = ("healthy", "warn", "unhealthy", "overloaded", "critical")
@@ -136,6 +136,34 @@ def view_of(run: dict[str, Any]) -> RunView:
         ) from exc
 
 
+def step_label(index: int) -> str:
+    """A stored step's name wherever it is shown (the live probe lines, ``runs show``,
+    the report): numbered from 1, warmup steps included, as the probe ran them."""
+    return f"step {index + 1}"
+
+
+SERVER_LINES = 16
+"""Server metrics shown per step at most (all are kept: ``runs show --json``)."""
+
+
+def server_lines(m: ServerMetrics) -> list[str]:
+    """What the server's metrics said over a step: a heading, then each counter that
+    moved (its increase) and each gauge ever above zero (its peak), by name, histogram
+    buckets left out."""
+    moved = [f"{k} +{v:,.6g}" for k, v in sorted(m.increase.items()) if v and _shown(k)]
+    peaks = [f"{k} peak {v:,.6g}" for k, v in sorted(m.peak.items()) if v and _shown(k)]
+    failed = f", {m.failures} failed" if m.failures else ""
+    head = f"server metrics from {m.url} ({m.scrapes} scrapes{failed})"
+    items = moved + peaks or ["nothing moved"]
+    more = len(items) - SERVER_LINES
+    return [head, *items[:SERVER_LINES], *([f"… {more} more (--json)"] if more > 0 else [])]
+
+
+def _shown(key: str) -> bool:
+    """A histogram's buckets are left to ``--json``: its count and sum say enough here."""
+    return not key.partition("{")[0].endswith("_bucket")
+
+
 def fmt_rate(v: float | None) -> str:
     return "-" if v is None else f"{v:,.1f} req/s"
 
@@ -174,7 +202,7 @@ def facts(view: RunView) -> list[tuple[str, str]]:
         valid = "valid" if m.valid else f"INVALID: {m.invalid_reason}"
         out.append(
             (
-                f"step {s.index}",
+                step_label(s.index),
                 f"offered {fmt_rate(m.offered_rps)}, achieved {fmt_rate(m.achieved_rps)}, "
                 f"p99 {p99}, errors {m.error_rate:.2%}, {valid}",
             )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go  # type: ignore[import-untyped]
 
-from ridgeline.report._view import STATES, RunView, WindowView
+from ridgeline.report._view import STATES, RunView, WindowView, step_label
 
 COLOURS = {
     "healthy": "#2e7d32",
@@ -34,7 +34,7 @@ def latency_vs_rate(view: RunView) -> go.Figure:
     fig = _figure("Latency vs offered rate, per step", "offered rate (req/s)", "latency (ms)")
     steps = sorted(view.steps, key=lambda s: s.summary.offered_rps)
     rates = [s.summary.offered_rps for s in steps]
-    labels = [f"step {s.index}" for s in steps]
+    labels = [step_label(s.index) for s in steps]
     for name in ("p50", "p99"):
         ys = [getattr(s.summary.latency_ms, name) for s in steps]
         fig.add_trace(go.Scatter(x=rates, y=ys, name=name, mode="lines+markers", text=labels))
@@ -46,23 +46,26 @@ def throughput_vs_rate(view: RunView) -> go.Figure:
     fig = _figure("Offered vs achieved throughput, per step", "offered (req/s)", "achieved (req/s)")
     steps = sorted(view.steps, key=lambda s: s.summary.offered_rps)
     rates = [s.summary.offered_rps for s in steps]
-    top = max(rates, default=1.0)
+    achieved = [s.summary.achieved_rps for s in steps]
+    top = max([*rates, *achieved], default=1.0)
+    fig.add_trace(
+        go.Scatter(
+            x=rates,
+            y=achieved,
+            name="achieved",
+            mode="lines+markers",
+            text=[step_label(s.index) for s in steps],
+        )
+    )
+    # drawn last, over the data: where the server keeps up, achieved lies on it and
+    # covered it when drawn first
     fig.add_trace(
         go.Scatter(
             x=[0, top],
             y=[0, top],
             name="achieved = offered",
             mode="lines",
-            line={"dash": "dot", "color": "#757575"},
-        )
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=rates,
-            y=[s.summary.achieved_rps for s in steps],
-            name="achieved",
-            mode="lines+markers",
-            text=[f"step {s.index}" for s in steps],
+            line={"dash": "dash", "color": "#424242", "width": 2},
         )
     )
     return fig
@@ -87,7 +90,7 @@ def health_timeline(view: RunView) -> go.Figure:
                 mode="markers",
                 marker={"color": COLOURS[state], "symbol": "square", "size": 10},
                 text=[
-                    f"step {w.step}, window {w.window.index}, score "
+                    f"{step_label(w.step)}, window {w.window.index}, score "
                     + ("-" if w.window.score is None else f"{w.window.score:.2f}")
                     for w in mine
                 ],

@@ -17,7 +17,7 @@ import plotly.graph_objects as go  # type: ignore[import-untyped]
 
 from ridgeline.errors import ConfigError
 from ridgeline.report import figures
-from ridgeline.report._view import RunView, StepView, facts, view_of
+from ridgeline.report._view import RunView, StepView, facts, server_lines, step_label, view_of
 
 PROBE_FIGURES = ("latency-vs-rate", "throughput-vs-rate", "health-timeline", "search-trajectory")
 """The div ids of a probe run's figures, in page order."""
@@ -65,7 +65,7 @@ def _steps_table(view: RunView) -> str:
     for s in view.steps:
         m = s.summary
         cells = [
-            str(s.index),
+            str(s.index + 1),  # as step_label numbers it
             f"{m.offered_rps:,.1f}",
             f"{m.achieved_rps:,.1f}",
             _ms(m.latency_ms.p50),
@@ -78,6 +78,17 @@ def _steps_table(view: RunView) -> str:
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     header = "<tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr>"
     return f"<table>{header}{''.join(rows)}</table>"
+
+
+def _server_metrics(view: RunView) -> str:
+    """What the server's metrics (``--metrics-url``) said, step by step; empty if unscraped."""
+    parts = []
+    for s in view.steps:
+        if s.summary.server is not None:
+            head, *lines = server_lines(s.summary.server)
+            items = "".join(f"<li>{escape(line)}</li>" for line in lines)
+            parts.append(f"<h3>{escape(step_label(s.index))}: {escape(head)}</h3><ul>{items}</ul>")
+    return f"<h2>Server metrics</h2>{''.join(parts)}" if parts else ""
 
 
 def figures_html(figures: list[tuple[str, go.Figure]]) -> str:
@@ -107,7 +118,7 @@ def render(run: dict[str, Any]) -> str:
         f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{escape(title)}"
         f"</title><style>{_CSS}</style></head><body><h1>{escape(title)}</h1>"
         f"<p class=sub>started {started:%Y-%m-%d %H:%M:%S} UTC</p><dl>{header}</dl>{plots}"
-        f"<h2>Steps</h2>{_steps_table(view)}</body></html>\n"
+        f"<h2>Steps</h2>{_steps_table(view)}{_server_metrics(view)}</body></html>\n"
     )
 
 

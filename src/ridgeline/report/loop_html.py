@@ -21,6 +21,7 @@ h1 { font-size: 1.4rem; } h2 { font-size: 1.1rem; margin-top: 2rem; }
 table { border-collapse: collapse; font-size: .9rem; }
 th, td { border-bottom: 1px solid #e0e0e0; padding: .25rem .6rem; text-align: right; }
 th { background: #fafafa; } .pass { color: #2e7d32; } .fail { color: #c62828; }
+.inconclusive { color: #ef6c00; }
 """
 
 
@@ -133,7 +134,7 @@ def render(r: LoopResult) -> str:
     figs = [_profiles(r), _demand(r), _instances(r), _latency(r)]
     plots = figures_html(list(zip(FIGURES, figs, strict=True)))
     v = r.verified
-    css_class = "pass" if v.passed else "fail"
+    css_class = {"PASS": "pass", "FAIL": "fail"}.get(v.verdict, "inconclusive")
     return (
         "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>"
         f"<title>ridgeline demo: {escape(r.spec.name)}</title><style>{_CSS}</style></head>"
@@ -143,8 +144,7 @@ def render(r: LoopResult) -> str:
         f"<p class={css_class}>{escape(v.summary())}</p>"
         f"<h2>Plan ({r.planned.slices_used:g} cores, accuracy {r.planned.accuracy:.3f} of the "
         f"best)</h2>{_plan_table(r)}"
-        f"<h2>Reconfiguration</h2><p>{r.sent} requests sent, {r.answered} answered (result, "
-        f"drop or error), <b>{r.lost} lost</b>.</p>{_events_table(r)}"
+        f"<h2>Reconfiguration</h2><p>Requests: {escape(r.counts())}.</p>{_events_table(r)}"
         f"<h2>Figures</h2>{plots}</body></html>\n"
     )
 

@@ -12,11 +12,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console, JustifyMethod
+from rich.console import Console, Group, JustifyMethod
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ridgeline.report._view import facts, view_of
+from ridgeline.report._view import facts, server_lines, view_of
 
 if TYPE_CHECKING:
     from ridgeline.analysis.repeats import Repeatability
@@ -63,9 +64,12 @@ def _pct_row(name: str, p: Percentiles) -> list[str]:
     return [name, _ms(p.p50), _ms(p.p90), _ms(p.p99), _ms(p.p999), _ms(p.max)]
 
 
-def step_table(s: StepSummary, title: str = "step") -> Table:
-    verdict = "[green]valid[/]" if s.valid else f"[red]INVALID[/]: {s.invalid_reason}"
-    t = Table(title=f"{title} — {verdict}", title_justify="left")
+def step_table(s: StepSummary, title: str = "step") -> Group:
+    """A step's latency table, its title and counts above and below it at the console's
+    width (a table's own title and caption wrap at the table's), and what the server's
+    metrics said, when scraped."""
+    verdict = "[green]valid[/]" if s.valid else f"[red]INVALID[/]: {escape(s.invalid_reason or '')}"
+    t = Table()
     for col in ("latency (ms)", "p50", "p90", "p99", "p99.9", "max"):
         t.add_column(col, justify="right")
     t.add_row(*_pct_row("from schedule", s.latency_ms))
@@ -75,14 +79,17 @@ def step_table(s: StepSummary, title: str = "step") -> Table:
         t.add_row(*_pct_row("time to 1st token", s.ttft_ms))
     if s.itl_ms is not None:
         t.add_row(*_pct_row("inter-token", s.itl_ms))
-    t.caption = (
+    counts = (
         f"offered {s.offered_rps:.1f}/s  achieved {s.achieved_rps:.1f}/s  "
         f"sent {s.sent}  ok {s.ok}  errors {s.errors}  timeouts {s.timeouts}  "
         f"dropped {s.dropped}  error rate {s.error_rate:.2%}"
         + (f"  run {s.run_id}" if s.run_id is not None else "")
     )
-    t.caption_justify = "left"
-    return t
+    parts: list[Text | Table] = [Text.from_markup(f"{escape(title)} — {verdict}"), t, Text(counts)]
+    if s.server is not None:
+        head, *lines = server_lines(s.server)
+        parts += [Text(head, style="bold"), *(Text(f"  {line}") for line in lines)]
+    return Group(*parts)
 
 
 def runs_table(rows: list[dict[str, Any]]) -> Table:
@@ -154,10 +161,12 @@ minutes away."""
 
 
 def probe_start(console: Console) -> Callable[[int, StepPlan], None]:
-    """A line as a long step starts: what it is, how long, how many requests."""
+    """A line as a warmup step or a long step starts: what it is, how long, how many
+    requests (a warmup step ends with no verdict to tell, and the steps after it are
+    numbered on from it, as ``runs show`` and the report number them)."""
 
     def show(index: int, plan: StepPlan) -> None:
-        if plan.duration_s >= LONG_STEP_S:
+        if plan.duration_s >= LONG_STEP_S or plan.purpose == "warmup":
             console.print(
                 f"step {index:>3}  {plan.purpose or 'step':<9} {plan.rate:>10.1f}/s  "
                 f"running {plan.duration_s:,.0f} s (~{plan.rate * plan.duration_s:,.0f} "
@@ -358,6 +367,6 @@ def demo_summary(r: LoopResult, report: Path) -> list[str]:
         f"verify: {r.verified.summary()}",
         f"reconfigure: {len(r.events)} re-plans, {sum(1 for e in r.events if e.applied)} "
         f"of them changing the served tasks, up to {peak} instances in all",
-        f"requests: {r.sent} sent, {r.answered} answered, {r.lost} lost",
+        f"requests: {r.counts()}",
         f"report: {report}",
     ]

@@ -36,7 +36,13 @@ from ridgeline.v2.connections import HttpListener
 from ridgeline.v2.describe import VERSION
 from ridgeline.v2.limits import ConnectionLimits, check_port
 from ridgeline.v2.security import TlsFiles
-from ridgeline.v2.server import DEFAULT_MAX_BODY_BYTES, build_http_app, grpc_servicer, serve_grpc
+from ridgeline.v2.server import (
+    DEFAULT_MAX_BODY_BYTES,
+    build_http_app,
+    grpc_servicer,
+    request_log,
+    serve_grpc,
+)
 from ridgeline.v2.spec import TensorSpec
 from ridgeline.v2.tensors import NUMPY_DTYPES, Array
 
@@ -422,7 +428,7 @@ class PlanServer(AsyncService):
         }
 
     async def _listen(self) -> None:
-        http = self._http = HttpListener(self.host, self.limits, self.tls, 0.25)
+        http = self._http = HttpListener(self.host, self.limits, self.tls, 0.25, request_log())
         app = build_http_app(
             self.models,
             name=SERVER_NAME,
@@ -434,7 +440,7 @@ class PlanServer(AsyncService):
         self.http_port = await http.start(app, self._want_http)
         if self._want_grpc is not None:
             self._grpc, self.grpc_port = await serve_grpc(
-                grpc_servicer(self.models, SERVER_NAME),
+                grpc_servicer(self.models, SERVER_NAME, self.max_body),
                 host=self.host,
                 port=self._want_grpc,
                 token=self.token,

@@ -195,7 +195,7 @@ class _Process:
         if self.exited.done():
             raise WorkerCrashed(
                 f"worker {self.name!r} had died ({_exit_text(self.exited.result())}) before "
-                f"batch {batch_id} was sent; it is restarting, so retry the batch",
+                "a batch was sent; it is restarting, so retry the batch",
                 self.exited.result(),
             )
         self._batch_id = batch_id
@@ -215,7 +215,7 @@ class _Process:
         """Fail what is pending, ask the process to exit, terminate it after ``timeout_s``,
         kill it a second later."""
         _fail(self.ready, self._stopped("it loaded its backend"))
-        _fail(self._reply, self._stopped(f"batch {self._batch_id} ran"))
+        _fail(self._reply, self._stopped("a batch ran"))
         if self.exited.done():
             return
         stop = self._loop.run_in_executor(self._sender, self._send, None)  # after any batch
@@ -253,7 +253,7 @@ class _Process:
             case (int() as batch_id, True, outputs) if batch_id == self._batch_id:
                 _resolve(self._reply, outputs)
             case (int() as batch_id, False, text) if batch_id == self._batch_id:
-                problem = f"worker {self.name!r}: its backend failed on batch {batch_id}: {text}"
+                problem = f"worker {self.name!r}: its backend failed on a batch: {text}"
                 _fail(self._reply, WorkerError(problem))
 
     def _start_error(self, error: Any) -> BaseException:
@@ -285,7 +285,7 @@ class _Process:
             _fail(
                 self._reply,
                 WorkerCrashed(
-                    f"worker {self.name!r} died with batch {self._batch_id} in flight: {how}; "
+                    f"worker {self.name!r} died with a batch in flight: {how}; "
                     "it restarts itself, so the next batch runs on a fresh process",
                     code,
                 ),

@@ -19,9 +19,12 @@ from ridgeline.errors import ConfigError, TargetUnreachableError
 from ridgeline.targets._http import Get, checked_session, failed_reply, not_connected
 from ridgeline.targets.base import OK, Reply
 from ridgeline.targets.openai import prompt_words
-from ridgeline.workload.payloads import RequestShape
+from ridgeline.workload.payloads import DEFAULT_SHAPE, RequestShape
 
 PLACEHOLDERS = ("{items}", "{prompt_tokens}", "{output_tokens}", "{prompt}")
+
+_REFUSED = {f"HTTP {code}" for code in (400, 401, 403, 404, 405, 422)}
+"""Answers that say the request itself is wrong, whatever the load."""
 
 
 def render(template: str, shape: RequestShape) -> str:
@@ -71,6 +74,35 @@ class HttpTarget:
         self._session = await checked_session(
             max_outstanding, self._headers, self._connect_timeout, self._check, self._ca_file
         )
+        if self._health_url is not None:
+            return  # the health URL given answered: the endpoint is checked as asked
+        try:
+            await self._first_answer()
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _first_answer(self) -> None:
+        """One request before the step (with no health URL, an open port is all the check
+        had seen): an endpoint that refuses it as a client error (a wrong path, method,
+        body or token) would fail every request of the step; it fails the connect check
+        instead, with the server's own message."""
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                reply = await self.send(DEFAULT_SHAPE)
+        except TimeoutError:
+            return  # slow is not refused: the step measures it
+        except (aiohttp.ClientError, OSError) as exc:
+            raise TargetUnreachableError(
+                f"{self._method} {self.url} failed ({exc}); check that the server is running "
+                "and that host, port and path are right"
+            ) from exc
+        status = reply.error.split(":", 1)[0] if reply.error else ""
+        if status in _REFUSED:
+            raise TargetUnreachableError(
+                f"{self._method} {self.url} answered {reply.error}; check the URL path "
+                "(a v2 model is at /v2/models/NAME), the method, the body and any token"
+            )
 
     async def send(self, shape: RequestShape) -> Reply:
         try:

@@ -18,7 +18,7 @@ from typing import Any, Literal
 import aiohttp
 import yarl
 
-from ridgeline.errors import TargetError, UnknownKindError
+from ridgeline.errors import TargetError, TargetUnreachableError, UnknownKindError
 from ridgeline.targets._http import Get, checked_session, failed_reply, not_connected, parse_json
 from ridgeline.targets.base import Reply
 from ridgeline.workload.payloads import RequestShape
@@ -88,6 +88,14 @@ class OpenAITarget:
         )
         if self.model is None:
             self.model = _first_model(parse_json(body, models_url), models_url)
+            return
+        served = _listed_models(parse_json(body, models_url))
+        if served is not None and self.model not in served:
+            raise TargetUnreachableError(
+                f"the server at {self._base} does not serve model {self.model!r} (GET "
+                f"{models_url} lists: {', '.join(served) or 'none'}); pass one of those "
+                "with --model, or leave it out to use the first"
+            )
 
     async def send(self, shape: RequestShape) -> Reply:
         body = self._bodies.get(shape)
@@ -170,6 +178,14 @@ def _message(error: Any) -> str:
     if isinstance(error, dict):
         return str(error.get("message", error))
     return str(error)
+
+
+def _listed_models(doc: Any) -> list[str] | None:
+    """The model ids a ``/models`` answer lists; None when it is not the usual form."""
+    try:
+        return [str(m["id"]) for m in doc["data"]]
+    except (KeyError, TypeError):
+        return None
 
 
 def _first_model(doc: Any, url: str) -> str:

@@ -39,12 +39,15 @@ def open_db(path: Path, schema: str) -> sqlite3.Connection:
 def transaction(
     db: sqlite3.Connection, mode: Literal["DEFERRED", "IMMEDIATE"] = "DEFERRED"
 ) -> Iterator[None]:
-    """One transaction: committed when the block ends, rolled back when it raises."""
+    """One transaction: committed when the block ends, rolled back when it raises. SQLite
+    rolls some failures back itself ("database or disk is full"): then the error raised
+    is that one, not the ROLLBACK's "no transaction is active"."""
     db.execute(f"BEGIN {mode}")
     try:
         yield
     except BaseException:
-        db.execute("ROLLBACK")
+        if db.in_transaction:
+            db.execute("ROLLBACK")
         raise
     db.execute("COMMIT")
 

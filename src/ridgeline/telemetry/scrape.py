@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ridgeline.aio import wait_event
 from ridgeline.errors import TargetUnreachableError
+from ridgeline.telemetry.summary import ServerMetrics
 from ridgeline.telemetry.windows import Window
 
 Sample = dict[str, float]
@@ -80,6 +81,26 @@ class Scraper:
             w.server = {
                 k: (v - before.get(k, 0.0)) if k in self.counters else v for k, v in after.items()
             }
+
+    def summary(self) -> ServerMetrics:
+        """The step's figures: each counter's increase between the first sample and the
+        last, each gauge's peak over all of them."""
+        increase: dict[str, float] = {}
+        peak: dict[str, float] = {}
+        if self.samples:
+            first, last = self.samples[0][1], self.samples[-1][1]
+            for key, value in last.items():
+                if key in self.counters:
+                    increase[key] = value - first.get(key, 0.0)
+                else:
+                    peak[key] = max(sample.get(key, value) for _, sample in self.samples)
+        return ServerMetrics(
+            url=self.url,
+            increase=increase,
+            peak=peak,
+            scrapes=len(self.samples),
+            failures=self.failures,
+        )
 
 
 def _nearest(samples: list[tuple[float, Sample]], t: float) -> Sample:

@@ -3,12 +3,21 @@
 SQLite by default: one file, WAL journal, safe to read while a run writes. Everything
 is written as it happens, so a run that is interrupted or whose server dies leaves its
 partial results stored and marked.
+
+Nothing measured is lost to the store: a write that fails (a full disk) goes to a
+journal beside it (``_unsaved``), replayed the next time the store is opened with room
+(``unsaved`` says where, for the command to tell). Each run records the process that
+owns it (pid and host); a run left ``running`` by a process that no longer exists (one
+killed with ``kill -9``, a machine that stopped) is marked ``interrupted`` the next time
+the store is opened on that host.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import sqlite3
 import time
 from pathlib import Path
@@ -18,6 +27,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ridgeline.errors import StoreError
+from ridgeline.telemetry import _unsaved
 from ridgeline.telemetry._sqlite import Connected, open_db, transaction
 from ridgeline.telemetry.records import Records
 from ridgeline.telemetry.summary import StepSummary
@@ -33,7 +43,9 @@ CREATE TABLE IF NOT EXISTS runs (
     status_reason TEXT,
     summary TEXT,
     started_at REAL NOT NULL,
-    finished_at REAL
+    finished_at REAL,
+    pid INTEGER,                       -- the process that owns a running run
+    host TEXT
 );
 CREATE TABLE IF NOT EXISTS steps (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -82,6 +94,53 @@ def _nullable(a: NDArray[np.float64]) -> list[float | None]:
     return [None if not np.isfinite(x) else float(x) for x in a.tolist()]
 
 
+def _request_rows(records: Records) -> list[list[Any]]:
+    """Per-request rows, as the ``requests`` table holds them (less step and index)."""
+    return [
+        list(row)
+        for row in zip(
+            records.scheduled.tolist(),
+            _nullable(records.sent),
+            _nullable(records.done),
+            records.outcome.tolist(),
+            _nullable(records.first_token),
+            records.output_tokens.tolist(),
+            strict=True,
+        )
+    ]
+
+
+def _add_owner_columns(db: sqlite3.Connection) -> None:
+    """A store made before runs recorded their process gets the two columns."""
+    have = {row[1] for row in db.execute("PRAGMA table_info(runs)").fetchall()}
+    for column, kind in (("pid", "INTEGER"), ("host", "TEXT")):
+        if column not in have:
+            try:
+                db.execute(f"ALTER TABLE runs ADD COLUMN {column} {kind}")
+            except sqlite3.OperationalError as exc:
+                if "duplicate column" not in str(exc):  # another process added it first
+                    raise
+
+
+HOST = socket.gethostname()
+"""The host a run's pid belongs to: a pid is only checked on its own host."""
+
+_STEP = (
+    "INSERT INTO steps (run_id, idx, offered_rps, achieved_rps, valid, invalid_reason,"
+    " status, summary, created_at) VALUES (?,?,?,?,?,?,?,?,?)"
+)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
 class RunStore(Connected):
     def __init__(self, location: str | Path | None = None) -> None:
         text = str(location) if location is not None else str(default_store_path())
@@ -96,17 +155,43 @@ class RunStore(Connected):
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._db = open_db(path, SCHEMA)
+            _add_owner_columns(self._db)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(
                 f"cannot open the run store at {path}: {exc}; pass --db with a writable path"
             ) from exc
+        self.unsaved: str | None = None
+        """What this store could not write and where it went instead, as a sentence for
+        the user; None while every write reached the store."""
+        self._deferred: set[int] = set()
+        self._placeholders = 0
+        self._journal = _unsaved.Journal(path)
+        with contextlib.suppress(sqlite3.Error):  # still no room: it waits for the next time
+            _unsaved.replay(path, self._apply)
+        self.recovered: list[int] = self._mark_stale()
+        """Runs found ``running`` whose process had ended, marked ``interrupted`` now."""
+
+    def close(self) -> None:
+        self._journal.close()
+        super().close()
 
     def create_run(self, kind: str, target: str, config: dict[str, Any]) -> int:
-        cur = self._db.execute(
-            "INSERT INTO runs (kind, target, config, status, started_at) VALUES (?,?,?,?,?)",
-            (kind, target, json.dumps(config, default=str), "running", time.time()),
-        )
-        return int(cur.lastrowid or 0)
+        op = {
+            "op": "create_run",
+            "kind": kind,
+            "target": target,
+            "config": json.dumps(config, default=str),
+            "started_at": time.time(),
+            "pid": os.getpid(),
+            "host": HOST,
+        }
+        try:
+            return self._create(op)
+        except sqlite3.Error as exc:
+            self._placeholders += 1
+            run_id = -self._placeholders  # its id comes when the journal is replayed
+            self._defer({**op, "run": run_id}, exc)
+            return run_id
 
     def finish_run(
         self,
@@ -115,16 +200,15 @@ class RunStore(Connected):
         reason: str | None = None,
         summary: dict[str, Any] | None = None,
     ) -> None:
-        self._db.execute(
-            "UPDATE runs SET status=?, status_reason=?, summary=?, finished_at=? WHERE id=?",
-            (
-                status,
-                reason,
-                json.dumps(summary) if summary is not None else None,
-                time.time(),
-                run_id,
-            ),
-        )
+        op = {
+            "op": "finish_run",
+            "run": run_id,
+            "status": status,
+            "reason": reason,
+            "summary": json.dumps(summary) if summary is not None else None,
+            "finished_at": time.time(),
+        }
+        self._write(op)
 
     def add_step(
         self,
@@ -134,43 +218,128 @@ class RunStore(Connected):
         windows: list[Window],
         records: Records | None = None,
     ) -> int:
-        with transaction(self._db):
-            cur = self._db.execute(
-                "INSERT INTO steps (run_id, idx, offered_rps, achieved_rps, valid, invalid_reason,"
-                " status, summary, created_at) VALUES (?,?,?,?,?,?,?,?,?)",
-                (
-                    run_id,
-                    index,
-                    summary.offered_rps,
-                    summary.achieved_rps,
-                    int(summary.valid),
-                    summary.invalid_reason,
-                    summary.status,
-                    summary.model_dump_json(),
-                    time.time(),
-                ),
+        """The step's id in the store (0 when it went to the journal instead)."""
+        op = {
+            "op": "add_step",
+            "run": run_id,
+            "step": [
+                index,
+                summary.offered_rps,
+                summary.achieved_rps,
+                int(summary.valid),
+                summary.invalid_reason,
+                summary.status,
+                summary.model_dump_json(),
+                time.time(),
+            ],
+            "windows": [[w.index, w.start_s, w.end_s, w.model_dump_json()] for w in windows],
+            "requests": None if records is None else _request_rows(records),
+        }
+        return self._write(op)
+
+    def _write(self, op: _unsaved.Op) -> int:
+        """Apply one write, or journal it when the store cannot take it (or already
+        journaled an earlier write of the same run: the order is kept)."""
+        if op["run"] not in self._deferred:
+            try:
+                with transaction(self._db):
+                    return self._apply_one(op, {})
+            except sqlite3.Error as exc:
+                self._defer(op, exc)
+                return 0
+        self._defer(op, None)
+        return 0
+
+    def _defer(self, op: _unsaved.Op, exc: sqlite3.Error | None) -> None:
+        self._deferred.add(int(op["run"]))
+        try:
+            journal = self._journal.append(op)
+        except OSError as lost:
+            self.unsaved = (
+                f"the run store {self.path} could not be written ({exc or 'see above'}), nor "
+                f"could its journal ({lost}): the results printed here are the only copy; "
+                "free some space, or pass --db with another path"
             )
-            step_id = int(cur.lastrowid or 0)
+            return
+        if exc is not None or self.unsaved is None:
+            self.unsaved = (
+                f"the run store {self.path} could not be written ({exc or 'see above'}); "
+                f"the results are kept in {journal} and are written to the store the next "
+                "time ridgeline opens it with room (free some space, or pass --db with "
+                "another path)"
+            )
+
+    def _create(self, op: _unsaved.Op) -> int:
+        cur = self._db.execute(
+            "INSERT INTO runs (kind, target, config, status, started_at, pid, host)"
+            " VALUES (?,?,?,?,?,?,?)",
+            (
+                op["kind"],
+                op["target"],
+                op["config"],
+                "running",
+                op["started_at"],
+                op["pid"],
+                op["host"],
+            ),
+        )
+        return int(cur.lastrowid or 0)
+
+    def _apply_one(self, op: _unsaved.Op, ids: dict[int, int]) -> int:
+        """One write, inside a transaction; ``ids`` maps a journaled run's placeholder id
+        to the id the store gave it."""
+        kind = op["op"]
+        if kind == "create_run":
+            ids[int(op["run"])] = self._create(op)
+            return ids[int(op["run"])]
+        run_id = ids.get(int(op["run"]), int(op["run"]))
+        if kind == "finish_run":
+            self._db.execute(
+                "UPDATE runs SET status=?, status_reason=?, summary=?, finished_at=? WHERE id=?",
+                (op["status"], op["reason"], op["summary"], op["finished_at"], run_id),
+            )
+            return run_id
+        cur = self._db.execute(_STEP, (run_id, *op["step"]))
+        step_id = int(cur.lastrowid or 0)
+        self._db.executemany(
+            "INSERT INTO windows (step_id, idx, start_s, end_s, data) VALUES (?,?,?,?,?)",
+            [(step_id, *w) for w in op["windows"]],
+        )
+        if op["requests"] is not None:
             self._db.executemany(
-                "INSERT INTO windows (step_id, idx, start_s, end_s, data) VALUES (?,?,?,?,?)",
-                [(step_id, w.index, w.start_s, w.end_s, w.model_dump_json()) for w in windows],
+                "INSERT INTO requests VALUES (?,?,?,?,?,?,?,?)",
+                [(step_id, i, *row) for i, row in enumerate(op["requests"])],
             )
-            if records is not None:
-                self._db.executemany(
-                    "INSERT INTO requests VALUES (?,?,?,?,?,?,?,?)",
-                    zip(
-                        [step_id] * len(records),
-                        range(len(records)),
-                        records.scheduled.tolist(),
-                        _nullable(records.sent),
-                        _nullable(records.done),
-                        records.outcome.tolist(),
-                        _nullable(records.first_token),
-                        records.output_tokens.tolist(),
-                        strict=True,
+        return step_id
+
+    def _apply(self, ops: list[_unsaved.Op]) -> None:
+        """A journal replayed, in one transaction: all of it reaches the store, or none."""
+        ids: dict[int, int] = {}
+        with transaction(self._db, "IMMEDIATE"):
+            for op in ops:
+                self._apply_one(op, ids)
+
+    def _mark_stale(self) -> list[int]:
+        try:
+            rows = self._db.execute(
+                "SELECT id, pid FROM runs WHERE status='running' AND host=? AND pid IS NOT NULL",
+                (HOST,),
+            ).fetchall()
+            stale = [(int(i), int(pid)) for i, pid in rows if not _alive(int(pid))]
+            for run_id, pid in stale:
+                self._db.execute(
+                    "UPDATE runs SET status='interrupted', status_reason=?, finished_at=?"
+                    " WHERE id=? AND status='running'",
+                    (
+                        f"its process (pid {pid} on {HOST}) ended without finishing it "
+                        "(killed, or the machine stopped); what it measured is kept",
+                        time.time(),
+                        run_id,
                     ),
                 )
-        return step_id
+        except sqlite3.Error:
+            return []  # read-only or full: the runs stay as they are until the next open
+        return [run_id for run_id, _ in stale]
 
     def list_runs(self, limit: int = 50) -> list[dict[str, Any]]:
         rows = self._db.execute(

@@ -16,6 +16,20 @@ from ridgeline.telemetry.histogram import latency_summary_ms
 from ridgeline.telemetry.records import FAILED, Outcome, Records
 
 
+class ServerMetrics(BaseModel):
+    """What the server's own metrics (``--metrics-url``) said over a step."""
+
+    url: str
+    increase: dict[str, float] = Field(
+        default_factory=dict, description="each counter's increase over the step"
+    )
+    peak: dict[str, float] = Field(
+        default_factory=dict, description="each gauge's highest value over the step"
+    )
+    scrapes: int = Field(0, description="samples taken")
+    failures: int = Field(0, description="scrapes that failed")
+
+
 class Percentiles(BaseModel):
     p50: float | None = None
     p90: float | None = None
@@ -56,6 +70,9 @@ class StepSummary(BaseModel):
     processes: int = 1
     run_id: int | None = None
     step_id: int | None = None
+    server: ServerMetrics | None = Field(
+        None, description="the server's own metrics over the step, when --metrics-url was given"
+    )
 
 
 def _pct(seconds: NDArray[np.float64]) -> Percentiles:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 import math
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
@@ -306,12 +307,19 @@ Front = Callable[[Callable[[], asyncio.Protocol]], Callable[[GuardedConnection],
 
 class HttpListener:
     """An aiohttp app served on ``host:port`` behind a ``ConnectionGuard`` (``guard``: give
-    it to the app's middleware), TLS with ``tls``: ``start`` then ``stop``."""
+    it to the app's middleware), TLS with ``tls``, aiohttp logging to ``log``: ``start``
+    then ``stop``."""
 
     def __init__(
-        self, host: str, limits: ConnectionLimits, tls: TlsFiles | None, shutdown_s: float
+        self,
+        host: str,
+        limits: ConnectionLimits,
+        tls: TlsFiles | None,
+        shutdown_s: float,
+        log: logging.Logger | logging.LoggerAdapter[logging.Logger],
     ) -> None:
         self.host, self.limits, self.tls, self.shutdown_s = host, limits, tls, shutdown_s
+        self.log = log
         self.guard = ConnectionGuard(limits)
         self._runner: web.AppRunner | None = None
         self._server: asyncio.Server | None = None
@@ -320,7 +328,7 @@ class HttpListener:
         """Serve ``app`` (through ``front`` when given); the bound port. A taken port is a
         ConfigError."""
         runner = self._runner = web.AppRunner(
-            app, access_log=None, shutdown_timeout=self.shutdown_s
+            app, access_log=None, shutdown_timeout=self.shutdown_s, logger=self.log
         )
         await runner.setup()
         assert runner.server is not None

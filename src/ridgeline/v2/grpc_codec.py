@@ -30,8 +30,11 @@ _CONTENTS_FIELD = {
 }
 
 
-def decode_request(model: ModelSpec, request: Any) -> tuple[int, list[Array], list[int]]:
-    """(rows, input arrays in spec order, indices of the outputs asked for)."""
+def decode_request(
+    model: ModelSpec, request: Any, max_bytes: int
+) -> tuple[int, list[Array], list[int]]:
+    """(rows, input arrays in spec order, indices of the outputs asked for); a tensor
+    that would decode to more than ``max_bytes`` is refused before it is decoded."""
     raw = request.raw_input_contents
     if raw and len(raw) != len(request.inputs):
         raise InvalidRequest(
@@ -41,9 +44,9 @@ def decode_request(model: ModelSpec, request: Any) -> tuple[int, list[Array], li
     tensors = []
     for i, t in enumerate(request.inputs):
         field = _CONTENTS_FIELD.get(t.datatype)
-        data = raw[i] if raw else (list(getattr(t.contents, field)) if field else None)
+        data = raw[i] if raw else (getattr(t.contents, field) if field else None)
         tensors.append(WireTensor(t.name, t.datatype, list(t.shape), data))
-    rows, arrays = decode_inputs(model, tensors)
+    rows, arrays = decode_inputs(model, tensors, max_bytes)
     index = {s.name: i for i, s in enumerate(model.outputs)}
     names = [o.name for o in request.outputs] or list(index)
     unknown = [n for n in names if n not in index]

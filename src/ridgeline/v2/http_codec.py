@@ -14,7 +14,7 @@ import orjson
 
 from ridgeline.errors import InvalidRequest
 from ridgeline.v2.spec import ModelSpec
-from ridgeline.v2.tensors import WireTensor, to_elements, to_raw
+from ridgeline.v2.tensors import WireTensor, describe_value, to_elements, to_raw
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
@@ -46,6 +46,8 @@ def error_answer(message: str, status: int) -> Answer:
 
 
 def parse_infer(model: ModelSpec, body: bytes, header_length: str | None) -> InferRequest:
+    """The request in ``body``, every field checked for its type (``InvalidRequest``
+    naming the field otherwise); the tensors' contents are checked by ``decode_inputs``."""
     head, tail = body, memoryview(b"")
     if header_length is not None:
         try:
@@ -54,8 +56,8 @@ def parse_infer(model: ModelSpec, body: bytes, header_length: str | None) -> Inf
             n = -1
         if not 0 < n <= len(body):
             raise InvalidRequest(
-                f"{HEADER_LENGTH} is {header_length!r}; it must be the JSON header's length "
-                f"in bytes, 1..{len(body)}"
+                f"{HEADER_LENGTH} is {describe_value(header_length)}; it must be the JSON header's "
+                f"length in bytes, 1..{len(body)}"
             )
         head, tail = body[:n], memoryview(body)[n:]
     try:
@@ -65,46 +67,96 @@ def parse_infer(model: ModelSpec, body: bytes, header_length: str | None) -> Inf
     if not isinstance(doc, dict) or not isinstance(doc.get("inputs"), list):
         raise InvalidRequest('request must be a JSON object with an "inputs" list')
     inputs, offset = [], 0
-    for t in doc["inputs"]:
+    for k, t in enumerate(doc["inputs"]):
         if not isinstance(t, dict) or not isinstance(t.get("name"), str):
-            raise InvalidRequest('each input must be an object with a "name"')
-        name, shape = t["name"], t.get("shape")
+            raise InvalidRequest(
+                f'input {k} must be an object with a "name" string, not {describe_value(t)}'
+            )
+        name, shape, datatype = t["name"], t.get("shape"), t.get("datatype")
         if not isinstance(shape, list) or not all(type(d) is int for d in shape):
-            raise InvalidRequest(f"input {name!r} needs a shape, a list of integers")
-        size = _params(t).get("binary_data_size")
+            raise InvalidRequest(
+                f'input {name!r} needs a "shape", a list of integers, not {describe_value(shape)}'
+            )
+        if not isinstance(datatype, str):
+            raise InvalidRequest(
+                f'input {name!r} needs a "datatype" string such as "FP32", '
+                f"not {describe_value(datatype)}"
+            )
+        size = _params(t, f"input {name!r}").get("binary_data_size")
         data: Any = t.get("data")
         if size is not None:
-            if type(size) is not int or size < 0 or offset + size > len(tail):
+            if data is not None:
                 raise InvalidRequest(
-                    f"input {name!r} declares binary_data_size {size!r} but only "
+                    f'input {name!r} has both "data" and binary_data_size; send one of them'
+                )
+            if type(size) is not int or size < 0 or offset + size > len(tail):
+                shown = size if type(size) is int else describe_value(size)
+                raise InvalidRequest(
+                    f"input {name!r} declares binary_data_size {shown} but only "
                     f"{len(tail) - offset} bytes of binary data are left"
                 )
             data, offset = tail[offset : offset + size], offset + size
         elif data is not None and not isinstance(data, list):
-            raise InvalidRequest(f'input {name!r} "data" must be a list of elements')
-        inputs.append(WireTensor(name, str(t.get("datatype")), shape, data))
+            raise InvalidRequest(
+                f'input {name!r} "data" must be a list of elements, not {describe_value(data)}'
+            )
+        inputs.append(WireTensor(name, datatype, shape, data))
     if offset != len(tail):
         raise InvalidRequest(
             f"request carries {len(tail)} bytes of binary data but its inputs declare {offset}"
         )
-    binary_all = bool(_params(doc).get("binary_data_output", False))
+    rid = doc.get("id")
+    if rid is not None and not isinstance(rid, str):
+        raise InvalidRequest(f'request "id" must be a string, not {describe_value(rid)}')
+    wanted = _outputs(model, doc)
+    return InferRequest(rid, inputs, wanted)
+
+
+def _outputs(model: ModelSpec, doc: dict[str, Any]) -> list[tuple[int, bool]]:
+    """(index into model.outputs, binary) for each output asked for (all when none are)."""
+    binary_all = _flag(_params(doc, "request"), "binary_data_output", False, "request")
     index = {s.name: i for i, s in enumerate(model.outputs)}
+    asked = doc.get("outputs")
+    if asked is None:
+        return [(i, binary_all) for i in range(len(model.outputs))]
+    if not isinstance(asked, list):
+        raise InvalidRequest(
+            f'"outputs" must be a list of objects such as {{"name": "{model.outputs[0].name}"}}, '
+            f"not {describe_value(asked)}"
+        )
     wanted: list[tuple[int, bool]] = []
-    for o in doc.get("outputs") or [{"name": s.name} for s in model.outputs]:
-        name = o.get("name") if isinstance(o, dict) else None
+    for k, o in enumerate(asked or [{"name": s.name} for s in model.outputs]):
+        if not isinstance(o, dict) or not isinstance(o.get("name"), str):
+            got = describe_value(o.get("name") if isinstance(o, dict) else o)
+            raise InvalidRequest(f'output {k} must be an object with a "name" string, not {got}')
+        name = o["name"]
         if name not in index:
             raise InvalidRequest(
                 f"unknown output {name!r}; model {model.name!r} has outputs {sorted(index)}"
             )
-        binary = _params(o).get("binary_data", binary_all)
-        wanted.append((index[name], bool(binary)))
-    rid = doc.get("id")
-    return InferRequest(str(rid) if rid is not None else None, inputs, wanted)
+        where = f"output {name!r}"
+        wanted.append((index[name], _flag(_params(o, where), "binary_data", binary_all, where)))
+    return wanted
 
 
-def _params(obj: dict[str, Any]) -> dict[str, Any]:
+def _params(obj: dict[str, Any], where: str) -> dict[str, Any]:
     params = obj.get("parameters")
-    return params if isinstance(params, dict) else {}
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise InvalidRequest(
+            f'{where} "parameters" must be an object, not {describe_value(params)}'
+        )
+    return params
+
+
+def _flag(params: dict[str, Any], key: str, default: bool, where: str) -> bool:
+    value = params.get(key, default)
+    if type(value) is not bool:
+        raise InvalidRequest(
+            f"{where} parameter {key} must be true or false, not {describe_value(value)}"
+        )
+    return value
 
 
 def infer_answer(

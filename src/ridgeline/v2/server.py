@@ -8,7 +8,9 @@ HTTP routes: ``/v2/health/{live,ready}``, ``/v2`` (server metadata), ``POST
 ModelReady, ServerMetadata, ModelMetadata, ModelConfig, ModelStatistics,
 RepositoryIndex, ModelInfer. So tritonclient and perf_analyzer drive it unchanged.
 
-Failures: a bad request is 400 / INVALID_ARGUMENT, an unknown model 404 / NOT_FOUND, a
+Failures: a bad request (a field of the wrong type, an element its datatype cannot hold,
+a declared shape that would decode past the body bound, a gRPC message protobuf cannot
+parse) is 400 / INVALID_ARGUMENT, an unknown model 404 / NOT_FOUND, a
 body over the bound 413 / RESOURCE_EXHAUSTED, a request the server drops because it can
 no longer meet its SLO 503 / UNAVAILABLE with a message starting "dropped", other
 refusals 503 / UNAVAILABLE, a failed execution 500 / INTERNAL, a bad token 401 /
@@ -18,13 +20,16 @@ UNAUTHENTICATED. Every endpoint needs ``Authorization: Bearer TOKEN`` when a tok
 from __future__ import annotations
 
 import hmac
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 import grpc
 import orjson
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from google.protobuf import json_format
+from google.protobuf.message import DecodeError
 from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
 from ridgeline._version import __version__
@@ -80,6 +85,36 @@ def _web(answer: Answer) -> web.Response:
 def server_metadata(name: str) -> dict[str, Any]:
     extensions = ["binary_tensor_data", "model_configuration", "statistics"]
     return {"name": name, "version": __version__, "extensions": extensions}
+
+
+class RequestLog(logging.LoggerAdapter[logging.Logger]):
+    """An HTTP server's log (aiohttp's ``logger``, and the fake server's fast path): a
+    malformed request is one line at debug, for a client can send them by the thousand;
+    a fault of the server's own keeps its traceback the first time each exception type is
+    seen, and is one line after that."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        super().__init__(logger, {})
+        self._seen: set[type[BaseException]] = set()
+
+    def exception(self, msg: object, *args: object, exc_info: Any = True, **kw: Any) -> None:
+        exc = exc_info if isinstance(exc_info, BaseException) else None
+        if exc is None or isinstance(exc, HttpProcessingError):
+            self.debug(f"{msg}: %s", *args, _one_line(exc), **kw)
+        elif type(exc) in self._seen:
+            self.error(f"{msg}: %s: %s", *args, type(exc).__name__, _one_line(exc), **kw)
+        else:
+            self._seen.add(type(exc))
+            self.error(msg, *args, exc_info=exc, **kw)
+
+
+def _one_line(exc: BaseException | None) -> str:
+    return " ".join(str(exc).split())[:200] if exc is not None else "no detail"
+
+
+def request_log() -> RequestLog:
+    """A fresh ``RequestLog`` over the ``ridgeline.v2.http`` logger, for one server."""
+    return RequestLog(logging.getLogger("ridgeline.v2.http"))
 
 
 class _Routes:
@@ -141,7 +176,7 @@ class _Routes:
             return _web(body)
         try:
             req = parse_infer(model, body, request.headers.get(HEADER_LENGTH))
-            rows, arrays = decode_inputs(model, req.inputs)
+            rows, arrays = decode_inputs(model, req.inputs, self.max_body)
         except InvalidRequest as e:
             return _web(error_answer(str(e), 400))
         try:
@@ -236,8 +271,8 @@ def build_http_app(
 
 
 class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
-    def __init__(self, models: Mapping[str, V2Model], name: str) -> None:
-        self.models, self.name = models, name
+    def __init__(self, models: Mapping[str, V2Model], name: str, max_bytes: int) -> None:
+        self.models, self.name, self.max_bytes = models, name, max_bytes
 
     async def _model(self, name: str, version: str, context: Any) -> V2Model:
         model = self.models.get(name)
@@ -288,7 +323,7 @@ class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[
     async def ModelInfer(self, request: Any, context: Any) -> Any:
         model = await self._model(request.model_name, request.model_version, context)
         try:
-            rows, arrays, wanted = decode_request(model, request)
+            rows, arrays, wanted = decode_request(model, request, self.max_bytes)
         except InvalidRequest as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         try:
@@ -330,9 +365,57 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return self._deny_stream if details.method.endswith("StreamInfer") else self._deny
 
 
-def grpc_servicer(models: Mapping[str, V2Model], name: str) -> Any:
+def grpc_servicer(models: Mapping[str, V2Model], name: str, max_message_bytes: int) -> Any:
     """The GRPCInferenceService serving ``models`` (for ``serve_grpc``)."""
-    return _Servicer(models, name)
+    return _Servicer(models, name, max_message_bytes)
+
+
+class _Undecodable:
+    """A message protobuf could not parse, handed to the call so it answers for it."""
+
+    def __init__(self, error: DecodeError) -> None:
+        self.error = " ".join(str(error).split())
+
+
+class DecodeGuard(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """gRPC: a request that is not a valid protobuf message of its method is answered
+    INVALID_ARGUMENT, as any other bad request (grpc itself would answer UNKNOWN)."""
+
+    def __init__(self) -> None:
+        self._guarded: dict[str, Any] = {}
+
+    async def intercept_service(
+        self, continuation: Callable[[Any], Awaitable[Any]], details: Any
+    ) -> Any:
+        method = details.method
+        if method in self._guarded:
+            return self._guarded[method]
+        handler = await continuation(details)
+        if handler is None or handler.unary_unary is None or handler.request_deserializer is None:
+            return handler
+        parse, behave = handler.request_deserializer, handler.unary_unary
+
+        def deserialize(raw: bytes) -> Any:
+            try:
+                return parse(raw)
+            except DecodeError as e:
+                return _Undecodable(e)
+
+        async def guarded(request: Any, context: Any) -> Any:
+            if isinstance(request, _Undecodable):
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"the {method} request is not a valid protobuf message ({request.error}); "
+                    "send the message the service defines",
+                )
+            return await behave(request, context)
+
+        self._guarded[method] = grpc.unary_unary_rpc_method_handler(
+            guarded,
+            request_deserializer=deserialize,
+            response_serializer=handler.response_serializer,
+        )
+        return self._guarded[method]
 
 
 async def serve_grpc(
@@ -351,10 +434,14 @@ async def serve_grpc(
     ``token``, calls without it (``on_deny`` counts them); (server, bound port). Within
     ``limits``: the handshake (HTTP/2, and TLS with ``tls``) within the header timeout,
     connections idle for the idle timeout closed, no more than the bound at once (more
-    are closed at accept). A taken port is a ConfigError."""
+    are closed at accept). A taken port is a ConfigError. A message that is not valid
+    protobuf is INVALID_ARGUMENT."""
     credentials = None if tls is None else tls.grpc_credentials()
     server = grpc.aio.server(
-        interceptors=[] if token is None else [TokenInterceptor(token, on_deny)],
+        interceptors=[
+            *([] if token is None else [TokenInterceptor(token, on_deny)]),
+            DecodeGuard(),
+        ],
         options=[
             ("grpc.max_receive_message_length", max_bytes),
             ("grpc.max_send_message_length", -1),
