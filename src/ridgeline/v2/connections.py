@@ -11,7 +11,7 @@ server's fast path). A connection is in one of four states, each with its own de
 - ``BUSY``: the request is whole and being served: no deadline (the server's own work).
 
 The serving protocol says when a request moves on: the fast path itself; aiohttp
-through ``middleware`` (its handler started: ``BODY``; it returned: ``IDLE``) and
+through ``guard_middleware`` (its handler started: ``BODY``; it returned: ``IDLE``) and
 ``read_body`` (the body is in: ``BUSY``). One sweep per server closes what is overdue.
 At the bound, a new connection closes the longest-idle one (else the one longest in its
 headers), or, none being either, is answered 503 and closed.
