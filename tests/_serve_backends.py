@@ -72,3 +72,14 @@ class LoadsOnce(Doubler):
         if os.path.exists(self.marker):
             raise RuntimeError(f"{self.marker} exists: this backend was loaded before")
         open(self.marker, "w").close()
+
+
+def doubler_plan_doc() -> dict[str, Any]:
+    """A one-task plan (``double``, one instance of ``Doubler`` on one core), as a document."""
+    task = {
+        "segment": {"kind": "cpu", "cores": 1},
+        "latency_budget_ms": 100,
+        "variant": "doubler",
+        "python": {"target": "_serve_backends:Doubler"},
+    }
+    return {"name": "p", "slo_ms": 1000, "tasks": {"double": task}}

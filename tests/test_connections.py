@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
+from _serve_backends import doubler_plan_doc
 from ridgeline.errors import ConfigError
 from ridgeline.fakeserver import FakeServer, load_preset
 from ridgeline.pipeline.plan import Plan
@@ -29,13 +30,7 @@ READY = b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n"
 
 
 def _plan() -> Plan:
-    task = {
-        "segment": {"kind": "cpu", "cores": 1},
-        "latency_budget_ms": 100,
-        "variant": "doubler",
-        "python": {"target": "_serve_backends:Doubler"},
-    }
-    return Plan.model_validate({"name": "p", "slo_ms": 1000, "tasks": {"double": task}})
+    return Plan.model_validate(doubler_plan_doc())
 
 
 @contextlib.asynccontextmanager

@@ -23,6 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from _serve_backends import doubler_plan_doc
 from _timing import running, watch
 from ridgeline.cli import app
 from ridgeline.errors import ConfigError, TargetUnreachableError
@@ -59,13 +60,7 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 def _plan() -> Plan:
-    task = {
-        "segment": {"kind": "cpu", "cores": 1},
-        "latency_budget_ms": 100,
-        "variant": "doubler",
-        "python": {"target": "_serve_backends:Doubler"},
-    }
-    return Plan.model_validate({"name": "p", "slo_ms": 1000, "tasks": {"double": task}})
+    return Plan.model_validate(doubler_plan_doc())
 
 
 async def _one_request(url: str, **options: Any) -> bool:
