@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, Strict
 
 Share = Annotated[float, Field(gt=0, le=1)]
 """A fraction in (0, 1]."""
@@ -19,3 +19,6 @@ NonNegativeRate = NonNegative
 """A finite rate ≥ 0, requests per second."""
 Seconds = Positive
 """A finite duration > 0, seconds."""
+Count = Annotated[int, Strict(), Field(ge=1)]
+"""A whole number ≥ 1 (a batch size, instances, cores), strict: ``true``, ``2.5`` or
+``"4"`` in a file is an error, not 1, 2 or 4."""

@@ -19,6 +19,7 @@ from ridgeline.cli._common import (
     out,
 )
 from ridgeline.cli._exit import probe_code, step_code
+from ridgeline.errors import ConfigError
 
 if TYPE_CHECKING:
     from ridgeline.loadgen.schedule import Schedule
@@ -142,8 +143,13 @@ def _schedule(
 
     if trace is not None:
         return from_trace(
-            trace, target_rate=target_rate or rate, start_s=trace_start, duration_s=duration
+            trace,
+            target_rate=rate if target_rate is None else target_rate,
+            start_s=trace_start,
+            duration_s=duration,
         )
+    if target_rate is not None:
+        raise ConfigError("--target-rate time-scales a trace: give --trace too, or use --rate")
     return from_arrival(parse_arrival(arrival, rate), duration, seed)
 
 
@@ -246,7 +252,7 @@ def probe(
     with failing(values=True):
         cfg = ProbeConfig.model_validate(
             {
-                "slo": slo or default_slo(target) or "p99<100ms,errors<1%",
+                "slo": slo if slo is not None else default_slo(target) or "p99<100ms,errors<1%",
                 "strategy": strategy,
                 "strategy_options": options,
                 "warmup": warmup,

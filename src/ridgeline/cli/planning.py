@@ -49,6 +49,7 @@ def profile_command(
     from ridgeline.serve.loading import zoo_dir
 
     with failing():
+        writable(out_path, "--out")
         s = load_spec(spec)
         core_counts, sizes = _ints(cores, "--cores"), _ints(batches, "--batches")
         types = [gpu_type(g.strip()).name for g in gpus.split(",") if g.strip()]
@@ -82,6 +83,19 @@ def _progress(row: ProfileRow) -> None:
         f"{row.throughput_rps:,.1f} rows/s",
         highlight=False,
     )
+
+
+def writable(path: Path | None, option: str) -> None:
+    """Refuse, before any work, an output path that cannot be written: a directory, or a
+    file in a folder that does not exist."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise ConfigError(f"{option} {path} is a directory; give a file path, e.g. {path}/out")
+    if not path.parent.is_dir():
+        raise ConfigError(
+            f"{option} {path}: folder {path.parent} does not exist; create it or write elsewhere"
+        )
 
 
 def _ints(text: str, option: str) -> list[int]:
@@ -184,9 +198,11 @@ def plan_command(
     with failing():
         if objective not in ("slices", "accuracy"):
             raise typer.BadParameter("--objective must be slices or accuracy")
+        writable(out_plan, "--out")
+        writable(mig_parted, "--mig-parted")
         s = load_spec(spec)
         if demand is not None:
-            s = s.model_copy(update={"demand_rps": demand})
+            s = s.at_demand(demand)
         table = load_profiles(profiles)
         available = available_for(gpus)
         if accuracy_scope not in ("path", "graph"):
