@@ -14,8 +14,10 @@ import yaml
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from ridgeline.cli.planning import available_for
 from ridgeline.errors import RidgelineError
 from ridgeline.health.slo import parse_slo
+from ridgeline.pipeline.gpu import parse_gpus
 from ridgeline.pipeline.plan import load_plan
 from ridgeline.pipeline.profiles import ProfileTable, load_profiles
 from ridgeline.pipeline.spec import load_spec
@@ -208,3 +210,17 @@ def test_make_target_raises_only_our_errors(url: str) -> None:
         return
     with only_our_errors():
         make_target(url)
+
+
+GPU_WORDS = ("8", "x", "A100-80GB", "H100-80GB", "cpu", ",", "0", "²", "9" * 5000, " ")
+
+
+@FUZZ
+@given(tokens(*GPU_WORDS))
+@example("²xA100-80GB")  # '²'.isdigit() is true; int('²') raised ValueError
+@example("²cpu")
+def test_gpus_option_raises_only_our_errors(text: str) -> None:
+    with only_our_errors():
+        parse_gpus(text)
+    with only_our_errors():
+        available_for(text)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -100,7 +101,7 @@ def writable(path: Path | None, option: str) -> None:
 
 def _ints(text: str, option: str) -> list[int]:
     parts = [p.strip() for p in text.split(",") if p.strip()]
-    if not parts or not all(p.isdigit() and int(p) >= 1 for p in parts):
+    if not parts or not all(re.fullmatch(r"[0-9]{1,6}", p) and int(p) >= 1 for p in parts):
         raise ConfigError(f"{option} {text!r}: write positive integers with commas, e.g. 1,2,4")
     return sorted({int(p) for p in parts})
 
@@ -326,6 +327,6 @@ def _place(result: PlanResult, gpus: str) -> Placement | None:
 
 def available_for(gpus: str) -> dict[str, float]:
     """``8xA100-80GB`` → 56 compute slices; ``2cpu`` → 2 cores."""
-    if gpus.endswith(CPU) and gpus[: -len(CPU)].isdigit():
+    if gpus.endswith(CPU) and re.fullmatch(r"[0-9]{1,6}", gpus[: -len(CPU)]):
         return {CPU: float(gpus[: -len(CPU)])}
     return {name: 7.0 * n for name, n in parse_gpus(gpus).items()}
