@@ -274,3 +274,17 @@ def test_a_plan_needing_more_cores_than_the_host_shares_is_refused(tmp_path: Pat
     fits = tmp_path / "fits.yaml"  # 3 one-core tasks on 2 cores: shared, as documented
     fits.write_text(ONE_TASK.format(cores=1, instances=SHARED_CORE_LIMIT * len(host)))
     check_cores(load_plan(fits), host)
+
+
+def test_error_and_warning_lines_print_markup_literally() -> None:
+    from rich.console import Console
+
+    from ridgeline.cli._common import error_line
+    from ridgeline.errors import ConfigError
+
+    console = Console(record=True, width=40)
+    message = "grpc://HOST:PORT/MODEL[/versions/V] and [red]not red[/]\nsecond line"
+    console.print(error_line(ConfigError(message)), soft_wrap=True)
+    assert console.export_text() == (
+        "error: grpc://HOST:PORT/MODEL[/versions/V] and [red]not red[/] second line\n"
+    )

@@ -76,8 +76,16 @@ def fail(exc: RidgelineError) -> NoReturn:
 
 def error_line(exc: BaseException) -> Text:
     """``error: <message>``, the message as literal text on one line."""
-    message = " ".join(str(exc).split()) or type(exc).__name__
-    return Text.assemble(("error:", "red"), " ", message)
+    return _labelled("error:", "red", " ".join(str(exc).split()) or type(exc).__name__)
+
+
+def warn(message: str) -> None:
+    """Print ``warning: <message>`` to stderr, the message as literal text."""
+    err.print(_labelled("warning:", "yellow", message), highlight=False, soft_wrap=True)
+
+
+def _labelled(label: str, style: str, message: str) -> Text:
+    return Text.assemble((label, style), " ", message)
 
 
 @contextmanager

@@ -280,7 +280,7 @@ def probe(
         with opened_store(db) as store, live_progress(progress, err, live):
             gpu = None if target.startswith("sim:") else detect_gpu_monitor(gpu_metrics_url)
             if gpu is not None and not as_json:
-                err.print(f"GPU: {gpu.describe()}", highlight=False)
+                err.print(f"GPU: {gpu.describe()}", markup=False, highlight=False)
             result = run_probe(
                 driver,
                 cfg,
