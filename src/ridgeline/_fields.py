@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, Strict
 
 Share = Annotated[float, Field(gt=0, le=1)]
 """A fraction in (0, 1]."""
@@ -23,3 +23,6 @@ MAX_PORT = 65535
 """The highest TCP port."""
 Port = Annotated[int, Field(ge=0, le=MAX_PORT)]
 """A TCP port, 0 to 65535 (0: any free one)."""
+Count = Annotated[int, Strict(), Field(ge=1)]
+"""A whole number ≥ 1 (a batch size, instances, cores), strict: ``true``, ``2.5`` or
+``"4"`` in a file is an error, not 1, 2 or 4."""

@@ -16,12 +16,34 @@ from ridgeline.errors import ConfigError, UnknownKindError
 M = TypeVar("M", bound=BaseModel)
 
 
+def read_text(path: Path, what: str, error: type[ConfigError] = ConfigError) -> str:
+    """The UTF-8 text of the file at ``path`` (a byte-order mark dropped): the one way a
+    config, spec, plan or profile file is read. A file that cannot be read, or is not
+    UTF-8, raises ``error`` naming ``what`` it should be, the path and the fix."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise error(f"cannot read {what} {path}: {e.strerror or e}; check the path") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise error(
+            f"{what} {path}, line {line}: byte {data[e.start]:#04x} is not UTF-8 text; save "
+            "the file as UTF-8"
+        ) from None
+
+
 def parse_mapping(text: str, where: str, fields: str) -> dict[str, Any]:
     """The YAML mapping in ``text``; ``fields`` names what it should hold, for errors."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise ConfigError(f"{where} is not valid YAML: {e}") from e
+        raise ConfigError(f"{where} is not valid YAML: {' '.join(str(e).split())}") from None
+    except RecursionError:
+        raise ConfigError(
+            f"{where} is nested too deep to read; a config is a few levels of mappings"
+        ) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -45,14 +67,33 @@ def validate(model: type[M], mapping: dict[str, Any], where: str, what: str) -> 
     try:
         return model.model_validate(mapping)
     except ValidationError as e:
-        raise ConfigError(f"{where}: invalid {what}: {problems(e)}") from e
+        raise ConfigError(f"{where}: invalid {what}: {problems(e)}") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: invalid {what}: nested too deep") from None
 
 
 def problems(error: ValidationError) -> str:
-    """Every problem of a pydantic validation, each named by its field path."""
+    """Every problem of a pydantic validation on one line, each named by its field path,
+    with the bound it broke and the value given (``timeout_s: Input should be greater
+    than 0, got 0.0``)."""
     return "; ".join(
-        f"{'.'.join(str(x) for x in err['loc']) or '(top)'}: {err['msg']}" for err in error.errors()
+        f"{'.'.join(str(x) for x in err['loc']) or '(top)'}: "
+        f"{err['msg'].removeprefix('Value error, ')}{_given(err)}"
+        for err in own_errors(error)
     )
+
+
+def own_errors(error: ValidationError) -> list[Any]:
+    """The errors of a validation, less those that only follow from another (a default
+    computed from a field that failed)."""
+    return [e for e in error.errors(include_url=False) if e["type"] != "default_factory_not_called"]
+
+
+def _given(err: Any) -> str:
+    if err["type"] in ("missing", "extra_forbidden") or err["loc"] == ():
+        return ""
+    text = repr(err["input"])
+    return f", got {text if len(text) <= 60 else text[:57] + '...'}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,11 +126,9 @@ class Presets(Generic[M]):
     def load_file(self, path: str | Path) -> M:
         """A config from a YAML file, optionally layered over ``preset: NAME``."""
         p = Path(path)
-        try:
-            text = p.read_text(encoding="utf-8")
-        except OSError as e:
-            raise ConfigError(f"cannot read {self.what} {p}: {e.strerror}; check the path") from e
-        return self.load_mapping(parse_mapping(text, str(p), self.fields), str(p))
+        return self.load_mapping(
+            parse_mapping(read_text(p, self.what), str(p), self.fields), str(p)
+        )
 
     def load_mapping(self, mapping: dict[str, Any], where: str) -> M:
         """A config from a mapping already read (a part of a larger file, ``where``),
@@ -115,11 +154,7 @@ def load_model(model: type[M], path: str | Path, what: str, fields: str) -> M:
     from ridgeline.errors import PlanError
 
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise PlanError(f"cannot read {what} {p}: {e.strerror}; check the path") from e
-    mapping = parse_mapping(text, str(p), fields)
+    mapping = parse_mapping(read_text(p, what, PlanError), str(p), fields)
     try:
         return validate(model, mapping, str(p), what)
     except ConfigError as e:

@@ -4,8 +4,11 @@ no grpc, aiohttp, HiGHS or onnxruntime."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
+from ridgeline._version import __version__
 from ridgeline.cli import (
     fake,
     loop,
@@ -19,6 +22,7 @@ from ridgeline.cli import (
     study,
 )
 from ridgeline.cli._exit import EPILOG
+from ridgeline.errors import RidgelineError
 
 app = typer.Typer(
     help="ridgeline: what is the least GPU that serves demand D within my SLO, and does it "
@@ -27,6 +31,26 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     epilog=EPILOG,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"ridgeline {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="print the version and exit"
+        ),
+    ] = False,
+) -> None:
+    """The options every command shares (``--version``)."""
+
+
 app.add_typer(runs.app, name="runs")
 app.command("allocate")(sizing.allocate_command)
 app.add_typer(sizing.registry_app, name="registry")
@@ -46,4 +70,14 @@ app.add_typer(study.app, name="study")
 
 
 def main() -> None:
-    app(prog_name="ridgeline")
+    """The ``ridgeline`` command. A project error that escapes a command's own handling
+    (an option's callback, say) still takes the one error path: ``error: ...``, exit 2."""
+    from ridgeline.cli._common import fail
+
+    try:
+        app(prog_name="ridgeline")
+    except RidgelineError as exc:
+        try:
+            fail(exc)
+        except typer.Exit as done:
+            raise SystemExit(done.exit_code) from None

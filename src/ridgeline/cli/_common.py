@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
+from rich.text import Text
 
 from ridgeline._fields import MAX_PORT
 from ridgeline.errors import ConfigError, RidgelineError, RunInterrupted
@@ -75,9 +77,25 @@ def emit(text: str) -> None:
 
 
 def fail(exc: RidgelineError) -> NoReturn:
-    """Print ``error: ...`` to stderr and exit 2 (130 for an interrupted run)."""
-    err.print(f"[red]error:[/] {exc}", highlight=False)
+    """Print ``error: ...`` to stderr and exit 2 (130 for an interrupted run): the one
+    error-printing path of the CLI. The message is printed as plain text: a message
+    holding rich markup (``[/versions/V]``, ``[red]``) reads literally."""
+    err.print(error_line(exc), highlight=False, soft_wrap=True)
     raise typer.Exit(130 if isinstance(exc, RunInterrupted) else 2)
+
+
+def error_line(exc: BaseException) -> Text:
+    """``error: <message>``, the message as literal text on one line."""
+    return _labelled("error:", "red", " ".join(str(exc).split()) or type(exc).__name__)
+
+
+def warn(message: str) -> None:
+    """Print ``warning: <message>`` to stderr, the message as literal text."""
+    err.print(_labelled("warning:", "yellow", message), highlight=False, soft_wrap=True)
+
+
+def _labelled(label: str, style: str, message: str) -> Text:
+    return Text.assemble((label, style), " ", message)
 
 
 @contextmanager
@@ -106,16 +124,21 @@ def opened_store(db: str | None) -> Iterator[RunStore]:
 
 @contextmanager
 def failing(*, values: bool = False) -> Iterator[None]:
-    """Turn a ``RidgelineError`` raised inside into :func:`fail`'s exit (also a
-    ``ValueError``, pydantic's validation of options, when ``values``)."""
+    """Turn a ``RidgelineError`` raised inside into :func:`fail`'s exit; a pydantic
+    ``ValidationError`` (a setting built from options) becomes one line naming each field,
+    its bound and the value given; any other ``ValueError`` too, when ``values``."""
     try:
         yield
     except RidgelineError as exc:
         fail(exc)
+    except ValidationError as exc:
+        from ridgeline._yaml_config import problems  # yaml loads only on this path
+
+        fail(ConfigError(f"invalid {exc.title}: {problems(exc)}"))
     except ValueError as exc:
         if not values:
             raise
-        fail(RidgelineError(str(exc)))
+        fail(ConfigError(str(exc)))
 
 
 # --- servers and their clients: ports, connections, TLS, the bearer token ---------------

@@ -22,6 +22,7 @@ from ridgeline.cli._common import (
     out,
 )
 from ridgeline.cli._exit import probe_code, step_code
+from ridgeline.errors import ConfigError
 
 if TYPE_CHECKING:
     from ridgeline.loadgen.schedule import Schedule
@@ -158,8 +159,13 @@ def _schedule(
 
     if trace is not None:
         return from_trace(
-            trace, target_rate=target_rate or rate, start_s=trace_start, duration_s=duration
+            trace,
+            target_rate=rate if target_rate is None else target_rate,
+            start_s=trace_start,
+            duration_s=duration,
         )
+    if target_rate is not None:
+        raise ConfigError("--target-rate time-scales a trace: give --trace too, or use --rate")
     return from_arrival(parse_arrival(arrival, rate), duration, seed)
 
 
@@ -265,7 +271,7 @@ def probe(
     with failing(values=True):
         cfg = ProbeConfig.model_validate(
             {
-                "slo": slo or default_slo(target) or "p99<100ms,errors<1%",
+                "slo": slo if slo is not None else default_slo(target) or "p99<100ms,errors<1%",
                 "strategy": strategy,
                 "strategy_options": options,
                 "warmup": warmup,
@@ -299,7 +305,7 @@ def probe(
         with opened_store(db) as store, live_progress(progress, err, live):
             gpu = None if target.startswith("sim:") else detect_gpu_monitor(gpu_metrics_url)
             if gpu is not None and not as_json:
-                err.print(f"GPU: {gpu.describe()}", highlight=False)
+                err.print(f"GPU: {gpu.describe()}", markup=False, highlight=False)
             result = run_probe(
                 driver,
                 cfg,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -49,6 +50,7 @@ def profile_command(
     from ridgeline.serve.loading import zoo_dir
 
     with failing():
+        writable(out_path, "--out")
         s = load_spec(spec)
         core_counts, sizes = _ints(cores, "--cores"), _ints(batches, "--batches")
         types = [gpu_type(g.strip()).name for g in gpus.split(",") if g.strip()]
@@ -84,9 +86,22 @@ def _progress(row: ProfileRow) -> None:
     )
 
 
+def writable(path: Path | None, option: str) -> None:
+    """Refuse, before any work, an output path that cannot be written: a directory, or a
+    file in a folder that does not exist."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise ConfigError(f"{option} {path} is a directory; give a file path, e.g. {path}/out")
+    if not path.parent.is_dir():
+        raise ConfigError(
+            f"{option} {path}: folder {path.parent} does not exist; create it or write elsewhere"
+        )
+
+
 def _ints(text: str, option: str) -> list[int]:
     parts = [p.strip() for p in text.split(",") if p.strip()]
-    if not parts or not all(p.isdigit() and int(p) >= 1 for p in parts):
+    if not parts or not all(re.fullmatch(r"[0-9]{1,6}", p) and int(p) >= 1 for p in parts):
         raise ConfigError(f"{option} {text!r}: write positive integers with commas, e.g. 1,2,4")
     return sorted({int(p) for p in parts})
 
@@ -184,9 +199,11 @@ def plan_command(
     with failing():
         if objective not in ("slices", "accuracy"):
             raise typer.BadParameter("--objective must be slices or accuracy")
+        writable(out_plan, "--out")
+        writable(mig_parted, "--mig-parted")
         s = load_spec(spec)
         if demand is not None:
-            s = s.model_copy(update={"demand_rps": demand})
+            s = s.at_demand(demand)
         table = load_profiles(profiles)
         available = available_for(gpus)
         if accuracy_scope not in ("path", "graph"):
@@ -310,6 +327,6 @@ def _place(result: PlanResult, gpus: str) -> Placement | None:
 
 def available_for(gpus: str) -> dict[str, float]:
     """``8xA100-80GB`` → 56 compute slices; ``2cpu`` → 2 cores."""
-    if gpus.endswith(CPU) and gpus[: -len(CPU)].isdigit():
+    if gpus.endswith(CPU) and re.fullmatch(r"[0-9]{1,6}", gpus[: -len(CPU)]):
         return {CPU: float(gpus[: -len(CPU)])}
     return {name: 7.0 * n for name, n in parse_gpus(gpus).items()}

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ridgeline.cli._common import ArrivalOption, JsonOption, emit, err, failing, out
+from ridgeline.cli._common import ArrivalOption, JsonOption, emit, failing, out, warn
 
 
 def simulate(
@@ -103,4 +103,4 @@ def simulate(
         return
     out.print(simulation_report(result), highlight=False)
     for w in result.warnings:
-        err.print(f"[yellow]warning:[/] {w}", highlight=False)
+        warn(w)

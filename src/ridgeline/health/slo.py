@@ -12,10 +12,11 @@ are the defaults). Parts, separated by commas, in any order:
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ridgeline._repeats import repeated
 from ridgeline.errors import ConfigError
@@ -101,8 +102,11 @@ _PCT_NAMES: dict[str, Percentile] = {
     "max": "max",
     "mean": "mean",
 }
-_MS_PER = {"us": 1e-3, "µs": 1e-3, "ms": 1.0, "s": 1e3}
-_ERROR_NAMES = ("errors", "error", "error_rate")
+_MS_PER = {"us": 1e-3, "µs".casefold(): 1e-3, "ms": 1.0, "s": 1e3}
+"""By unit, casefolded: IGNORECASE also matches the Kelvin sign and the long s."""
+_MISSPELT = {"error": "errors", "error_rate": "errors", "errors_rate": "errors"}
+"""Names close to a statistic's, refused with the right one suggested: read silently,
+``error<1%`` could as well have meant something else."""
 
 
 def parse_slo(text: str) -> SLOPolicy:
@@ -120,20 +124,25 @@ def parse_slo(text: str) -> SLOPolicy:
                 f"SLO {text!r}: cannot read {where}; write statistic, '<' or '>', value and "
                 f"unit, e.g. {EXAMPLE!r} or 'attainment>95%'"
             )
-        name, op, num, unit = m["metric"].lower(), m["op"], float(m["num"]), m["unit"]
+        name, op, num, unit = m["metric"].casefold(), m["op"], float(m["num"]), m["unit"]
         if name in _PCT_NAMES:
             _expect(op, "<", text, where, f"{name}<100ms")
             if unit is None or unit == "%":
                 raise ConfigError(
                     f"SLO {text!r}: {where} needs a time unit (us, ms or s), e.g. '{name}<100ms'"
                 )
-            latency.append(_bound(_PCT_NAMES[name], num * _MS_PER[unit.lower()], text, where))
-        elif name in _ERROR_NAMES:
+            latency.append(_bound(_PCT_NAMES[name], num * _MS_PER[unit.casefold()], text, where))
+        elif name == "errors":
             _expect(op, "<", text, where, "errors<0.1%")
             fields["max_error_rate"] = _fraction(num, unit, text, where, "errors<0.1%")
         elif name == "attainment":
             _expect(op, ">", text, where, "attainment>95%")
             fields["min_attainment"] = _fraction(num, unit, text, where, "attainment>95%")
+        elif name in _MISSPELT:
+            raise ConfigError(
+                f"SLO {text!r}: unknown statistic {m['metric']!r} in {where}; did you mean "
+                f"{_MISSPELT[name]!r}? e.g. '{_MISSPELT[name]}{op}{m['num']}{unit or ''}'"
+            )
         else:
             valid = ", ".join([*_PCT_NAMES, "errors", "attainment"])
             raise ConfigError(
@@ -142,7 +151,10 @@ def parse_slo(text: str) -> SLOPolicy:
             )
     if dup := repeated(b.percentile for b in latency):
         raise ConfigError(f"SLO {text!r}: {', '.join(dup)} bounded twice; keep one bound each")
-    return SLOPolicy(latency=tuple(latency), **fields)
+    try:
+        return SLOPolicy(latency=tuple(latency), **fields)
+    except ValidationError as e:  # every bound is checked above; this keeps the promise
+        raise ConfigError(f"SLO {text!r}: {e.errors()[0]['msg']}; e.g. {EXAMPLE!r}") from None
 
 
 def format_slo(policy: SLOPolicy) -> str:
@@ -159,8 +171,8 @@ def _expect(op: str, want: str, text: str, where: str, example: str) -> None:
 
 
 def _bound(pct: Percentile, ms: float, text: str, where: str) -> LatencyBound:
-    if ms <= 0:
-        raise ConfigError(f"SLO {text!r}: {where} must be a bound above 0, e.g. 'p99<100ms'")
+    if not 0 < ms < math.inf:
+        raise ConfigError(f"SLO {text!r}: {where} must be a finite bound above 0, e.g. 'p99<100ms'")
     return LatencyBound(percentile=pct, bound_ms=ms)
 
 

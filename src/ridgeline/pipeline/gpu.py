@@ -20,6 +20,7 @@ What an instance runs on (a MIG profile, an MPS share of one, CPU cores) is a se
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -182,12 +183,17 @@ def fits(placed: Iterable[Placed]) -> str | None:
     return None
 
 
+_COUNT = re.compile(r"[0-9]{1,6}")
+"""A count as written on the command line: ASCII digits (``'²'.isdigit()`` is true, and
+``int('²')`` fails), and not so many that ``int`` refuses them."""
+
+
 def parse_gpus(text: str) -> dict[str, int]:
     """``8xA100-80GB`` or ``2xA100-80GB,4xH100-80GB`` → {type: count}."""
     out: dict[str, int] = {}
     for part in (p.strip() for p in text.split(",")):
         count, sep, name = part.partition("x")
-        if not sep or not count.isdigit() or int(count) < 1:
+        if not sep or not _COUNT.fullmatch(count) or int(count) < 1:
             raise ConfigError(
                 f"GPUs {part!r}: write COUNTxTYPE, e.g. 8xA100-80GB (types: {', '.join(GPU_TYPES)})"
             )

@@ -37,6 +37,7 @@ from typing import Annotated, Any, Protocol, Self
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ridgeline._fields import Count, Positive
 from ridgeline._yaml_config import load_model
 from ridgeline.pipeline.segments import CpuSegment, Segment
 from ridgeline.synthetic.model import BaseMs, BatchCost, PerItemMs
@@ -55,7 +56,7 @@ class SyntheticModel(BatchCost):
 
     base_ms: BaseMs
     per_item_ms: PerItemMs
-    max_batch_size: int = Field(64, ge=1, le=4096)
+    max_batch_size: Count = Field(64, le=4096)
 
 
 class PythonModel(_Frozen):
@@ -75,11 +76,11 @@ class TaskPlan(_Frozen):
     synthetic: SyntheticModel | None = Field(None, description="a latency model instead")
     python: PythonModel | None = Field(None, description="a Python backend class instead")
     segment: Segment = Field(default_factory=CpuSegment)
-    batch_size: int = Field(1, ge=1, le=4096, description="largest batch")
+    batch_size: Count = Field(1, le=4096, description="largest batch")
     max_queue_delay_ms: float = Field(0.0, ge=0, le=60_000, description="batching delay")
-    preferred_batch_sizes: tuple[int, ...] = ()
-    instances: int = Field(1, ge=1, le=1024)
-    latency_budget_ms: float = Field(gt=0, description="this task's share of the SLO")
+    preferred_batch_sizes: tuple[Count, ...] = ()
+    instances: Count = Field(1, le=1024)
+    latency_budget_ms: Positive = Field(description="this task's share of the SLO")
     gpus: tuple[Annotated[int, Field(ge=0)], ...] | None = Field(
         None,
         description="the GPU index each instance runs on, from `ridgeline plan`'s MIG layout "
@@ -116,10 +117,10 @@ class Plan(_Frozen):
     """A whole plan; see the module docstring."""
 
     name: Name
-    slo_ms: float = Field(gt=0, description="end-to-end latency SLO, ms")
+    slo_ms: Positive = Field(description="end-to-end latency SLO, ms")
     tasks: dict[Name, TaskPlan] = Field(min_length=1)
     edges: tuple[Edge, ...] = ()
-    demand_rps: float | None = Field(None, gt=0, description="the demand it was planned for")
+    demand_rps: Positive | None = Field(None, description="the demand it was planned for")
 
     @model_validator(mode="after")
     def _a_dag_within_the_slo(self) -> Self:

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
+from ridgeline._yaml_config import read_text
 from ridgeline.errors import ConfigError, PlanError
 from ridgeline.pipeline.segments import segment_cost
 
@@ -80,38 +82,54 @@ class ProfileTable:
 
     @classmethod
     def from_csv(cls, text: str, where: str = "profiles") -> ProfileTable:
-        rows = []
+        """The table in CSV ``text``; a ``PlanError`` naming the line and the field for
+        anything wrong (a missing column, a batch that is not a positive integer, a
+        latency or throughput that is not a finite positive number, an unknown segment)."""
         names = [f.name for f in fields(ProfileRow)]
-        reader = csv.DictReader(io.StringIO(text))
-        missing = [n for n in names if n not in (reader.fieldnames or [])]
-        if missing:
-            raise PlanError(
-                f"{where}: missing columns {', '.join(missing)}; the header must be "
-                f"{','.join(names)}"
-            )
-        for k, rec in enumerate(reader, start=2):
-            try:
-                row = ProfileRow(
-                    variant=rec["variant"],
-                    pool=rec["pool"],
-                    segment=rec["segment"],
-                    batch=int(rec["batch"]),
-                    latency_ms=float(rec["latency_ms"]),
-                    throughput_rps=float(rec["throughput_rps"]),
-                    source=_source(rec["source"]),
-                )
-            except (TypeError, ValueError) as e:
-                raise PlanError(f"{where} line {k}: {e}; fix the row") from None
-            if row.batch < 1 or row.latency_ms <= 0 or row.throughput_rps <= 0:
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        try:
+            missing = [n for n in names if n not in (reader.fieldnames or [])]
+            if missing:
                 raise PlanError(
-                    f"{where} line {k}: batch, latency_ms and throughput_rps must be positive"
+                    f"{where}: missing columns {', '.join(missing)}; the header must be "
+                    f"{','.join(names)}"
                 )
-            try:
-                segment_cost(row.pool, row.segment)
-            except ConfigError as e:
-                raise PlanError(f"{where} line {k}: {e}") from None
-            rows.append(row)
-        return cls(rows)
+            return cls([_row(rec, f"{where} line {reader.line_num}") for rec in reader])
+        except csv.Error as e:  # a field over csv's limit (128 KiB), a NUL byte
+            raise PlanError(
+                f"{where} line {reader.reader.line_num}: not readable as CSV ({e}); fix the line"
+            ) from None
+
+
+def _row(rec: dict[str | Any, str | Any], where: str) -> ProfileRow:
+    """One CSV record as a row; every bound checked here, where the table is read."""
+    if None in rec or any(v is None for v in rec.values()):
+        raise PlanError(f"{where}: expected {len(fields(ProfileRow))} fields; fix the row")
+    try:
+        row = ProfileRow(
+            variant=rec["variant"],
+            pool=rec["pool"],
+            segment=rec["segment"],
+            batch=int(rec["batch"]),
+            latency_ms=float(rec["latency_ms"]),
+            throughput_rps=float(rec["throughput_rps"]),
+            source=_source(rec["source"]),
+        )
+    except ValueError as e:
+        raise PlanError(f"{where}: {e}; fix the row") from None
+    for name in ("latency_ms", "throughput_rps"):
+        value = getattr(row, name)
+        if not 0 < value < math.inf:
+            raise PlanError(
+                f"{where}: {name} must be a finite number above 0, got {value!r}; fix the row"
+            )
+    if row.batch < 1:
+        raise PlanError(f"{where}: batch must be an integer ≥ 1, got {row.batch}; fix the row")
+    try:
+        segment_cost(row.pool, row.segment)
+    except ConfigError as e:
+        raise PlanError(f"{where}: {e}") from None
+    return row
 
 
 def _source(text: str) -> Source:
@@ -122,9 +140,6 @@ def _source(text: str) -> Source:
 
 
 def load_profiles(path: str | Path) -> ProfileTable:
+    """The profile table in the CSV file at ``path`` (UTF-8)."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise PlanError(f"cannot read profiles {p}: {e.strerror}; check the path") from e
-    return ProfileTable.from_csv(text, str(p))
+    return ProfileTable.from_csv(read_text(p, "profile table", PlanError), str(p))

@@ -27,6 +27,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ridgeline._fields import Count
 from ridgeline.errors import PlanError
 from ridgeline.pipeline.gpu import MEMORY_SLICES, NO_MIG, gpu_type
 
@@ -113,8 +114,8 @@ class CpuSegment(_Frozen):
     threads (default: one per core)."""
 
     kind: Literal["cpu"] = "cpu"
-    cores: int = Field(1, ge=1, le=1024, description="cores per instance")
-    threads: int | None = Field(None, ge=1, le=1024, description="intra-op threads")
+    cores: Count = Field(1, le=1024, description="cores per instance")
+    threads: Count | None = Field(None, le=1024, description="intra-op threads")
 
     @property
     def label(self) -> str:

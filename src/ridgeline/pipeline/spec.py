@@ -33,10 +33,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ridgeline._fields import Positive
 from ridgeline._repeats import repeated
 from ridgeline._yaml_config import load_model
+from ridgeline.errors import PlanError
 from ridgeline.pipeline.plan import Name, SyntheticModel, check_graph, paths
 
 
@@ -48,13 +50,13 @@ class VariantSpec(_Frozen):
     """One model that can do a task."""
 
     name: Name = Field(description="variant name (a zoo variant, or any label)")
-    accuracy: float = Field(gt=0, description="published accuracy, any positive scale")
+    accuracy: Positive = Field(description="published accuracy, any positive scale")
     source: str | None = Field(None, description="where the accuracy figure was published")
     artifact: str | None = Field(None, description="ONNX file, relative to the spec")
     synthetic: SyntheticModel | None = Field(None, description="a latency model instead")
-    gflops: float | None = Field(None, gt=0, description="GFLOPs per item (for the roofline)")
-    mbytes: float | None = Field(
-        None, gt=0, description="MB moved per item (weights + activations, for the roofline)"
+    gflops: Positive | None = Field(None, description="GFLOPs per item (for the roofline)")
+    mbytes: Positive | None = Field(
+        None, description="MB moved per item (weights + activations, for the roofline)"
     )
 
     @model_validator(mode="after")
@@ -104,11 +106,11 @@ class PipelineSpec(_Frozen):
     """A whole pipeline to plan; see the module docstring."""
 
     name: Name
-    slo_ms: float = Field(gt=0, description="end-to-end latency SLO, ms")
+    slo_ms: Positive = Field(description="end-to-end latency SLO, ms")
     accuracy_floor: float = Field(
         0.9, gt=0, le=1, description="system accuracy floor, a fraction of the best reachable"
     )
-    demand_rps: float = Field(gt=0, description="requests per second to the pipeline")
+    demand_rps: Positive = Field(description="requests per second to the pipeline")
     tasks: dict[Name, TaskSpec] = Field(min_length=1)
     edges: tuple[EdgeSpec, ...] = ()
 
@@ -134,6 +136,15 @@ class PipelineSpec(_Frozen):
                     f"edge {e.source} -> {e.target}: factor {e.factor} not in (0, 1000]"
                 )
         return self
+
+    def at_demand(self, demand_rps: float) -> PipelineSpec:
+        """This spec with another demand, validated as the file's is (finite, > 0)."""
+        try:
+            return PipelineSpec.model_validate({**self.model_dump(), "demand_rps": demand_rps})
+        except ValidationError:
+            raise PlanError(
+                f"demand {demand_rps} req/s: a demand must be a finite number above 0"
+            ) from None
 
     def children(self, task: str) -> list[EdgeSpec]:
         return [e for e in self.edges if e.source == task]

@@ -13,15 +13,17 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ridgeline._fields import Count
+
 
 class BatchingConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    max_batch_size: int = Field(1, ge=1, le=4096, description="largest batch sent to an instance")
+    max_batch_size: Count = Field(1, le=4096, description="largest batch sent to an instance")
     max_queue_delay_s: float = Field(
         0.0, ge=0.0, le=60.0, description="longest a request waits for a fuller batch"
     )
-    preferred_batch_sizes: tuple[int, ...] = Field(
+    preferred_batch_sizes: tuple[Count, ...] = Field(
         (), description="sizes sent at once when they can be formed (each ≤ max_batch_size)"
     )
 

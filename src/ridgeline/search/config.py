@@ -29,6 +29,7 @@ from typing import Annotated, Any, ClassVar, Literal, Self, get_args
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from ridgeline._fields import Rate, Seconds
+from ridgeline._yaml_config import own_errors
 from ridgeline.errors import ConfigError, UnknownKindError
 from ridgeline.search._driver import Budget
 from ridgeline.search.base import Strategy, create
@@ -265,9 +266,7 @@ def strategy_config(name: str, **fields: Any) -> StrategyConfig:
     try:
         return _ADAPTER.validate_python({**fields, "kind": name})
     except ValidationError as exc:
-        raise ConfigError(
-            "; ".join(_describe(name, e) for e in exc.errors(include_url=False))
-        ) from None
+        raise ConfigError("; ".join(_describe(name, e) for e in own_errors(exc))) from None
 
 
 def parse_strategy(name: str, **fields: Any) -> Strategy:

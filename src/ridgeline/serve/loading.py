@@ -57,7 +57,9 @@ def setup_plan(plan: Plan, plan_dir: Path, zoo: Path | None = None) -> dict[str,
             f"task {plan.name!r} has the plan's own name; the pipeline is served under "
             "the plan's name, so rename the task or the plan"
         )
-    cores = plan.core_assignment(sorted(os.sched_getaffinity(0)))
+    host = sorted(os.sched_getaffinity(0))
+    check_cores(plan, host)
+    cores = plan.core_assignment(host)
     gpus = _MigDealer()
     out = {}
     for name, task in plan.tasks.items():
@@ -80,6 +82,37 @@ def setup_plan(plan: Plan, plan_dir: Path, zoo: Path | None = None) -> dict[str,
     return out
 
 
+SHARED_CORE_LIMIT = 4
+"""Instances that may share one core when a plan asks for more cores than the host has
+(a 3-core plan on a 2-core host serves, slower); past this the workers would start
+without end and never all be ready, so the plan is refused at start-up."""
+
+
+def check_cores(plan: Plan, host: list[int]) -> None:
+    """Refuse, before any worker starts, a plan whose CPU tasks ask for more cores than
+    the host can give: an instance wider than the host, or in all more than
+    ``SHARED_CORE_LIMIT`` instances to a core."""
+    asked = 0
+    for name, task in plan.tasks.items():
+        seg = task.segment
+        if not isinstance(seg, CpuSegment):
+            continue
+        if seg.cores > len(host):
+            raise PlanError(
+                f"tasks.{name}.segment.cores: {seg.cores} cores per instance, but this process "
+                f"may use {len(host)} (cores {host}); give at most {len(host)}, or serve on a "
+                "larger host"
+            )
+        asked += seg.cores * task.instances
+    if asked > SHARED_CORE_LIMIT * len(host):
+        raise PlanError(
+            f"plan {plan.name!r} asks for {asked} CPU cores (instances × cores over its CPU "
+            f"tasks), but this process may use {len(host)} (cores {host}) and at most "
+            f"{SHARED_CORE_LIMIT} instances share a core; plan for this host "
+            f"(`ridgeline plan --gpus {len(host)}cpu`), or serve on a larger one"
+        )
+
+
 def _backend(name: str, task: TaskPlan, plan_dir: Path, zoo: Path) -> BackendConfig:
     device = "cpu" if isinstance(task.segment, CpuSegment) else "cuda"
     if task.synthetic is not None:
@@ -94,7 +127,7 @@ def _backend(name: str, task: TaskPlan, plan_dir: Path, zoo: Path) -> BackendCon
                 f"tasks.{name}.artifact: {path} does not exist; give the path of an ONNX file "
                 "(relative to the plan file), or drop artifact to take the zoo's"
             )
-        _check_batch(name, task, _onnx_batch_limit(path), str(path))
+        _check_batch(name, task, _onnx_batch_limit(name, path), str(path))
         return OnnxBackendConfig(path=path, device=device)
     path, limit = _zoo_variant(name, task.variant, zoo)
     _check_batch(name, task, limit, f"zoo variant {task.variant!r}")
@@ -120,11 +153,19 @@ def _zoo_variant(task: str, variant: str, zoo: Path) -> tuple[Path, int]:
     return (zoo / v.path).resolve(), v.max_batch_size
 
 
-def _onnx_batch_limit(path: Path) -> int | None:
-    """The model's fixed batch dimension, if it has one (None: dynamic)."""
+def _onnx_batch_limit(task: str, path: Path) -> int | None:
+    """The model's fixed batch dimension, if it has one (None: dynamic); a file that is not
+    an ONNX model is a ``PlanError`` naming the task's artifact."""
     import onnx
+    from google.protobuf.message import DecodeError
 
-    model = onnx.load(str(path), load_external_data=False)
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except (DecodeError, OSError, ValueError) as e:
+        raise PlanError(
+            f"tasks.{task}.artifact: {path} is not an ONNX model ({' '.join(str(e).split())}); "
+            "give the path of an .onnx file, or drop artifact to take the zoo's"
+        ) from None
     limits = [
         i.type.tensor_type.shape.dim[0].dim_value
         for i in model.graph.input

@@ -28,7 +28,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from ridgeline._yaml_config import parse_mapping, validate
+from ridgeline._yaml_config import parse_mapping, read_text, validate
 from ridgeline.errors import ConfigError, UnknownKindError
 from ridgeline.sim import SimPreset
 from ridgeline.sim.presets import load_sim_mapping
@@ -129,11 +129,9 @@ class Case(BaseModel):
 def load_case(path: str | Path) -> Case:
     """One bank file: its header validated, its server layered over its preset."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"cannot read bank case {p}: {e.strerror}; check the path") from e
-    mapping = parse_mapping(text, str(p), "a bank case (name, class, split, ..., server)")
+    mapping = parse_mapping(
+        read_text(p, "bank case"), str(p), "a bank case (name, class, split, ..., server)"
+    )
     server = mapping.pop("server", None)
     if not isinstance(server, dict):
         raise ConfigError(f"{p}: a bank case needs `server:`, a mapping of SimPreset fields")

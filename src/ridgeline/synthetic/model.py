@@ -15,6 +15,7 @@ from typing import Annotated, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ridgeline._fields import Count
 from ridgeline._repeats import repeated
 from ridgeline.policies.batching import BatchingConfig
 from ridgeline.v2.spec import TensorSpec
@@ -33,8 +34,10 @@ class Warmup(_Frozen):
     """
 
     factor: float = Field(3.0, ge=1.0, le=1000.0, description="slowdown of the first request")
-    requests: int | None = Field(None, ge=1, description="requests over which warm-up decays")
-    seconds: float | None = Field(None, gt=0.0, description="seconds over which warm-up decays")
+    requests: Count | None = Field(None, description="requests over which warm-up decays")
+    seconds: float | None = Field(
+        None, gt=0.0, allow_inf_nan=False, description="seconds over which warm-up decays"
+    )
 
     @model_validator(mode="after")
     def _has_horizon(self) -> Warmup:
@@ -46,15 +49,17 @@ class Warmup(_Frozen):
 class Stall(_Frozen):
     """All instances freeze: nothing completes in [at_s, at_s + duration_ms)."""
 
-    at_s: float = Field(ge=0.0, description="start of the stall, seconds after server start")
-    duration_ms: float = Field(gt=0.0, description="length of the stall")
+    at_s: float = Field(
+        ge=0.0, allow_inf_nan=False, description="start of the stall, seconds after server start"
+    )
+    duration_ms: float = Field(gt=0.0, allow_inf_nan=False, description="length of the stall")
 
 
 class PeriodicStall(_Frozen):
     """A stall every ``every_s`` seconds (at every_s, 2·every_s, …) after server start."""
 
-    every_s: float = Field(gt=0.0, description="period between stall starts")
-    duration_ms: float = Field(gt=0.0, description="length of each stall")
+    every_s: float = Field(gt=0.0, allow_inf_nan=False, description="period between stall starts")
+    duration_ms: float = Field(gt=0.0, allow_inf_nan=False, description="length of each stall")
 
     @model_validator(mode="after")
     def _shorter_than_period(self) -> PeriodicStall:
@@ -74,8 +79,12 @@ def _default_outputs() -> tuple[TensorSpec, ...]:
     return (TensorSpec("OUTPUT0"),)
 
 
-BaseMs = Annotated[float, Field(ge=0.0, description="fixed cost of one batch, a in a + b·n")]
-PerItemMs = Annotated[float, Field(ge=0.0, description="cost per row of a batch, b in a + b·n")]
+BaseMs = Annotated[
+    float, Field(ge=0.0, allow_inf_nan=False, description="fixed cost of one batch, a in a + b·n")
+]
+PerItemMs = Annotated[
+    float, Field(ge=0.0, allow_inf_nan=False, description="cost per row of a batch, b in a + b·n")
+]
 NoiseCv = Annotated[
     float, Field(ge=0.0, le=10.0, description="coefficient of variation of lognormal noise, mean 1")
 ]
@@ -133,7 +142,7 @@ class LatencyModel(BatchCost):
     batching: BatchingConfig = Field(
         default_factory=BatchingConfig, description="dynamic batching policy"
     )
-    instances: int = Field(1, ge=1, le=256, description="parallel batch executors")
+    instances: Count = Field(1, le=256, description="parallel batch executors")
     warmup: Warmup | None = Field(None, description="slower service right after start")
     error_rate: float = Field(
         0.0, ge=0.0, le=1.0, description="fraction of requests answered with an injected error"
@@ -148,9 +157,14 @@ class LatencyModel(BatchCost):
     )
     seed: int = Field(0, description="seed of the noise and error draws")
     ttft_ms: float = Field(
-        50.0, ge=0.0, description="OpenAI routes: first token this long after the engine answers"
+        50.0,
+        ge=0.0,
+        allow_inf_nan=False,
+        description="OpenAI routes: first token this long after the engine answers",
     )
-    per_token_ms: float = Field(10.0, ge=0.0, description="OpenAI routes: gap between tokens")
+    per_token_ms: float = Field(
+        10.0, ge=0.0, allow_inf_nan=False, description="OpenAI routes: gap between tokens"
+    )
 
     @property
     def max_batch_size(self) -> int:

@@ -71,7 +71,10 @@ def describe_target_urls() -> str:
 
 
 def _split(url: str, form: str) -> SplitResult:
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as e:  # "Invalid IPv6 URL": a '[' without its ']'
+        raise ConfigError(f"target URL {url!r} cannot be read ({e}); write {form}") from None
     try:
         port = parts.port
     except ValueError:

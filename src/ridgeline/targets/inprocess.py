@@ -73,7 +73,7 @@ def load_callable(spec: str) -> TargetFn:
         )
     try:
         obj: Any = import_attr(spec)
-    except ImportError as exc:
+    except (ImportError, TypeError, ValueError) as exc:  # a relative or empty module name
         raise ConfigError(
             f"cannot import module {module_name!r} for python target {spec!r} ({exc}); "
             "check the name and that it is on PYTHONPATH"

@@ -9,6 +9,7 @@ fails.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import re
@@ -21,7 +22,7 @@ from typing import Any, Literal, NoReturn
 import numpy as np
 from numpy.typing import NDArray
 
-from ridgeline.errors import TraceFormatError
+from ridgeline.errors import ConfigError, TraceFormatError
 
 TimeUnit = Literal["s", "ms", "us", "ns"]
 UNIT_SECONDS: dict[str, float] = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
@@ -46,17 +47,39 @@ class RawTable:
 
 def read_table(path: Path) -> RawTable:
     """Read a CSV file or, for ``.jsonl``/``.ndjson``, a file of one JSON object a line."""
+    text = _read_text(path)
     if path.suffix.lower() in (".jsonl", ".ndjson"):
-        return _read_jsonl(path)
-    return _read_csv(path)
+        return _read_jsonl(path, text)
+    return _read_csv(path, text)
 
 
-def _read_csv(path: Path) -> RawTable:
+def _read_text(path: Path) -> str:
+    """The file's text, UTF-8 (a byte-order mark dropped); a file that cannot be read or
+    is not UTF-8 raises an error naming the path and where."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ConfigError(
+            f"cannot read trace {path}: {e.strerror or e}; give the path of a CSV or JSONL file"
+        ) from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line_start = data.rfind(b"\n", 0, e.start) + 1
+        raise TraceFormatError(
+            str(path),
+            data.count(b"\n", 0, e.start) + 1,
+            e.start - line_start + 1,
+            f"byte {data[e.start]:#04x} is not UTF-8 text; save the trace as UTF-8",
+        ) from None
+
+
+def _read_csv(path: Path, text: str) -> RawTable:
     header: list[str] | None = None
     rows: list[list[str]] = []
     lines: list[int] = []
-    with path.open(newline="", encoding="utf-8-sig") as file:
-        reader = csv.reader(file)
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
         for row in reader:
             if not any(cell.strip() for cell in row):
                 continue
@@ -74,6 +97,10 @@ def _read_csv(path: Path) -> RawTable:
                 )
             rows.append(row)
             lines.append(reader.line_num)
+    except csv.Error as e:  # a field over csv's limit (128 KiB), a stray quote
+        raise TraceFormatError(
+            str(path), reader.line_num, "?", f"not readable as CSV ({e}); fix the line"
+        ) from None
     if header is None:
         raise TraceFormatError(
             str(path), 1, 1, "the file is empty; expected a header line naming the columns"
@@ -82,29 +109,33 @@ def _read_csv(path: Path) -> RawTable:
     return RawTable(str(path), header, cells, lines)
 
 
-def _read_jsonl(path: Path) -> RawTable:
+def _read_jsonl(path: Path, text: str) -> RawTable:
     records: list[dict[str, Any]] = []
     lines: list[int] = []
-    with path.open(encoding="utf-8-sig") as file:
-        for number, text in enumerate(file, start=1):
-            if not text.strip():
-                continue
-            try:
-                record = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise TraceFormatError(
-                    str(path), number, exc.colno, f"not valid JSON ({exc.msg})"
-                ) from None
-            if not isinstance(record, dict):
-                raise TraceFormatError(
-                    str(path),
-                    number,
-                    1,
-                    'expected a JSON object like {"timestamp": 0.5, "prompt_tokens": 100}, '
-                    f"got {type(record).__name__}",
-                )
-            records.append(record)
-            lines.append(number)
+    for number, line in enumerate(io.StringIO(text, newline=None), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise TraceFormatError(
+                str(path), number, exc.colno, f"not valid JSON ({exc.msg})"
+            ) from None
+        except (ValueError, RecursionError) as exc:  # an int of 5,000 digits; deep nesting
+            problem = "nested too deep" if isinstance(exc, RecursionError) else str(exc)
+            raise TraceFormatError(
+                str(path), number, 1, f"not a readable JSON record ({problem})"
+            ) from None
+        if not isinstance(record, dict):
+            raise TraceFormatError(
+                str(path),
+                number,
+                1,
+                'expected a JSON object like {"timestamp": 0.5, "prompt_tokens": 100}, '
+                f"got {type(record).__name__}",
+            )
+        records.append(record)
+        lines.append(number)
     header = list(records[0]) if records else []
     cells = {name: [record.get(name) for record in records] for name in header}
     return RawTable(str(path), header, cells, lines)
@@ -129,7 +160,7 @@ def parse_times(table: RawTable, column: str, unit: TimeUnit | None) -> NDArray[
     try:
         values: NDArray[np.float64] = np.array(cells, dtype=np.float64)
         ok = bool(np.all(np.isfinite(values))) and not any(isinstance(c, bool) for c in cells)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, OverflowError):
         ok = False
     if not ok:
         _raise_first(table, column, lambda cell: _number(cell) is None, _expected_time(unit))
@@ -148,7 +179,7 @@ def _parse_datetimes(table: RawTable, column: str) -> NDArray[np.float64]:
         warnings.simplefilter("ignore", UserWarning)
         try:
             stamps = np.array(texts, dtype="datetime64[ns]")
-        except ValueError:
+        except (ValueError, OverflowError):
             _raise_first(table, column, lambda cell: not _is_datetime(cell), _expected_time(None))
     seconds: NDArray[np.float64] = (stamps - stamps.min()).astype(np.int64) / 1e9
     return seconds
@@ -173,7 +204,7 @@ def _number(cell: Any) -> float | None:
         return None
     try:
         value = float(cell)
-    except ValueError:
+    except (ValueError, OverflowError):
         return None
     return value if math.isfinite(value) else None
 
@@ -198,7 +229,7 @@ def _is_datetime(cell: Any) -> bool:
         warnings.simplefilter("ignore", UserWarning)
         try:
             return not np.isnat(np.datetime64(str(cell).strip(), "ns"))
-        except ValueError:
+        except (ValueError, OverflowError):
             return False
 
 
