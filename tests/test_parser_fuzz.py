@@ -205,6 +205,7 @@ URL_WORDS = (
 @FUZZ
 @given(st.text(max_size=60) | tokens(*URL_WORDS))
 @example("http://[::1/v2/models/fake")  # ValueError('Invalid IPv6 URL') escaped
+@example("HTTP://\x80")  # UnicodeError (IDNA) from yarl escaped the generic target
 def test_make_target_raises_only_our_errors(url: str) -> None:
     if url.lower().startswith("python://"):  # would import whatever module it names
         return

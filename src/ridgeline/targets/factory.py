@@ -81,6 +81,12 @@ def _split(url: str, form: str) -> SplitResult:
         raise ConfigError(f"target URL {url!r} has a bad port; write {form}") from None
     if not parts.hostname:
         raise ConfigError(f"target URL {url!r} has no host; write {form}")
+    try:
+        parts.hostname.encode("idna")
+    except UnicodeError:  # what the HTTP and gRPC clients would raise when they connect
+        raise ConfigError(
+            f"target URL {url!r} has a host no DNS name can be; write {form}"
+        ) from None
     if port is None and parts.scheme.startswith("grpc"):
         raise ConfigError(f"target URL {url!r} has no port; write {form}")
     return parts
