@@ -195,8 +195,9 @@ def test_a_token_file_and_tls_end_to_end_through_the_commands(
                 timeout=120,
                 env=env,
             )
-            assert res.returncode == 0, res.stderr
             summary = json.loads(res.stdout)
+            # 3: the step was INVALID (a busy host's generator fell behind), not refused
+            assert res.returncode == (0 if summary["valid"] else 3), res.stderr
             assert summary["ok"] == summary["sent"] > 0
 
 
