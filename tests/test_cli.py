@@ -15,19 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from _cli import ridgeline
 from _timing import wait_until
 from ridgeline.fakeserver import load_preset, running_in_process
 from ridgeline.telemetry.store import RunStore
 from ridgeline.workload import bundled_trace_path, read_trace
-
-
-def ridgeline(*args: str, db: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ridgeline", *args, "--db", str(db)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def free_port() -> int:

@@ -10,7 +10,6 @@ import json
 import math
 import selectors
 import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _cli import ridgeline
 from ridgeline.errors import ConfigError, PlanError
 from ridgeline.loadgen.schedule import Schedule, from_arrival
 from ridgeline.pipeline.plan import Plan
@@ -675,17 +675,12 @@ def test_random_plans_agree_with_the_runtime_request_by_request(
 # --- the command line -----------------------------------------------------------------------
 
 
-def ridgeline(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ridgeline", "simulate", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+def simulate(*args: str) -> subprocess.CompletedProcess[str]:
+    return ridgeline("simulate", *args)
 
 
 def test_simulate_the_example_plan_with_its_profiles_as_json() -> None:
-    res = ridgeline(
+    res = simulate(
         str(EXAMPLE), "--profiles", str(EXAMPLE_PROFILES), "--rate", "10", "--duration", "30",
         "--seed", "1", "--json",
     )  # fmt: skip
@@ -715,7 +710,7 @@ def test_simulate_a_trace_and_print_the_table(tmp_path: Path) -> None:
     )
     from ridgeline.workload import bundled_trace_path
 
-    res = ridgeline(str(plan), "--trace", str(bundled_trace_path()), "--target-rate", "50",
+    res = simulate(str(plan), "--trace", str(bundled_trace_path()), "--target-rate", "50",
                     "--duration", "20")  # fmt: skip
     assert res.returncode == 0, res.stderr
     assert "simulated plan s" in res.stdout and "requests 1,000" in res.stdout
@@ -732,6 +727,6 @@ def test_simulate_a_trace_and_print_the_table(tmp_path: Path) -> None:
     ids=["no arrivals", "no plan file", "no service time", "bad noise"],
 )
 def test_a_bad_input_is_a_clear_error_and_exit_code_2(args: list[str], message: str) -> None:
-    res = ridgeline(*args)
+    res = simulate(*args)
     assert res.returncode == 2, res.stdout + res.stderr
     assert res.stderr.startswith("error:") and message in res.stderr, res.stderr

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _cli import ridgeline
 from _timing import await_until, wait_until
 from ridgeline.aio import run_coroutine
 from ridgeline.loadgen.step import StepConfig
@@ -28,8 +29,7 @@ from ridgeline.telemetry.store import RunStore
 
 def ridgeline_cli(tmp_path: Path, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
     """``python -m ridgeline ARGS --db tmp_path/r.sqlite``, its output captured."""
-    cmd = [sys.executable, "-m", "ridgeline", *args, "--db", str(tmp_path / "r.sqlite")]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    return ridgeline(*args, db=tmp_path / "r.sqlite", timeout=timeout)
 
 
 def sim_probe(preset: SimPreset, **cfg: object) -> object:

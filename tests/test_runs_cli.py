@@ -10,25 +10,17 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from _cli import RIDGELINE, ridgeline
 from _timing import wait_until
 from ridgeline.cli._exit import ExitCode, verify_code
 from ridgeline.fakeserver import load_preset, running_in_process
 from ridgeline.loop.verify import VerifyResult
 from ridgeline.telemetry.store import RunStore
-
-RIDGELINE = [sys.executable, "-m", "ridgeline"]
-
-
-def ridgeline(*args: str, db: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*RIDGELINE, *args, "--db", str(db)], capture_output=True, text=True, timeout=timeout
-    )
 
 
 def started(*args: str, db: Path) -> subprocess.Popen[str]:

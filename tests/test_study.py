@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from _cli import ridgeline
+from ridgeline.cli._exit import probe_code
 from ridgeline.errors import ConfigError, UnknownKindError
 from ridgeline.health.slo import parse_slo
 from ridgeline.report.vanguard import (
@@ -53,12 +53,6 @@ BEHAVIOURS = {
     "errors",
 }
 """What every half of the bank must hold (variable row counts only in dev)."""
-
-
-def ridgeline(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ridgeline", *args], capture_output=True, text=True, timeout=timeout
-    )
 
 
 # ---------------------------------------------------------------------------- the bank
@@ -343,9 +337,9 @@ def test_the_study_probes_as_the_probe_command_does(
         str(tmp_path / "runs.sqlite"),
         *options,
     )
-    assert run.returncode == 0, run.stderr
     cli = json.loads(run.stdout)
     ours = probe_as_cli(path, strategy, 3, variant, window_s=window)  # type: ignore[arg-type]
+    assert run.returncode == probe_code(ours), run.stderr  # the exit status it documents
     keys = ("capacity_rps", "ci_low", "ci_high", "confirmed", "steps", "requests_sent", "slo")
     assert {k: cli[k] for k in keys} == {k: getattr(ours, k) for k in keys}
     assert cli["test_seconds"] == pytest.approx(ours.test_seconds, rel=1e-12)
