@@ -11,13 +11,13 @@ import sqlite3
 import urllib.request
 from pathlib import Path
 
-import numpy as np
 import pytest
 
+from _records import answered
 from ridgeline.fakeserver import load_preset, running_in_process
 from ridgeline.loadgen.schedule import from_arrival
 from ridgeline.loadgen.step import StepConfig, measure_step
-from ridgeline.telemetry.records import Outcome, Records
+from ridgeline.telemetry.records import Outcome
 from ridgeline.telemetry.store import RunStore
 from ridgeline.telemetry.summary import summarize
 from ridgeline.telemetry.windows import windows
@@ -26,17 +26,8 @@ from ridgeline.workload.arrivals import parse_arrival
 WRITERS, RUNS_EACH, REQUESTS = 4, 5, 300
 
 
-def _records(n: int) -> Records:
-    sched = np.arange(n) / 100.0
-    rec = Records.empty(sched)
-    rec.sent[:] = sched
-    rec.done[:] = sched + 0.01
-    rec.outcome[:] = int(Outcome.OK)
-    return rec
-
-
 def _write_runs(path: str, writer: int) -> None:
-    rec = _records(REQUESTS)
+    rec = answered(REQUESTS)
     duration = REQUESTS / 100.0
     with RunStore(path) as store:
         for k in range(RUNS_EACH):

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _records import answered
 from ridgeline.errors import StoreError
 from ridgeline.telemetry.records import Outcome, Records
 from ridgeline.telemetry.store import RunStore
@@ -76,12 +77,7 @@ def _full(store: RunStore) -> None:
 
 
 def big_records(n: int = 2_000) -> Records:
-    sched = np.arange(n) / 100.0
-    rec = Records.empty(sched)
-    rec.sent[:] = sched
-    rec.done[:] = sched + 0.01
-    rec.outcome[:] = int(Outcome.OK)
-    return rec
+    return answered(n)
 
 
 @pytest.mark.parametrize("full_from", ["the step", "the run's creation"])
