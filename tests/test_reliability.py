@@ -76,7 +76,7 @@ def _server_successes(model_url: str) -> int:
 @pytest.mark.timeout(180)
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc (Linux)")
 def test_a_soak_counts_every_request_and_the_server_memory_stays_flat() -> None:
-    """Three steps of 10 s at 150 req/s to a fake server in its own process: every
+    """Three steps of 6 s at 150 req/s to a fake server in its own process: every
     request sent is answered and counted on both sides, and the server's resident memory
     after the third step is within 20 MiB of what it was after the first."""
     with running_in_process(load_preset("default"), grpc_port=None) as srv:
@@ -84,7 +84,7 @@ def test_a_soak_counts_every_request_and_the_server_memory_stays_flat() -> None:
         assert proc.pid is not None
         rss, answered = [], 0
         for seed in range(3):
-            schedule = from_arrival(parse_arrival("poisson", 150.0), 10.0, seed=seed)
+            schedule = from_arrival(parse_arrival("poisson", 150.0), 6.0, seed=seed)
             step = asyncio.run(measure_step(srv.model_url, schedule, StepConfig()))
             ok = int((step.records.outcome == int(Outcome.OK)).sum())
             assert ok == step.summary.sent == len(schedule.times)
