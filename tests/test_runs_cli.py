@@ -219,7 +219,7 @@ def test_a_probes_live_steps_are_numbered_as_runs_show_and_the_report_number_the
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "r.sqlite"
-    res = ridgeline("probe", "sim:nlp", "--strategy", "binary", db=db, timeout=120)
+    res = ridgeline("probe", "sim:nlp", "--strategy", "binary", "--precision", "0.2", db=db)
     assert res.returncode == 0, res.stderr
     live = sorted({int(n) for n in re.findall(r"^step +(\d+) ", res.stderr, re.M)})
     with RunStore(db) as store:
