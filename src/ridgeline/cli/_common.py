@@ -109,17 +109,13 @@ def opened_store(db: str | None) -> Iterator[RunStore]:
         finally:
             if store.recovered:
                 ids = ", ".join(map(str, store.recovered))
-                err.print(
-                    f"note: run(s) {ids} were left running by a process that has ended "
-                    "(killed?); marked interrupted, what they stored is kept",
-                    markup=False,
-                    highlight=False,
-                    soft_wrap=True,
+                message = (
+                    f"run(s) {ids} were left running by a process that has ended (killed?); "
+                    "marked interrupted, what they stored is kept"
                 )
+                err.print(_labelled("note:", "cyan", message), highlight=False, soft_wrap=True)
             if store.unsaved is not None:
-                err.print(
-                    f"warning: {store.unsaved}", markup=False, highlight=False, soft_wrap=True
-                )
+                warn(store.unsaved)
 
 
 @contextmanager
