@@ -206,6 +206,9 @@ URL_WORDS = (
 @given(st.text(max_size=60) | tokens(*URL_WORDS))
 @example("http://[::1/v2/models/fake")  # ValueError('Invalid IPv6 URL') escaped
 @example("HTTP://\x80")  # UnicodeError (IDNA) from yarl escaped the generic target
+@example("HTTP://\\")  # yarl raises ValueError for a backslash in the host part
+@example("openai+http://\\")
+@example("http://\\/v2/models/fake")
 def test_make_target_raises_only_our_errors(url: str) -> None:
     if url.lower().startswith("python://"):  # would import whatever module it names
         return

@@ -8,12 +8,24 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import aiohttp
+import yarl
 
 from ridgeline.errors import ConfigError, TargetError, TargetUnreachableError
 from ridgeline.targets.base import Reply
 from ridgeline.v2.security import check_token, client_context
 
 _MAX_ERROR_TEXT = 300
+
+
+def parse_url(url: str) -> yarl.URL:
+    """``url`` as the HTTP client will read it; one it refuses (yarl raises ValueError for,
+    e.g., a backslash in the host part) is a ConfigError naming it."""
+    try:
+        return yarl.URL(url)
+    except ValueError as e:
+        raise ConfigError(
+            f"target URL {url!r} cannot be read ({e}); write http(s)://HOST:PORT/PATH"
+        ) from None
 
 
 def new_session(

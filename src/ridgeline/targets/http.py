@@ -13,10 +13,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import aiohttp
-import yarl
 
 from ridgeline.errors import ConfigError, TargetUnreachableError
-from ridgeline.targets._http import Get, checked_session, failed_reply, not_connected
+from ridgeline.targets._http import Get, checked_session, failed_reply, not_connected, parse_url
 from ridgeline.targets.base import OK, Reply
 from ridgeline.targets.openai import prompt_words
 from ridgeline.workload.payloads import DEFAULT_SHAPE, RequestShape
@@ -51,7 +50,7 @@ class HttpTarget:
         ca_file: Path | None = None,
         connect_timeout: float = 10.0,
     ) -> None:
-        self._url = yarl.URL(url)
+        self._url = parse_url(url)
         self._ca_file = ca_file
         if self._url.host is None or self._url.scheme not in ("http", "https"):
             raise ConfigError(f"target URL {url!r} is not http(s)://HOST[:PORT]/PATH")

@@ -16,10 +16,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 import aiohttp
-import yarl
 
 from ridgeline.errors import TargetError, TargetUnreachableError, UnknownKindError
-from ridgeline.targets._http import Get, checked_session, failed_reply, not_connected, parse_json
+from ridgeline.targets._http import (
+    Get,
+    checked_session,
+    failed_reply,
+    not_connected,
+    parse_json,
+    parse_url,
+)
 from ridgeline.targets.base import Reply
 from ridgeline.workload.payloads import RequestShape
 
@@ -53,7 +59,7 @@ class OpenAITarget:
         if api not in _ROUTES:
             raise UnknownKindError("OpenAI API", api, _ROUTES)
         self._base = base_url.rstrip("/")
-        self._url = yarl.URL(self._base + _ROUTES[api])
+        self._url = parse_url(self._base + _ROUTES[api])
         self._chat = api == "chat"
         self._stream = stream
         self._headers = {"Content-Type": "application/json", **(headers or {})}

@@ -12,11 +12,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yarl
-
 from ridgeline.errors import TargetUnreachableError
 from ridgeline.targets._fastpool import Http1Pool
-from ridgeline.targets._http import Get, checked_session, failed_reply, not_connected, parse_json
+from ridgeline.targets._http import (
+    Get,
+    checked_session,
+    failed_reply,
+    not_connected,
+    parse_json,
+    parse_url,
+)
 from ridgeline.targets.base import OK, Reply
 from ridgeline.targets.tensors import json_inputs
 from ridgeline.v2.security import client_context
@@ -42,7 +47,7 @@ class V2HttpTarget:
         self._ca_file = ca_file
         self._model_url = f"{base}/v2/models/{model}" + (f"/versions/{version}" if version else "")
         self._health_url = f"{base}/v2/health/ready"
-        self._infer_url = yarl.URL(f"{self._model_url}/infer")
+        self._infer_url = parse_url(f"{self._model_url}/infer")
         self._headers = {"Content-Type": "application/json", **(headers or {})}
         self._connect_timeout = connect_timeout
         self.inputs: tuple[TensorSpec, ...] | None = tuple(inputs) if inputs else None
