@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ridgeline.aio import wait_event
 from ridgeline.targets.base import Target
-from ridgeline.telemetry.records import Outcome, Records
+from ridgeline.telemetry.records import Outcome, Records, gaps_from
 from ridgeline.workload.payloads import DEFAULT_SHAPE, RequestShape
 
 _PENDING = -1
@@ -102,6 +102,8 @@ async def replay(
     outcome = [int(Outcome.NOT_SENT)] * n
     first_token = [math.nan] * n
     tokens = [0] * n
+    prompt = [0] * n
+    chunk_gaps: dict[int, list[float]] = {}
     errors: dict[str, int] = {}
     tasks: dict[int, asyncio.Task[None]] = {}
     deadlines: deque[tuple[float, int]] = deque()
@@ -154,6 +156,10 @@ async def replay(
         if reply.first_token_at is not None:
             first_token[j] = reply.first_token_at - start
         tokens[j] = reply.output_tokens
+        prompt[j] = shape.prompt_tokens if reply.prompt_tokens is None else reply.prompt_tokens
+        times = reply.chunk_times
+        if times is not None and len(times) > 1:
+            chunk_gaps[j] = np.diff(times).tolist()
         finish(j)
 
     async def sweep() -> None:
@@ -242,6 +248,9 @@ async def replay(
     rec.outcome[:] = outcome
     rec.first_token[:] = first_token
     rec.output_tokens[:] = tokens
+    rec.prompt_tokens[:] = prompt
+    if chunk_gaps:
+        rec.gaps, rec.gap_start = gaps_from([chunk_gaps.get(j, ()) for j in range(n)])
     rec.errors.update(errors)
     rec.outstanding_limited = prog.outstanding_limited
     rec.client_failures = prog.client_failures

@@ -68,6 +68,9 @@ def joined(first: StepResult, then: StepResult) -> StepResult:
         first_token=r.first_token + shift,
         output_tokens=r.output_tokens,
         errors=dict(r.errors),
+        prompt_tokens=r.prompt_tokens,
+        gaps=r.gaps,
+        gap_start=r.gap_start,
         outstanding_limited=r.outstanding_limited,
         client_failures=r.client_failures,
     )

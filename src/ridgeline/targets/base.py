@@ -26,7 +26,12 @@ class Reply:
     first_token_at: float | None = None
     """``time.perf_counter()`` when the first streamed token arrived (streaming targets)."""
     output_tokens: int = 0
-    """Tokens received (streaming targets)."""
+    """Tokens received (streaming targets): the server's ``usage`` count when it sends one."""
+    prompt_tokens: int | None = None
+    """The prompt's tokens as the server counted them (``usage``), when it said."""
+    chunk_times: list[float] | None = None
+    """``time.perf_counter()`` of every streamed chunk that carried content, the first
+    included: their differences are the answer's inter-token gaps."""
 
 
 OK = Reply()

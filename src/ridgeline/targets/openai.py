@@ -123,7 +123,8 @@ class OpenAITarget:
             self._session = None
 
     async def _read_stream(self, content: aiohttp.StreamReader) -> Reply:
-        reply = Reply()
+        times: list[float] = []
+        reply = Reply(chunk_times=times)
         chunks = 0
         usage: int | None = None
         async for line in content:
@@ -138,12 +139,18 @@ class OpenAITarget:
             if chunk.get("error"):
                 return Reply(ok=False, error=f"stream error: {_message(chunk['error'])}")
             if self._has_content(chunk):
+                now = time.perf_counter()
                 if reply.first_token_at is None:
-                    reply.first_token_at = time.perf_counter()
+                    reply.first_token_at = now
+                times.append(now)
                 chunks += 1
-            tokens = (chunk.get("usage") or {}).get("completion_tokens")
+            counted = chunk.get("usage") or {}
+            tokens = counted.get("completion_tokens")
             if isinstance(tokens, int):
                 usage = tokens
+            prompt = counted.get("prompt_tokens")
+            if isinstance(prompt, int):
+                reply.prompt_tokens = prompt
         return Reply(ok=False, error="stream ended without data: [DONE]", output_tokens=chunks)
 
     def _has_content(self, chunk: dict[str, Any]) -> bool:

@@ -2,12 +2,19 @@
 
 Times are seconds from the step's start (the instant of scheduled offset 0). ``sent``
 and ``done`` are NaN when the request was never sent or never answered.
+
+Streamed answers also keep every gap between consecutive content chunks, pooled in one
+flat array in request order (``gaps``) with each request's slice given by ``gap_start``
+(``n + 1`` offsets, CSR-style): request ``i``'s gaps are
+``gaps[gap_start[i]:gap_start[i + 1]]``. Pooled, they are vLLM's inter-token latency.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -41,6 +48,13 @@ class Records:
     output_tokens: NDArray[np.int32]
     errors: dict[str, int]
     """Error reasons (exception type or server message) and how often each came."""
+    prompt_tokens: NDArray[np.int32]
+    """Prompt tokens per request: the server's ``usage`` count, else what was asked; 0
+    when the request carries no prompt."""
+    gaps: NDArray[np.float64]
+    """Every inter-chunk gap of every streamed answer, seconds, in request order."""
+    gap_start: NDArray[np.int64]
+    """``n + 1`` offsets into ``gaps``: request ``i`` owns ``gaps[gap_start[i]:gap_start[i+1]]``."""
     outstanding_limited: int = 0
     """Sends that waited because the outstanding-request limit was reached."""
     client_failures: int = 0
@@ -62,6 +76,14 @@ class Records:
     def lateness(self) -> NDArray[np.float64]:
         return self.sent - self.scheduled
 
+    def gaps_of(self, i: int) -> NDArray[np.float64]:
+        """Request ``i``'s inter-chunk gaps (empty when it streamed fewer than two)."""
+        return self.gaps[self.gap_start[i] : self.gap_start[i + 1]]
+
+    def gap_counts(self) -> NDArray[np.int64]:
+        """How many gaps each request has."""
+        return np.diff(self.gap_start)
+
     def count(self, *outcomes: Outcome) -> int:
         return int(np.isin(self.outcome, [int(o) for o in outcomes]).sum())
 
@@ -77,36 +99,59 @@ class Records:
             first_token=nan.copy(),
             output_tokens=np.zeros(n, dtype=np.int32),
             errors={},
+            prompt_tokens=np.zeros(n, dtype=np.int32),
+            gaps=np.empty(0, dtype=np.float64),
+            gap_start=np.zeros(n + 1, dtype=np.int64),
         )
 
     @staticmethod
-    def merge(parts: list[Records]) -> Records:
+    def merge(parts: Sequence[Records]) -> Records:
         """Concatenate shards and order them by scheduled time (stable)."""
         if not parts:
             raise ValueError("nothing to merge")
-        cat = Records(
-            scheduled=np.concatenate([p.scheduled for p in parts]),
-            sent=np.concatenate([p.sent for p in parts]),
-            done=np.concatenate([p.done for p in parts]),
-            outcome=np.concatenate([p.outcome for p in parts]),
-            first_token=np.concatenate([p.first_token for p in parts]),
-            output_tokens=np.concatenate([p.output_tokens for p in parts]),
-            errors={},
+        scheduled = np.concatenate([p.scheduled for p in parts])
+        order = np.argsort(scheduled, kind="stable")
+        errors: dict[str, int] = {}
+        for p in parts:
+            for k, v in p.errors.items():
+                errors[k] = errors.get(k, 0) + v
+        gaps, gap_start = _take_gaps([p.gaps_of(i) for p in parts for i in range(len(p))], order)
+
+        def cat(column: str) -> Any:
+            return np.concatenate([getattr(p, column) for p in parts])[order]
+
+        return Records(
+            scheduled=scheduled[order],
+            sent=cat("sent"),
+            done=cat("done"),
+            outcome=cat("outcome"),
+            first_token=cat("first_token"),
+            output_tokens=cat("output_tokens"),
+            errors=errors,
+            prompt_tokens=cat("prompt_tokens"),
+            gaps=gaps,
+            gap_start=gap_start,
             outstanding_limited=sum(p.outstanding_limited for p in parts),
             client_failures=sum(p.client_failures for p in parts),
         )
-        for p in parts:
-            for k, v in p.errors.items():
-                cat.errors[k] = cat.errors.get(k, 0) + v
-        order = np.argsort(cat.scheduled, kind="stable")
-        return Records(
-            scheduled=cat.scheduled[order],
-            sent=cat.sent[order],
-            done=cat.done[order],
-            outcome=cat.outcome[order],
-            first_token=cat.first_token[order],
-            output_tokens=cat.output_tokens[order],
-            errors=cat.errors,
-            outstanding_limited=cat.outstanding_limited,
-            client_failures=cat.client_failures,
-        )
+
+
+def gaps_from(
+    per_request: Sequence[Sequence[float] | NDArray[np.float64]],
+) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+    """``gaps`` and ``gap_start`` for one list of gaps per request, in request order."""
+    counts = np.fromiter((len(g) for g in per_request), dtype=np.int64, count=len(per_request))
+    start = np.zeros(len(per_request) + 1, dtype=np.int64)
+    np.cumsum(counts, out=start[1:])
+    flat = (
+        np.concatenate([np.asarray(g, dtype=np.float64) for g in per_request])
+        if int(start[-1])
+        else np.empty(0, dtype=np.float64)
+    )
+    return flat, start
+
+
+def _take_gaps(
+    per_request: list[NDArray[np.float64]], order: NDArray[np.intp]
+) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+    return gaps_from([per_request[j] for j in order.tolist()])
