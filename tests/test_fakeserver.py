@@ -615,6 +615,8 @@ async def test_openai_non_streaming_and_models(
     assert doc["usage"] == {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4}
     async with session.get(f"{server.openai_url}/models") as resp:
         assert [m["id"] for m in (await resp.json())["data"]] == ["fake"]
+    async with session.get(f"{server.http_url}/health") as resp:  # vLLM's; GuideLLM asks it
+        assert (resp.status, await resp.read()) == (200, b"")
     async with session.post(f"{server.openai_url}/completions", json={"max_tokens": 0}) as resp:
         assert resp.status == 400
 

@@ -1,7 +1,7 @@
 """OpenAI-compatible routes on the fake server's aiohttp app.
 
 ``POST /v1/completions`` and ``POST /v1/chat/completions`` (``stream`` true or false) and
-``GET /v1/models``. A request goes through the batching engine like any other (one row;
+``GET /v1/models``, and ``GET /health`` (vLLM's liveness route). A request goes through the batching engine like any other (one row;
 queueing, batching, stalls, injected errors and queue-full all apply); its first token
 comes ``ttft_ms`` after the engine completes it, then one token every ``per_token_ms``,
 ``max_tokens`` tokens in all (default 16), scheduled on absolute times. Streaming sends
@@ -64,6 +64,10 @@ class _OpenAIRoutes:
         self.model, self.engine, self.clock, self.guard = model, engine, engine.clock, guard
         self._ids = itertools.count()
         self._created = int(time.time())
+
+    async def health(self, request: web.Request) -> web.Response:
+        """``GET /health``: 200 with an empty body, as vLLM answers (GuideLLM asks first)."""
+        return web.Response(status=200)
 
     async def models(self, request: web.Request) -> web.Response:
         entry = {"id": self.model.name, "object": "model", "created": self._created}
@@ -194,6 +198,7 @@ def add_routes(
 ) -> None:
     """Register the OpenAI routes for ``model`` on ``app`` (``guard``: see ``build_app``)."""
     r = _OpenAIRoutes(model, engine, guard)
+    app.router.add_get("/health", r.health)
     app.router.add_get("/v1/models", r.models)
     app.router.add_post("/v1/completions", r.completions)
     app.router.add_post("/v1/chat/completions", r.chat)
