@@ -14,7 +14,7 @@ from ridgeline.loadgen.step import StepConfig, StepResult, measure_step
 from ridgeline.loadgen.validity import assess_validity
 from ridgeline.probe.batching import batching_delay_s, window_for
 from ridgeline.search.base import StepPlan
-from ridgeline.sim import SimPreset, SimState, shapes_for, simulate
+from ridgeline.sim import SimPreset, SimState, shapes_for, simulate, simulate_llm
 from ridgeline.telemetry.summary import summarize
 from ridgeline.telemetry.windows import windows
 from ridgeline.workload.arrivals import parse_arrival
@@ -119,10 +119,11 @@ class SimDriver:
         sched = step_schedule(plan, seed, self.arrival, self.trace)
         times = sched.times
         shapes = sched.shapes or shapes_for(self.preset, len(times), seed)
-        records, self.state = simulate(
+        serve = simulate if self.preset.model.llm is None else simulate_llm
+        records, self.state = serve(
             self.preset.model,
             times,
-            shapes,
+            shapes,  # type: ignore[arg-type]  # an LLM preset always has shapes
             state=self.state,
             seed=seed,
             timeout_s=self.timeout_s,

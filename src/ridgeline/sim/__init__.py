@@ -2,9 +2,11 @@
 discrete-event simulation, so a capacity search runs in seconds and asserts exact outcomes.
 
     records, state = simulate(load_sim_preset("vision").model, times)
+    records, state = simulate_llm(llm.model, times, shapes_for(llm, len(times), seed=0))
 """
 
 from ridgeline.sim.interference import Interference
+from ridgeline.sim.llm import simulate_llm
 from ridgeline.sim.presets import (
     SimPreset,
     load_sim_config,
@@ -23,4 +25,5 @@ __all__ = [
     "shapes_for",
     "sim_preset_names",
     "simulate",
+    "simulate_llm",
 ]

@@ -48,8 +48,14 @@ class SimPreset(BaseModel):
         1.0, gt=0.0, allow_inf_nan=False, description="hardware speed factor: service ÷ speed"
     )
     interference: Interference | None = Field(None, description="a co-located tenant")
+    prompt_tokens: SizeSpec | None = Field(
+        None, description="LLM servers: prompt tokens per request (an integer or a size spec)"
+    )
+    output_tokens: SizeSpec | None = Field(
+        None, description="LLM servers: output tokens asked per request (max_tokens)"
+    )
 
-    @field_validator("sizes", mode="before")
+    @field_validator("sizes", "prompt_tokens", "output_tokens", mode="before")
     @classmethod
     def _constant(cls, value: Any) -> Any:
         if isinstance(value, int) and not isinstance(value, bool):
@@ -67,6 +73,21 @@ class SimPreset(BaseModel):
             )
         return self
 
+    @model_validator(mode="after")
+    def _tokens_for_an_llm(self) -> SimPreset:
+        llm = self.model.llm is not None
+        given = [f for f in ("prompt_tokens", "output_tokens") if getattr(self, f) is not None]
+        if llm and len(given) < 2:
+            raise ValueError(
+                "an LLM server (model.llm set) needs prompt_tokens and output_tokens, "
+                "e.g. `prompt_tokens: 128` and `output_tokens: 64`"
+            )
+        if not llm and given:
+            raise ValueError(f"{' and '.join(given)} apply to LLM servers only; set model.llm")
+        if llm and self.output_tokens is not None and self.output_tokens.smallest() < 1:
+            raise ValueError(f"output_tokens {self.output_tokens!r} must be ≥ 1")
+        return self
+
 
 def _largest(spec: FixedSize | UniformSize | LognormalSize) -> int | None:
     if isinstance(spec, FixedSize):
@@ -75,8 +96,13 @@ def _largest(spec: FixedSize | UniformSize | LognormalSize) -> int | None:
 
 
 def shapes_for(preset: SimPreset, n: int, seed: int) -> list[RequestShape] | None:
-    """Shapes of ``n`` requests drawn from the preset's sizes; None when every request
-    is one row (the simulator's fast default)."""
+    """Shapes of ``n`` requests drawn from the preset's sizes (an LLM server's: its prompt
+    and output tokens); None when every request is one row (the simulator's fast
+    default)."""
+    if preset.prompt_tokens is not None and preset.output_tokens is not None:
+        return sampled_shapes(
+            n, seed, prompt_tokens=preset.prompt_tokens, output_tokens=preset.output_tokens
+        )
     if isinstance(preset.sizes, FixedSize) and preset.sizes.value == 1:
         return None
     return sampled_shapes(n, seed, items=preset.sizes)
@@ -87,7 +113,8 @@ _PRESETS = Presets(
     SimPreset,
     "simulated server preset",
     "simulated server config",
-    "SimPreset fields (description, model, sizes, slo, speed, interference)",
+    "SimPreset fields (description, model, sizes, slo, speed, interference, prompt_tokens, "
+    "output_tokens)",
 )
 
 

@@ -91,7 +91,7 @@ def simulate(
     step starts; ``state.advance`` adds idle time between steps.
     """
     state = state or SimState.fresh()
-    t, n = _check_times(times), int(np.shape(times)[0])
+    t, n = check_times(times), int(np.shape(times)[0])
     cum = _cumulative_rows(model, shapes, n)
     if not (speed > 0.0 and math.isfinite(speed)):
         raise ConfigError(f"speed must be a finite number > 0 (1: as measured), got {speed}")
@@ -107,7 +107,8 @@ def simulate(
     return records, after
 
 
-def _check_times(times: NDArray[np.float64]) -> NDArray[np.float64]:
+def check_times(times: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``times`` as a 1-D float array, checked: finite, ≥ 0, sorted (ConfigError if not)."""
     t = np.asarray(times, dtype=np.float64)
     if t.ndim != 1:
         raise ConfigError(f"times must be a 1-D array of seconds, got shape {t.shape}")

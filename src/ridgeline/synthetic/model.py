@@ -15,7 +15,7 @@ from typing import Annotated, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ridgeline._fields import Count
+from ridgeline._fields import Count, NonNegative, Positive
 from ridgeline._repeats import repeated
 from ridgeline.policies.batching import BatchingConfig
 from ridgeline.v2.spec import TensorSpec
@@ -135,6 +135,62 @@ def _check_batched(spec: TensorSpec) -> None:
         )
 
 
+class LlmEngine(_Frozen):
+    """A continuous-batching LLM engine (vLLM-like) behind the OpenAI routes.
+
+    Each step admits waiting requests first come, first served while the KV cache has
+    blocks for their prompt, ``max_num_seqs`` allows another sequence and the step's
+    prefill budget (``max_num_batched_tokens``) has room; it prefills them (first token
+    at the step's end) and decodes one token for every other running sequence. A step
+    takes ``step_ms + prefill_ms_per_token·(tokens prefilled) + decode_ms_per_seq·
+    (sequences decoded) + attention_ms_per_kv_token·(tokens resident in the cache)``.
+    ``synthetic.llm`` holds the scheduler; the fake server runs it on the real clock,
+    ``sim.llm`` in virtual time.
+    """
+
+    kv_cache_tokens: Count = Field(
+        16384, le=100_000_000, description="tokens the KV cache holds, all sequences together"
+    )
+    block_tokens: Count = Field(16, le=1024, description="tokens per KV cache block")
+    max_num_seqs: Count = Field(128, le=100_000, description="sequences running at most")
+    max_num_batched_tokens: Count = Field(
+        2048,
+        le=10_000_000,
+        description="prompt tokens one step may prefill (a longer prompt is prefilled alone)",
+    )
+    step_ms: NonNegative = Field(
+        15.0, description="fixed cost of every engine step (the weights read once), ms"
+    )
+    prefill_ms_per_token: NonNegative = Field(
+        0.1, description="cost of each prompt token prefilled in a step, ms"
+    )
+    decode_ms_per_seq: NonNegative = Field(
+        0.15, description="cost of each sequence decoding one token in a step, ms"
+    )
+    attention_ms_per_kv_token: NonNegative = Field(
+        0.0004, description="cost of each token resident in the KV cache during a step, ms"
+    )
+    eos_mean_tokens: Positive | None = Field(
+        None,
+        description="mean natural output length (geometric, seeded); a request without "
+        "ignore_eos ends there if before max_tokens (None: every request runs to max_tokens)",
+    )
+
+    @property
+    def blocks(self) -> int:
+        """KV cache blocks (``kv_cache_tokens // block_tokens``)."""
+        return self.kv_cache_tokens // self.block_tokens
+
+    @model_validator(mode="after")
+    def _one_block_at_least(self) -> LlmEngine:
+        if self.kv_cache_tokens < self.block_tokens:
+            raise ValueError(
+                f"kv_cache_tokens ({self.kv_cache_tokens}) holds no block of "
+                f"{self.block_tokens} tokens; raise it or lower block_tokens"
+            )
+        return self
+
+
 class LatencyModel(BatchCost):
     """Everything the fake server needs to know about the model it pretends to serve."""
 
@@ -164,6 +220,11 @@ class LatencyModel(BatchCost):
     )
     per_token_ms: float = Field(
         10.0, ge=0.0, allow_inf_nan=False, description="OpenAI routes: gap between tokens"
+    )
+    llm: LlmEngine | None = Field(
+        None,
+        description="OpenAI routes served by a continuous-batching LLM engine (ttft_ms and "
+        "per_token_ms then unused); None: through the batching engine, fixed token timing",
     )
 
     @property
