@@ -27,6 +27,7 @@ from aiohttp import web
 from ridgeline.errors import InvalidRequest
 from ridgeline.fakeserver import _describe, openai
 from ridgeline.fakeserver.engine import BatchingEngine, Outcome, Status
+from ridgeline.fakeserver.llm import LlmRunner
 from ridgeline.fakeserver.metrics import METRICS_CONTENT_TYPE, MetricsExporter
 from ridgeline.synthetic.model import LatencyModel
 from ridgeline.synthetic.outputs import compute_outputs
@@ -184,9 +185,11 @@ def build_app(
     token: str | None,
     max_body_bytes: int,
     guard: ConnectionGuard | None = None,
+    llm: LlmRunner | None = None,
 ) -> web.Application:
     """The aiohttp app serving v2, metrics and OpenAI routes for one model; ``guard``
-    times its connections (``v2.connections``)."""
+    times its connections (``v2.connections``); ``llm`` answers the OpenAI routes when
+    the model has an LLM engine."""
     middlewares = [] if guard is None else [guard_middleware(guard)]
     if token is not None:
         middlewares.append(auth_middleware(token, engine.stats.finish))
@@ -194,5 +197,5 @@ def build_app(
     r = _V2Routes(model, engine, exporter, max_body_bytes, guard)
     add_routes(app.router, r)
     app.router.add_get("/metrics", r.metrics)
-    openai.add_routes(app, model, engine, guard)
+    openai.add_routes(app, model, engine, guard, llm)
     return app

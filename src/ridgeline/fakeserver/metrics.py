@@ -10,7 +10,14 @@ time through a per-server ``CollectorRegistry``. Two families come out:
   ``nv_inference_count`` (rows inferred), ``nv_inference_exec_count`` (batches run),
   ``nv_inference_request_duration_us``, ``nv_inference_queue_duration_us``,
   ``nv_inference_compute_infer_duration_us`` (counters, labels ``model`` and
-  ``version``) and the gauge ``nv_inference_pending_request_count``.
+  ``version``) and the gauge ``nv_inference_pending_request_count``;
+* with an LLM engine, vLLM's names (label ``model_name``), so dashboards and tools
+  written for vLLM read it: the gauges ``vllm:num_requests_running``,
+  ``vllm:num_requests_waiting``, ``vllm:kv_cache_usage_perc`` (0 to 1), the counters
+  ``vllm:num_preemptions_total``, ``vllm:prompt_tokens_total``,
+  ``vllm:generation_tokens_total`` and the histograms
+  ``vllm:time_to_first_token_seconds``, ``vllm:inter_token_latency_seconds``,
+  ``vllm:e2e_request_latency_seconds`` (vLLM's buckets).
 """
 
 from __future__ import annotations
@@ -115,16 +122,83 @@ class Stats:
         return sum(self.outcomes[o] for o in _FAILURES)
 
 
+# vLLM's bucket bounds, seconds
+_TTFT_BUCKETS_S = (
+    *(0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0),
+    *(2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0),
+)
+_ITL_BUCKETS_S = (
+    *(0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5),
+    *(5.0, 7.5, 10.0, 20.0, 40.0, 80.0),
+)
+_E2E_BUCKETS_S = (
+    *(0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0),
+    *(60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0),
+)
+
+
+def _no_engine() -> tuple[int, int, float, int]:
+    return 0, 0, 0.0, 0
+
+
+class LlmStats:
+    """What an LLM engine counts; its runner bumps the counters and sets ``gauges``."""
+
+    def __init__(self) -> None:
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+        self.ttft = Histogram(_TTFT_BUCKETS_S)
+        self.itl = Histogram(_ITL_BUCKETS_S)
+        self.e2e = Histogram(_E2E_BUCKETS_S)
+        self.gauges: Callable[[], tuple[int, int, float, int]] = _no_engine
+        """(running, waiting, KV cache usage 0-1, preemptions so far), read at scrape."""
+
+    def families(self, model: str) -> Iterator[Metric]:
+        """The vLLM-named metrics, labelled ``model_name``."""
+        labels = [model]
+        running, waiting, usage, preemptions = self.gauges()
+        for name, doc, value in (
+            ("vllm:num_requests_running", "Requests in model execution batches", running),
+            ("vllm:num_requests_waiting", "Requests waiting to be processed", waiting),
+            ("vllm:kv_cache_usage_perc", "KV-cache usage; 1 means 100 percent usage", usage),
+        ):
+            gauge = GaugeMetricFamily(name, doc, labels=["model_name"])
+            gauge.add_metric(labels, value)
+            yield gauge
+        for name, doc, count in (
+            ("vllm:num_preemptions", "Cumulative number of preemptions", preemptions),
+            ("vllm:prompt_tokens", "Number of prefill tokens processed", self.prompt_tokens),
+            ("vllm:generation_tokens", "Number of generation tokens", self.generation_tokens),
+        ):
+            counter = CounterMetricFamily(name, doc, labels=["model_name"])
+            counter.add_metric(labels, count)
+            yield counter
+        for name, doc, h in (
+            ("vllm:time_to_first_token_seconds", "Time to first token in seconds", self.ttft),
+            ("vllm:inter_token_latency_seconds", "Inter-token latency in seconds", self.itl),
+            ("vllm:e2e_request_latency_seconds", "End-to-end request latency", self.e2e),
+        ):
+            fam = HistogramMetricFamily(name, doc, labels=["model_name"])
+            fam.add_metric(labels, h.cumulative(), h.total)
+            yield fam
+
+
 class MetricsExporter(Collector):
     """The Prometheus view of one server's ``Stats``, on its own registry."""
 
     def __init__(
-        self, model_name: str, stats: Stats, gauges: Callable[[], tuple[int, int]]
+        self,
+        model_name: str,
+        stats: Stats,
+        gauges: Callable[[], tuple[int, int]],
+        llm: LlmStats | None = None,
     ) -> None:
-        """``gauges()`` returns (requests queued, requests queued or executing)."""
+        """``gauges()`` returns (requests queued, requests queued or executing); ``llm``:
+        the LLM engine's counters, exported under vLLM's names."""
         self._model = model_name
         self._stats = stats
         self._gauges = gauges
+        self._llm = llm
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
 
@@ -151,6 +225,8 @@ class MetricsExporter(Collector):
             fam = HistogramMetricFamily(name, doc, labels=["model"])
             fam.add_metric(labels, h.cumulative(), h.total)
             yield fam
+        if self._llm is not None:
+            yield from self._llm.families(self._model)
 
     def _triton_lines(self) -> str:
         s, (_, pending) = self._stats, self._gauges()

@@ -1,12 +1,23 @@
 """OpenAI-compatible routes on the fake server's aiohttp app.
 
-``POST /v1/completions`` and ``POST /v1/chat/completions`` (``stream`` true or false) and
-``GET /v1/models``, and ``GET /health`` (vLLM's liveness route). A request goes through the batching engine like any other (one row;
-queueing, batching, stalls, injected errors and queue-full all apply); its first token
-comes ``ttft_ms`` after the engine completes it, then one token every ``per_token_ms``,
-``max_tokens`` tokens in all (default 16), scheduled on absolute times. Streaming sends
-one Server-Sent Event per token, ``usage`` in the last one, then ``data: [DONE]``.
-Prompt tokens are counted as whitespace-separated words.
+``POST /v1/completions`` and ``POST /v1/chat/completions`` (``stream`` true or false),
+``GET /v1/models`` and ``GET /health`` (vLLM's liveness route). Two ways to answer:
+
+* With an ``llm:`` engine in the model, the request goes to the continuous-batching LLM
+  engine (``fakeserver.llm``): its first token comes at the end of the step that prefilled
+  it, then one per decode step; ``max_tokens`` (or ``max_completion_tokens``) tokens, or
+  fewer at a seeded natural EOS unless ``ignore_eos`` is true (never fewer than
+  ``min_tokens``). A request the KV cache could never hold is refused with 400, one over
+  ``max_queue`` waiting with 503. Streaming sends one Server-Sent Event per token as it is
+  produced, then (with ``stream_options.include_usage``) a chunk with no choices and the
+  ``usage``, then ``data: [DONE]``, as vLLM does.
+* Otherwise it goes through the batching engine like any other (one row; queueing,
+  batching, stalls, injected errors and queue-full all apply); its first token comes
+  ``ttft_ms`` after the engine completes it, then one token every ``per_token_ms``,
+  ``max_tokens`` tokens in all (default 16), scheduled on absolute times, ``usage`` in
+  the last token's chunk.
+
+Prompt tokens are counted as whitespace-separated words (at least one for the engine).
 """
 
 from __future__ import annotations
@@ -15,6 +26,7 @@ import asyncio
 import itertools
 import json
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -22,6 +34,8 @@ from aiohttp import web
 
 from ridgeline.clock import Clock
 from ridgeline.fakeserver.engine import BatchingEngine, Status
+from ridgeline.fakeserver.llm import LlmRunner, TokenStream
+from ridgeline.synthetic.llm import Refused
 from ridgeline.synthetic.model import LatencyModel
 from ridgeline.v2.connections import ConnectionGuard, body_in
 from ridgeline.v2.tensors import describe_value
@@ -57,11 +71,35 @@ def _words(value: Any) -> int:
     return words
 
 
+@dataclass(frozen=True, slots=True)
+class _Ask:
+    """What one completions request asks for."""
+
+    max_tokens: int
+    prompt: int
+    stream: bool
+    ignore_eos: bool
+    min_tokens: int
+    include_usage: bool
+
+
+def _flag(doc: dict[str, Any], key: str) -> bool:
+    value = doc.get(key, False)
+    if type(value) is not bool:
+        raise _BadRequest(f'"{key}" must be true or false, not {describe_value(value)}')
+    return value
+
+
 class _OpenAIRoutes:
     def __init__(
-        self, model: LatencyModel, engine: BatchingEngine, guard: ConnectionGuard | None
+        self,
+        model: LatencyModel,
+        engine: BatchingEngine,
+        guard: ConnectionGuard | None,
+        llm: LlmRunner | None,
     ) -> None:
         self.model, self.engine, self.clock, self.guard = model, engine, engine.clock, guard
+        self.llm = llm
         self._ids = itertools.count()
         self._created = int(time.time())
 
@@ -79,23 +117,35 @@ class _OpenAIRoutes:
     async def chat(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, chat=True)
 
-    def _parse(self, doc: Any, chat: bool) -> tuple[int, int, bool]:
+    def _parse(self, doc: Any, chat: bool) -> _Ask:
         if not isinstance(doc, dict):
             raise _BadRequest("request body must be a JSON object")
         n = doc.get("max_completion_tokens") if chat else None
         n = doc.get("max_tokens", DEFAULT_MAX_TOKENS) if n is None else n
         if type(n) is not int or not 1 <= n <= MAX_TOKENS_LIMIT:
             raise _BadRequest(f"max_tokens must be an integer in 1..{MAX_TOKENS_LIMIT}, not {n!r}")
+        least = doc.get("min_tokens", 0)
+        if type(least) is not int or not 0 <= least <= n:
+            raise _BadRequest(
+                f"min_tokens must be an integer in 0..max_tokens ({n}), not {least!r}"
+            )
         if chat and not isinstance(doc.get("messages"), list):
             raise _BadRequest('chat completions need a "messages" list')
         prompt = _words(doc.get("messages") if chat else doc.get("prompt", ""))
-        stream = doc.get("stream", False)
-        if type(stream) is not bool:
-            raise _BadRequest(f'"stream" must be true or false, not {describe_value(stream)}')
+        options = doc.get("stream_options") or {}
+        if not isinstance(options, dict):
+            raise _BadRequest(f'"stream_options" must be an object, not {describe_value(options)}')
         name = doc.get("model", self.model.name)
         if not isinstance(name, str):
             raise _BadRequest(f'"model" must be a string, not {describe_value(name)}')
-        return n, prompt, stream
+        return _Ask(
+            n,
+            prompt,
+            _flag(doc, "stream"),
+            _flag(doc, "ignore_eos"),
+            least,
+            _flag(options, "include_usage"),
+        )
 
     async def _serve(self, request: web.Request, chat: bool) -> web.StreamResponse:
         began = time.perf_counter()
@@ -108,7 +158,7 @@ class _OpenAIRoutes:
             return _error("the request's body came too slowly", 408)
         body_in(request, self.guard)
         try:
-            max_tokens, prompt_tokens, stream = self._parse(doc, chat)
+            ask = self._parse(doc, chat)
         except _BadRequest as e:
             stats.finish("invalid")
             return _error(str(e), 400)
@@ -116,6 +166,15 @@ class _OpenAIRoutes:
         if name != self.model.name:
             stats.finish("not_found")
             return _error(f"the model {name!r} does not exist; serving {self.model.name!r}", 404)
+        head = {
+            "id": f"{'chatcmpl' if chat else 'cmpl'}-{next(self._ids)}",
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": int(time.time()),
+            "model": self.model.name,
+        }
+        if self.llm is not None:
+            return await self._generate(request, self.llm, ask, head, chat, began)
+        max_tokens, prompt_tokens, stream = ask.max_tokens, ask.prompt, ask.stream
         outcome = await self.engine.submit(1)
         if outcome.status is not Status.OK:
             stats.finish(outcome.status.value, time.perf_counter() - began)
@@ -123,30 +182,79 @@ class _OpenAIRoutes:
             return _error(outcome.detail, status, "server_error")
         first = outcome.done_at + self.model.ttft_ms / 1000.0
         gap = self.model.per_token_ms / 1000.0
-        usage = {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": max_tokens,
-            "total_tokens": prompt_tokens + max_tokens,
-        }
-        head = {
-            "id": f"{'chatcmpl' if chat else 'cmpl'}-{next(self._ids)}",
-            "object": "chat.completion.chunk" if chat else "text_completion",
-            "created": int(time.time()),
-            "model": self.model.name,
-        }
+        usage = _usage(prompt_tokens, max_tokens)
         if stream:
             resp = await self._stream(request, head, chat, max_tokens, first, gap, usage)
         else:
             await _sleep_until(self.clock, first + (max_tokens - 1) * gap)
-            text = "".join(_WORDS[i % len(_WORDS)] for i in range(max_tokens))
-            if chat:
-                choice: dict[str, Any] = {"message": {"role": "assistant", "content": text}}
-                head["object"] = "chat.completion"
-            else:
-                choice = {"text": text, "logprobs": None}
-            choice = {"index": 0, **choice, "finish_reason": "length"}
-            resp = web.json_response({**head, "choices": [choice], "usage": usage})
+            resp = _whole(head, chat, max_tokens, "length", usage)
         stats.finish("ok", time.perf_counter() - began)
+        return resp
+
+    async def _generate(
+        self,
+        request: web.Request,
+        llm: LlmRunner,
+        ask: _Ask,
+        head: dict[str, Any],
+        chat: bool,
+        began: float,
+    ) -> web.StreamResponse:
+        """A request through the LLM engine, streamed token by token as produced."""
+        stats = self.engine.stats
+        prompt = max(ask.prompt, 1)
+        got = llm.submit(
+            prompt, ask.max_tokens, ignore_eos=ask.ignore_eos, min_tokens=ask.min_tokens
+        )
+        if isinstance(got, Refused):
+            stats.finish("invalid" if got.status == 400 else "rejected")
+            kind = "invalid_request_error" if got.status == 400 else "server_error"
+            return _error(got.reason, got.status, kind)
+        try:
+            if ask.stream:
+                resp = await self._stream_tokens(request, got, head, chat, ask.include_usage)
+            else:
+                while not got.finished:
+                    await got.event.wait()
+                    got.event.clear()
+                n = len(got.times)
+                resp = _whole(head, chat, n, _reason(got), _usage(prompt, n))
+        finally:
+            llm.abort(got)  # a no-op once finished; frees the KV of a request cut short
+        stats.finish("error" if got.closed else "ok", time.perf_counter() - began)
+        return resp
+
+    async def _stream_tokens(
+        self,
+        request: web.Request,
+        got: TokenStream,
+        head: dict[str, Any],
+        chat: bool,
+        include_usage: bool,
+    ) -> web.StreamResponse:
+        resp = await _open_stream(request)
+        sent = 0
+        try:
+            while True:
+                await got.event.wait()
+                got.event.clear()
+                ready, last = len(got.times), got.finished
+                out = []
+                while sent < ready:
+                    reason = _reason(got) if last and sent == ready - 1 else None
+                    out.append(_event({**head, "choices": [_token(chat, sent, reason)]}))
+                    sent += 1
+                if last and include_usage:
+                    usage = _usage(got.prompt, sent)
+                    out.append(_event({**head, "choices": [], "usage": usage}))
+                if out:
+                    await resp.write(b"".join(out))
+                if last:
+                    break
+            await resp.write(b"data: [DONE]\n\n")
+            await resp.write_eof()
+        except ConnectionResetError:
+            pass  # the client went away; its request is aborted
         return resp
 
     async def _stream(
@@ -159,29 +267,68 @@ class _OpenAIRoutes:
         gap: float,
         usage: dict[str, int],
     ) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        resp.headers["Cache-Control"] = "no-cache"
-        await resp.prepare(request)
+        resp = await _open_stream(request)
         try:
             for i in range(n):
                 await _sleep_until(self.clock, first + i * gap)
-                word = _WORDS[i % len(_WORDS)]
                 last = i == n - 1
-                if chat:
-                    delta = {"role": "assistant", "content": word} if i == 0 else {"content": word}
-                    choice: dict[str, Any] = {"index": 0, "delta": delta}
-                else:
-                    choice = {"index": 0, "text": word, "logprobs": None}
-                choice["finish_reason"] = "length" if last else None
-                chunk = {**head, "choices": [choice]}
+                chunk = {**head, "choices": [_token(chat, i, "length" if last else None)]}
                 if last:
                     chunk["usage"] = usage
-                await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                await resp.write(_event(chunk))
             await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
         except ConnectionResetError:
             pass  # the client went away; nothing to tell it
         return resp
+
+
+def _usage(prompt: int, completion: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def _reason(got: TokenStream) -> str:
+    if got.closed:
+        return "abort"
+    return "length" if got.length_limited else "stop"
+
+
+def _token(chat: bool, i: int, finish_reason: str | None) -> dict[str, Any]:
+    """The choice of token ``i``'s chunk."""
+    word = _WORDS[i % len(_WORDS)]
+    if chat:
+        delta = {"role": "assistant", "content": word} if i == 0 else {"content": word}
+        return {"index": 0, "delta": delta, "finish_reason": finish_reason}
+    return {"index": 0, "text": word, "logprobs": None, "finish_reason": finish_reason}
+
+
+def _event(chunk: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+
+def _whole(
+    head: dict[str, Any], chat: bool, n: int, finish_reason: str, usage: dict[str, int]
+) -> web.Response:
+    """A whole (not streamed) answer of ``n`` tokens."""
+    text = "".join(_WORDS[i % len(_WORDS)] for i in range(n))
+    if chat:
+        choice: dict[str, Any] = {"message": {"role": "assistant", "content": text}}
+        head = {**head, "object": "chat.completion"}
+    else:
+        choice = {"text": text, "logprobs": None}
+    choice = {"index": 0, **choice, "finish_reason": finish_reason}
+    return web.json_response({**head, "choices": [choice], "usage": usage})
+
+
+async def _open_stream(request: web.Request) -> web.StreamResponse:
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    resp.headers["Cache-Control"] = "no-cache"
+    await resp.prepare(request)
+    return resp
 
 
 async def _sleep_until(clock: Clock, t: float) -> None:
@@ -195,9 +342,11 @@ def add_routes(
     model: LatencyModel,
     engine: BatchingEngine,
     guard: ConnectionGuard | None = None,
+    llm: LlmRunner | None = None,
 ) -> None:
-    """Register the OpenAI routes for ``model`` on ``app`` (``guard``: see ``build_app``)."""
-    r = _OpenAIRoutes(model, engine, guard)
+    """Register the OpenAI routes for ``model`` on ``app`` (``guard``: see ``build_app``;
+    ``llm``: the LLM engine that answers them, when the model has one)."""
+    r = _OpenAIRoutes(model, engine, guard, llm)
     app.router.add_get("/health", r.health)
     app.router.add_get("/v1/models", r.models)
     app.router.add_post("/v1/completions", r.completions)

@@ -26,7 +26,8 @@ from ridgeline.fakeserver._fastpath import FastV2Protocol
 from ridgeline.fakeserver.engine import BatchingEngine
 from ridgeline.fakeserver.grpc import Servicer
 from ridgeline.fakeserver.http import InferCore, build_app
-from ridgeline.fakeserver.metrics import MetricsExporter
+from ridgeline.fakeserver.llm import LlmRunner
+from ridgeline.fakeserver.metrics import LlmStats, MetricsExporter
 from ridgeline.synthetic.model import LatencyModel
 from ridgeline.v2.connections import Front, GuardedConnection, HttpListener
 from ridgeline.v2.limits import ConnectionLimits, check_port
@@ -96,6 +97,7 @@ class FakeServer(AsyncService):
             check_port(grpc_port, "gRPC port")
         self._want_http, self._want_grpc, self._clock = http_port, grpc_port, clock
         self._engine: BatchingEngine | None = None
+        self._llm: LlmRunner | None = None
         self._http: HttpListener | None = None
         self._grpc: Any = None
         self._http_port: int | None = None
@@ -106,8 +108,15 @@ class FakeServer(AsyncService):
         if self._engine is not None:
             raise RidgelineError("this FakeServer is already started; stop() it first")
         engine = self._engine = BatchingEngine(self.model, self._clock)
+        llm_stats = None if self.model.llm is None else LlmStats()
+        if llm_stats is not None:
+            self._llm = LlmRunner(self.model, engine.clock, llm_stats)
+            self._llm.start()
         exporter = MetricsExporter(
-            self.model.name, engine.stats, lambda: (engine.queue_length, engine.pending)
+            self.model.name,
+            engine.stats,
+            lambda: (engine.queue_length, engine.pending),
+            llm_stats,
         )
         log = request_log()
         http = self._http = HttpListener(self.host, self.limits, self.tls, SHUTDOWN_GRACE_S, log)
@@ -118,6 +127,7 @@ class FakeServer(AsyncService):
             token=self.token,
             max_body_bytes=self.max_body_bytes,
             guard=http.guard,
+            llm=self._llm,
         )
         try:
             self._http_port = await http.start(app, self._want_http, self._fast_path(engine, log))
@@ -154,6 +164,9 @@ class FakeServer(AsyncService):
         if self._engine is not None:
             self._engine.close()
             await asyncio.sleep(0)  # let the fast path write the rejections
+        if self._llm is not None:
+            await self._llm.close()
+            self._llm = None
         if self._grpc is not None:
             await self._grpc.stop(SHUTDOWN_GRACE_S)
             self._grpc = None
