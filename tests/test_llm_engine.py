@@ -7,7 +7,6 @@ metrics, aborts on disconnect, GuideLLM's calls)."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import re
 import time
@@ -346,8 +345,7 @@ async def test_the_server_streams_one_token_per_step_as_produced(
     assert chunks[4]["choices"] == []
     assert chunks[4]["usage"] == {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
     assert times[0] >= 0.04  # the end of the prefill step
-    gaps = [b - a for a, b in itertools.pairwise(times[:4])]
-    assert all(g < 0.3 for g in gaps), gaps  # streamed as produced, not at the end
+    assert times[3] - times[0] > 0.06  # streamed as produced (3 steps of 40 ms), not at the end
     text = await scrape(session, server)  # the engine's own (logical) token times
     assert vllm_metric(text, "vllm:inter_token_latency_seconds_sum") == pytest.approx(0.12)
     assert vllm_metric(text, "vllm:inter_token_latency_seconds_count") == 3
