@@ -29,7 +29,7 @@ from ridgeline.sim.interference import Interference
 from ridgeline.sim.server import SimState, check_times
 from ridgeline.synthetic.llm import LlmScheduler, output_length
 from ridgeline.synthetic.model import LatencyModel, LlmEngine
-from ridgeline.telemetry.records import Outcome, Records, gaps_from
+from ridgeline.telemetry.records import Outcome, Records
 from ridgeline.workload.payloads import RequestShape
 
 DEFAULT_MAX_TOKENS = 16
@@ -108,19 +108,19 @@ def _engine_of(model: LatencyModel) -> LlmEngine:
 
 
 class _Run:
-    """The scheduler and what each request has seen so far."""
+    """The scheduler, and what it produced step by step (token times are laid out per
+    request once, at the end, with numpy)."""
 
     def __init__(self, engine: LlmEngine, max_queue: int | None, n: int) -> None:
         self.sched = LlmScheduler(engine, max_queue)
-        self.first = np.full(n, np.nan)
         self.done = np.full(n, np.nan)
         self.outcome = np.full(n, int(Outcome.OK), dtype=np.int8)
-        self.tokens = np.zeros(n, dtype=np.int32)
-        self.gaps: list[list[float]] = [[] for _ in range(n)]
-        self.last = [0.0] * n
         self.deadline = [math.inf] * n
         self.errors: dict[str, int] = {}
         self._expiry: list[tuple[float, int]] = []
+        self._rids: list[int] = []
+        self._counts: list[int] = []
+        self._ends: list[float] = []
 
     def arrive(self, i: int, at: float, prompt: int, asked: int, out: int, deadline: float) -> None:
         refused = self.sched.add(i, prompt, asked, out)
@@ -139,16 +139,9 @@ class _Run:
                 self._time_out(i)
 
     def produced(self, rids: list[int], finished: list[int], now: float) -> None:
-        for i in rids:
-            if now > self.deadline[i]:
-                continue  # timed out; aborted at the next boundary, or done below
-            k = int(self.tokens[i])
-            if k == 0:
-                self.first[i] = now
-            else:
-                self.gaps[i].append(now - self.last[i])
-            self.last[i] = now
-            self.tokens[i] = k + 1
+        self._rids.extend(rids)
+        self._counts.append(len(rids))
+        self._ends.append(now)
         for i in finished:
             if now > self.deadline[i]:
                 self._time_out(i)
@@ -157,16 +150,27 @@ class _Run:
 
     def _time_out(self, i: int) -> None:
         self.outcome[i], self.done[i] = int(Outcome.TIMEOUT), self.deadline[i]
-        self.first[i], self.tokens[i] = np.nan, 0
-        self.gaps[i] = []
 
     def records(self, t: NDArray[np.float64], prompts: list[int], timeout_s: float) -> Records:
+        n = t.shape[0]
         rec = Records.empty(t)
         rec.sent = t.copy()
-        rec.done, rec.outcome, rec.first_token = self.done, self.outcome, self.first
-        rec.output_tokens = self.tokens
+        rec.done, rec.outcome = self.done, self.outcome
         rec.prompt_tokens = np.asarray(prompts, dtype=np.int32)
-        rec.gaps, rec.gap_start = gaps_from(self.gaps)
+        rids = np.asarray(self._rids, dtype=np.int64)
+        at = np.repeat(np.asarray(self._ends, dtype=np.float64), self._counts)
+        kept = self.outcome[rids] == int(Outcome.OK)  # a timed-out request keeps no token
+        rids, at = rids[kept], at[kept]
+        order = np.argsort(rids, kind="stable")  # each request's tokens stay in time order
+        rids, at = rids[order], at[order]
+        tokens = np.bincount(rids, minlength=n)
+        starts = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(tokens, out=starts[1:])
+        some = tokens > 0
+        rec.first_token[some] = at[starts[:-1][some]]
+        rec.output_tokens = tokens.astype(np.int32)
+        rec.gaps = np.diff(at)[rids[1:] == rids[:-1]]
+        np.cumsum(np.maximum(tokens - 1, 0), out=rec.gap_start[1:])
         late = int(np.count_nonzero(self.outcome == int(Outcome.TIMEOUT)))
         if late:
             self.errors[f"timeout after {timeout_s:g} s"] = late

@@ -58,6 +58,8 @@ class _Seq:
     """Tokens it will produce: max_tokens, or its natural length when that comes first."""
     produced: int = 0
     blocks: int = 0
+    cap: int = 0
+    """Tokens its blocks hold: ``blocks · block_tokens``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +99,8 @@ class LlmScheduler:
     _running: list[_Seq] = field(default_factory=list)
     _by_id: dict[int, _Seq] = field(default_factory=dict)
     _free: int = -1
+    _held: int = 0
+    """Tokens of the running sequences (prompt + produced each)."""
 
     def __post_init__(self) -> None:
         self._free = self.engine.blocks
@@ -166,8 +170,7 @@ class LlmScheduler:
         if seq is None:
             return False
         if seq.blocks:
-            self._free += seq.blocks
-            seq.blocks = 0
+            self._release(seq)
             self._running.remove(seq)
         else:
             self._waiting.remove(seq)
@@ -182,21 +185,21 @@ class LlmScheduler:
         e = self.engine
         decode, preempted = self._reserve()
         admitted, prefilled = ([], 0) if preempted else self._admit()
-        ran = admitted + decode
-        resident = sum(s.prompt + s.produced + 1 for s in ran)
+        ran = admitted + decode if admitted else decode
+        resident = self._held + len(ran)
         ms = (
             e.step_ms
             + e.prefill_ms_per_token * prefilled
             + e.decode_ms_per_seq * len(decode)
             + e.attention_ms_per_kv_token * resident
         )
+        self._held = resident
         finished = []
         for s in ran:
             s.produced += 1
             if s.produced == s.target:
                 finished.append(s.rid)
-                self._free += s.blocks
-                s.blocks = 0
+                self._release(s)
                 del self._by_id[s.rid]
         if finished:
             self._running = [s for s in self._running if s.blocks]
@@ -211,29 +214,37 @@ class LlmScheduler:
             resident,
         )
 
+    def _release(self, seq: _Seq) -> None:
+        """A running sequence gives back its blocks (finished, preempted or aborted)."""
+        self._free += seq.blocks
+        self._held -= seq.prompt + seq.produced
+        seq.blocks = seq.cap = 0
+
     def _reserve(self) -> tuple[list[_Seq], list[int]]:
-        """Each running sequence takes the block its next token needs, preempting the
-        most recently admitted ones when none is free."""
-        run, decode, preempted = self._running, [], []
+        """Each running sequence takes the block its next token needs (one more when its
+        last is full), preempting the most recently admitted ones when none is free; the
+        sequences that will decode, and the ids preempted."""
+        run, preempted, bt = self._running, [], self.engine.block_tokens
         i = 0
         while i < len(run):
             seq = run[i]
-            need = self.blocks_for(seq.prompt + seq.produced + 1) - seq.blocks
-            while need > self._free:
+            if seq.prompt + seq.produced < seq.cap:
+                i += 1
+                continue
+            while self._free == 0:
                 victim = run.pop()
-                self._free += victim.blocks
-                victim.blocks = 0
+                self._release(victim)
                 self._waiting.appendleft(victim)
                 preempted.append(victim.rid)
                 self.preemptions += 1
                 if victim is seq:
                     break
             else:
-                self._free -= need
-                seq.blocks += need
-                decode.append(seq)
+                self._free -= 1
+                seq.blocks += 1
+                seq.cap += bt
                 i += 1
-        return decode, preempted
+        return list(run), preempted
 
     def _admit(self) -> tuple[list[_Seq], int]:
         """Waiting sequences admitted first come, first served, and the prompt tokens
@@ -251,7 +262,8 @@ class LlmScheduler:
                 break
             self._waiting.popleft()
             self._free -= need
-            seq.blocks = need
+            seq.blocks, seq.cap = need, need * e.block_tokens
+            self._held += compute
             self._running.append(seq)
             admitted.append(seq)
             prefilled += compute
