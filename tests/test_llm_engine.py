@@ -19,23 +19,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from _llm import TINY
 from _timing import await_until
 from ridgeline.fakeserver import FakeServer, load_preset
 from ridgeline.synthetic.llm import LlmScheduler, Refused, Step, output_length
 from ridgeline.synthetic.model import LatencyModel, LlmEngine
-
-# Costs chosen so every duration is an exact decimal: step 8 ms, 1 ms per prompt token,
-# 2 ms per decoded sequence, 0.5 ms per resident token; 4 blocks of 4 tokens.
-TINY = LlmEngine(
-    kv_cache_tokens=16,
-    block_tokens=4,
-    max_num_seqs=8,
-    max_num_batched_tokens=64,
-    step_ms=8.0,
-    prefill_ms_per_token=1.0,
-    decode_ms_per_seq=2.0,
-    attention_ms_per_kv_token=0.5,
-)
 
 
 def tiny(**changes: Any) -> LlmEngine:
@@ -269,17 +257,10 @@ def test_laws_every_admitted_request_gets_exactly_its_tokens_within_the_cache(
 
 # --- the fake server ------------------------------------------------------------------
 
+FREE = {"prefill_ms_per_token": 0.0, "decode_ms_per_seq": 0.0, "attention_ms_per_kv_token": 0.0}
 SLOW = LatencyModel(
     name="llm",
-    llm=LlmEngine(
-        kv_cache_tokens=64,
-        block_tokens=16,
-        max_num_seqs=1,
-        step_ms=40.0,
-        prefill_ms_per_token=0.0,
-        decode_ms_per_seq=0.0,
-        attention_ms_per_kv_token=0.0,
-    ),
+    llm=LlmEngine(kv_cache_tokens=64, block_tokens=16, max_num_seqs=1, step_ms=40.0, **FREE),
 )
 """One sequence at a time, every step 40 ms: timings a busy host can still tell apart."""
 

@@ -403,7 +403,14 @@ PRESET_DIR = Path(__file__).parents[1] / "src" / "ridgeline" / "sim" / "presets"
 
 
 def test_presets_cover_the_architecture_classes() -> None:
-    assert sim_preset_names() == ["nlp", "ranking", "recommendation", "vision", "vision-warmup"]
+    assert sim_preset_names() == [
+        "llm",
+        "nlp",
+        "ranking",
+        "recommendation",
+        "vision",
+        "vision-warmup",
+    ]  # llm: tests/test_llm_sim.py
 
 
 @pytest.mark.parametrize("name", ["nlp", "ranking", "recommendation", "vision", "vision-warmup"])
@@ -445,7 +452,7 @@ def test_shapes_follow_the_preset_sizes() -> None:
 
 
 def test_unknown_preset_lists_the_valid_ones() -> None:
-    with pytest.raises(UnknownKindError, match="valid simulated server presets are: nlp, ranking"):
+    with pytest.raises(UnknownKindError, match="presets are: llm, nlp, ranking"):
         load_sim_preset("resnet")
 
 

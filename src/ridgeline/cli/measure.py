@@ -175,7 +175,7 @@ def probe(
         typer.Argument(
             help="endpoint URL (as for `run`), or sim:PRESET / sim:FILE.yaml for a simulated "
             "server in virtual time (presets: recommendation, ranking, vision, nlp, "
-            "vision-warmup)"
+            "vision-warmup, llm)"
         ),
     ],
     slo: Annotated[
