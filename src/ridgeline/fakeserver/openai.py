@@ -221,7 +221,8 @@ class _OpenAIRoutes:
                 resp = _whole(head, chat, n, _reason(got), _usage(prompt, n))
         finally:
             llm.abort(got)  # a no-op once finished; frees the KV of a request cut short
-        stats.finish("error" if got.closed else "ok", time.perf_counter() - began)
+        whole = got.finished and not got.closed  # not cut short by the client or a stop
+        stats.finish("ok" if whole else "error", time.perf_counter() - began)
         return resp
 
     async def _stream_tokens(

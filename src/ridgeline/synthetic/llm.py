@@ -225,6 +225,13 @@ class LlmScheduler:
         last is full), preempting the most recently admitted ones when none is free; the
         sequences that will decode, and the ids preempted."""
         run, preempted, bt = self._running, [], self.engine.block_tokens
+        full = [seq for seq in run if seq.prompt + seq.produced >= seq.cap]
+        if len(full) <= self._free:  # a block for each: nobody is preempted
+            self._free -= len(full)
+            for seq in full:
+                seq.blocks += 1
+                seq.cap += bt
+            return list(run), preempted
         i = 0
         while i < len(run):
             seq = run[i]
