@@ -224,7 +224,8 @@ class LlmScheduler:
         """Each running sequence takes the block its next token needs (one more when its
         last is full), preempting the most recently admitted ones when none is free; the
         sequences that will decode, and the ids preempted."""
-        run, preempted, bt = self._running, [], self.engine.block_tokens
+        run, bt = self._running, self.engine.block_tokens
+        preempted: list[int] = []
         full = [seq for seq in run if seq.prompt + seq.produced >= seq.cap]
         if len(full) <= self._free:  # a block for each: nobody is preempted
             self._free -= len(full)
