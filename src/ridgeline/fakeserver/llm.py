@@ -2,7 +2,9 @@
 
 Steps run back to back while anything is running or waiting, each from the logical end of
 the one before (so the event loop's lateness never accumulates: the throughput is the
-model's), and the first step after an idle spell starts when its request arrives. At a
+model's), and the first step after an idle spell starts when its request arrives. A
+request joins the scheduler at the first step that starts after it arrived, as in the
+simulator, even when the loop runs late (it is refused, or not, when it arrives). At a
 step's end every sequence that produced a token gets it: its ``TokenStream`` records the
 step's end time and wakes the request's handler, which writes what it has not written.
 A handler that goes away (the client closed, the server stops) aborts its request, which
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+from collections import deque
 
 from ridgeline.clock import Clock
 from ridgeline.fakeserver.metrics import LlmStats
@@ -52,6 +55,8 @@ class LlmRunner:
         s = self.scheduler
         stats.gauges = lambda: (s.running, s.waiting, s.kv_usage, s.preemptions)
         self._streams: dict[int, TokenStream] = {}
+        self._arrived: deque[tuple[TokenStream, int]] = deque()
+        """Requests taken but not yet handed to the scheduler, with their output length."""
         self._ids = itertools.count()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -70,6 +75,7 @@ class LlmRunner:
             stream.finished = stream.closed = True
             stream.event.set()
         self._streams.clear()
+        self._arrived.clear()
 
     def submit(
         self, prompt: int, max_tokens: int, *, ignore_eos: bool, min_tokens: int = 0
@@ -84,10 +90,11 @@ class LlmRunner:
             seed=self._seed,
             index=rid,
         )
-        refused = self.scheduler.add(rid, prompt, max_tokens, target)
+        refused = self.scheduler.refusal(prompt, max_tokens, ahead=len(self._arrived))
         if refused is not None:
             return refused
         stream = self._streams[rid] = TokenStream(rid, self.clock.now(), prompt, max_tokens)
+        self._arrived.append((stream, target))
         self.stats.prompt_tokens += prompt
         self._wake.set()
         return stream
@@ -95,17 +102,24 @@ class LlmRunner:
     def abort(self, stream: TokenStream) -> None:
         """The request's client went away: free what it holds."""
         if self._streams.pop(stream.rid, None) is not None:
-            self.scheduler.abort(stream.rid)
+            self.scheduler.abort(stream.rid)  # False while it has not joined: it never will
 
     async def _run(self) -> None:
-        end = self.clock.now()
+        end, arrived = self.clock.now(), self._arrived
         while True:
             if self.scheduler.idle:
-                self._wake.clear()
-                await self._wake.wait()
-                end = max(end, self.clock.now())
+                if not arrived:
+                    self._wake.clear()
+                    await self._wake.wait()
+                end = max(end, arrived[0][0].arrival)
+            while arrived and arrived[0][0].arrival <= end:
+                stream, target = arrived.popleft()
+                if stream.rid in self._streams:  # not aborted before it joined
+                    self.scheduler.add(
+                        stream.rid, stream.prompt, stream.max_tokens, target, checked=True
+                    )
             step = self.scheduler.step(end)
-            if step is None:  # every request was aborted while we slept
+            if step is None:  # every request was aborted before it ran
                 continue
             delay = step.end - self.clock.now()
             if delay > 0:

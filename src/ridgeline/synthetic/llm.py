@@ -138,26 +138,41 @@ class LlmScheduler:
         """KV cache blocks that ``tokens`` tokens occupy."""
         return -(-tokens // self.engine.block_tokens)
 
-    def add(
-        self, rid: int, prompt: int, max_tokens: int, target: int | None = None
-    ) -> Refused | None:
-        """Queue request ``rid`` (``prompt`` ≥ 1 tokens, up to ``max_tokens`` ≥ 1 out;
-        ``target`` ≤ max_tokens when it ends early at EOS); a ``Refused`` when it is not
-        taken, None when it waits for admission."""
+    def refusal(self, prompt: int, max_tokens: int, ahead: int = 0) -> Refused | None:
+        """Why a request of ``prompt`` tokens asking ``max_tokens`` would be refused now,
+        with ``ahead`` more requests about to join the waiting queue before it; None
+        when it would be taken."""
         if prompt < 1 or max_tokens < 1:
             raise ValueError(f"prompt ({prompt}) and max_tokens ({max_tokens}) must be ≥ 1")
-        if rid in self._by_id:
-            raise ValueError(f"request id {rid} is already queued or running")
-        need = self.blocks_for(prompt + max_tokens)
-        if need > self.engine.blocks:
+        if self.blocks_for(prompt + max_tokens) > self.engine.blocks:
             cap = self.engine.blocks * self.engine.block_tokens
             return Refused(
                 NEVER_FITS,
                 f"prompt ({prompt} tokens) + max_tokens ({max_tokens}) exceeds the KV cache "
                 f"({cap} tokens); shorten the prompt or lower max_tokens",
             )
-        if self.max_waiting is not None and len(self._waiting) >= self.max_waiting:
+        if self.max_waiting is not None and len(self._waiting) + ahead >= self.max_waiting:
             return Refused(QUEUE_FULL, "queue full")
+        return None
+
+    def add(
+        self,
+        rid: int,
+        prompt: int,
+        max_tokens: int,
+        target: int | None = None,
+        *,
+        checked: bool = False,
+    ) -> Refused | None:
+        """Queue request ``rid`` (``prompt`` ≥ 1 tokens, up to ``max_tokens`` ≥ 1 out;
+        ``target`` ≤ max_tokens when it ends early at EOS); a ``Refused`` when it is not
+        taken (``refusal``, unless the caller has ``checked`` it already), None when it
+        waits for admission."""
+        if rid in self._by_id:
+            raise ValueError(f"request id {rid} is already queued or running")
+        refused = None if checked else self.refusal(prompt, max_tokens)
+        if refused is not None:
+            return refused
         seq = _Seq(rid, prompt, max_tokens if target is None else max(1, min(target, max_tokens)))
         self._waiting.append(seq)
         self._by_id[rid] = seq
