@@ -10,7 +10,9 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import aiohttp
@@ -21,7 +23,7 @@ from pydantic import ValidationError
 
 from _llm import TINY
 from _timing import await_until
-from ridgeline.fakeserver import FakeServer, load_preset
+from ridgeline.fakeserver import FakeServer, load_preset, running_in_thread
 from ridgeline.synthetic.llm import LlmScheduler, Refused, Step, output_length
 from ridgeline.synthetic.model import LatencyModel, LlmEngine
 
@@ -456,3 +458,55 @@ async def test_guidellms_calls_work_against_the_llm_preset(
         assert chunks[-1]["usage"]["completion_tokens"] == 8
     finally:
         await server.stop()
+
+
+# --- any body: an answer, never a crash -----------------------------------------------
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 2**40) | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner),
+    max_leaves=12,
+)
+FIELDS = st.fixed_dictionaries(
+    {},
+    optional={
+        "model": st.sampled_from(["llm", "other"]) | JSON,
+        "prompt": st.text(max_size=30) | JSON,
+        "messages": st.lists(st.fixed_dictionaries({"content": st.text(max_size=20)})) | JSON,
+        "max_tokens": st.integers(-2, 70) | JSON,
+        "max_completion_tokens": st.integers(-2, 70) | JSON,
+        "min_tokens": st.integers(-2, 70) | JSON,
+        "stream": st.booleans() | JSON,
+        "ignore_eos": st.booleans() | JSON,
+        "stream_options": st.fixed_dictionaries({"include_usage": st.booleans() | JSON}) | JSON,
+    },
+)
+
+
+@pytest.fixture(scope="module")
+def quick_llm() -> Iterator[FakeServer]:
+    engine = LlmEngine(kv_cache_tokens=64, block_tokens=4, max_num_seqs=4, step_ms=0.5, **FREE)
+    with running_in_thread(LatencyModel(name="llm", llm=engine), grpc_port=None) as server:
+        yield server
+
+
+@settings(max_examples=80, deadline=None)
+@given(body=FIELDS | JSON, chat=st.booleans())
+def test_any_body_gets_an_answer_never_a_server_error(
+    quick_llm: FakeServer, body: Any, chat: bool
+) -> None:
+    route = "/chat/completions" if chat else "/completions"
+    req = urllib.request.Request(
+        quick_llm.openai_url + route,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            status, text = resp.status, resp.read().decode()
+    except urllib.error.HTTPError as e:
+        status, text = e.code, e.read().decode()
+    assert status in (200, 400, 404), (status, text)
+    if status != 200:
+        message = json.loads(text)["error"]["message"]
+        assert message and "\n" not in message
