@@ -3,6 +3,7 @@ ITL against the per-request TPOT, tokens/s, goodput and the windows they fall in
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from _cli import ridgeline
+from ridgeline.fakeserver import running_in_process
 from ridgeline.health import parse_slo
+from ridgeline.synthetic.model import LatencyModel
 from ridgeline.telemetry.records import Outcome, Records, gaps_from
 from ridgeline.telemetry.store import RunStore
 from ridgeline.telemetry.summary import gap_statistic, good, summarize, with_goodput
@@ -171,3 +175,26 @@ def test_the_store_keeps_prompt_tokens_and_gaps_per_request(tmp_path: Path) -> N
     itl = summarize(back, 1.0, valid=True, invalid_reason=None).itl_ms
     assert itl is not None and s.itl_ms is not None
     assert (itl.p50, itl.p99) == (s.itl_ms.p50, s.itl_ms.p99)
+
+
+def test_run_json_shows_the_token_metrics_and_goodput_against_the_fake_llm_server(
+    tmp_path: Path,
+) -> None:
+    """A real streaming server on loopback: 20 ms to the first token, a token every 5 ms;
+    ``run --slo`` counts goodput, and ITL (every gap) reads the server's 5 ms."""
+    model = LatencyModel(base_ms=1.0, per_item_ms=0.0, ttft_ms=20.0, per_token_ms=5.0)
+    with running_in_process(model, grpc_port=None) as srv:
+        url = srv.http_url.replace("http://", "openai+http://") + "/v1"
+        res = ridgeline(
+            "run", url, "--model", "fake", "--rate", "20", "--duration", "2",
+            "--slo", "ttft_p99<10s,itl_p99<1ms", "--json",
+            db=tmp_path / "r.sqlite",
+        )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    s = json.loads(res.stdout)
+    assert s["ok"] > 0 and s["errors"] == 0
+    assert s["itl_ms"]["p50"] == pytest.approx(5.0, abs=1.5)
+    assert s["tpot_ms"]["p50"] == pytest.approx(5.0, abs=1.5)
+    assert s["ttft_ms"]["p50"] >= 20.0 and s["ttft_from_send_ms"]["p50"] >= 20.0
+    assert s["output_tokens_per_s"] > 0
+    assert (s["good"], s["goodput_rps"]) == (0, 0.0)  # no answer's gaps are all under 1 ms

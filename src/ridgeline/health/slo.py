@@ -176,7 +176,7 @@ def parse_slo(text: str) -> SLOPolicy:
         if len(prefixes) > 1:  # p99 and e2e_p99: one statistic, spelt two ways
             raise ConfigError(
                 f"SLO {text!r}: {key} and e2e_{key} both bound the end-to-end {key} "
-                "latency; keep one of them"
+                "latency; keep one bound of the two"
             )
     if dup := repeated(b.name for b in latency):
         raise ConfigError(f"SLO {text!r}: {', '.join(dup)} bounded twice; keep one bound each")

@@ -279,7 +279,6 @@ class Run:
             self.store.finish_run(self.run_id, status, reason or None, result.model_dump())
         return result
 
-
     def _at(self, rate: float | None) -> AtCapacity | None:
         """The last step that held at ``rate`` (a confirmation, when one held there)."""
         held = [

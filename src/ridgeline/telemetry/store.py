@@ -105,9 +105,7 @@ def _request_rows(records: Records) -> list[list[Any]]:
     """Per-request rows, as the ``requests`` table holds them (less step and index), as
     the journal can hold them too: the gaps as base64 text (``_gaps_blob`` stores it)."""
     gaps = [
-        base64.b64encode(records.gaps_of(i).astype(_GAPS).tobytes()).decode("ascii")
-        if n
-        else None
+        base64.b64encode(records.gaps_of(i).astype(_GAPS).tobytes()).decode("ascii") if n else None
         for i, n in enumerate(records.gap_counts().tolist())
     ]
     return [
