@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from rich.console import Console
 
 from _cli import ridgeline
 from ridgeline.fakeserver import running_in_process
 from ridgeline.health import parse_slo
+from ridgeline.report import summary_table, write_report
 from ridgeline.synthetic.model import LatencyModel
 from ridgeline.telemetry.records import Outcome, Records, gaps_from
 from ridgeline.telemetry.store import RunStore
@@ -198,3 +200,27 @@ def test_run_json_shows_the_token_metrics_and_goodput_against_the_fake_llm_serve
     assert s["ttft_ms"]["p50"] >= 20.0 and s["ttft_from_send_ms"]["p50"] >= 20.0
     assert s["output_tokens_per_s"] > 0
     assert (s["good"], s["goodput_rps"]) == (0, 0.0)  # no answer's gaps are all under 1 ms
+
+
+def test_a_stored_streaming_run_shows_its_token_numbers_in_runs_show_and_the_report(
+    tmp_path: Path,
+) -> None:
+    rec = two_requests()
+    s = with_goodput(
+        summarize(rec, 1.0, valid=True, invalid_reason=None),
+        rec,
+        parse_slo("ttft_p99<8ms").latency,
+    )
+    with RunStore(tmp_path / "r.sqlite") as store:
+        run_id = store.create_run("run", "openai+http://127.0.0.1:1/v1", {})
+        store.add_step(run_id, 0, s, windows(rec, 1.0))
+        store.finish_run(run_id, "complete")
+        run = store.get_run(run_id)
+    console = Console(width=200, record=True)
+    console.print(summary_table(run))
+    text = console.export_text()
+    assert "step 1: goodput" in text and "1.0 req/s within every bound" in text
+    assert "step 1: tokens/s" in text and "in 150.0, out 14.0" in text
+    assert "step 1: ITL (every gap, pooled)" in text
+    page = write_report(run, tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "<th>ITL p99 ms</th>" in page and "<th>goodput req/s</th>" in page
