@@ -1,9 +1,10 @@
 """OpenAI-compatible routes on the fake server's aiohttp app.
 
 ``POST /v1/completions`` and ``POST /v1/chat/completions`` (``stream`` true or false) and
-``GET /v1/models``, and ``GET /health`` (vLLM's liveness route). A request goes through the batching engine like any other (one row;
-queueing, batching, stalls, injected errors and queue-full all apply); its first token
-comes ``ttft_ms`` after the engine completes it, then one token every ``per_token_ms``,
+``GET /v1/models``, and ``GET /health`` (vLLM's liveness route). A request goes through
+the batching engine like any other (one row; queueing, batching, stalls, injected errors
+and queue-full all apply); its first token comes ``ttft_ms`` after the engine completes
+it, then one token every ``per_token_ms``,
 ``max_tokens`` tokens in all (default 16), scheduled on absolute times. Streaming sends
 one Server-Sent Event per token, ``usage`` in the last one, then ``data: [DONE]``.
 Prompt tokens are counted as whitespace-separated words.
