@@ -192,8 +192,9 @@ def test_run_json_shows_the_token_metrics_and_goodput_against_the_fake_llm_serve
             "--slo", "ttft_p99<10s,itl_p99<1ms", "--json",
             db=tmp_path / "r.sqlite",
         )  # fmt: skip
-    assert res.returncode == 0, res.stderr
+    assert res.returncode in (0, 3), res.stderr  # 3: the host too busy to judge the step
     s = json.loads(res.stdout)
+    assert s["valid"] == (res.returncode == 0)
     assert s["ok"] > 0 and s["errors"] == 0
     assert s["itl_ms"]["p50"] == pytest.approx(5.0, abs=1.5)
     assert s["tpot_ms"]["p50"] == pytest.approx(5.0, abs=1.5)
