@@ -65,6 +65,19 @@ def test_pooled_itl_is_every_gap_and_tpot_one_value_per_request() -> None:
     assert s.tpot_ms.mean == pytest.approx(20.5)
 
 
+def test_a_request_that_timed_out_before_its_first_token_counts_in_ttft_at_its_timeout() -> None:
+    rec = streamed(
+        [(0.0, 0.0, 0.010, [FAST], 10), (0.1, 0.1, np.nan, [], 10)],
+        [Outcome.OK, Outcome.TIMEOUT],
+    )
+    rec.done[1] = 0.1 + 30.0  # given up on after 30 s, never a token
+    s = summarize(rec, 1.0, valid=True, invalid_reason=None)
+    assert s.ttft_ms is not None
+    assert s.ttft_ms.max == pytest.approx(30_000.0, rel=1e-3)  # not left out of the tail
+    assert s.ttft_ms.p50 == pytest.approx(10.0, rel=1e-3)
+    assert s.error_rate == 0.5
+
+
 def test_ttft_is_timed_from_the_schedule_and_from_the_send_apart() -> None:
     s = summarize(two_requests(), 1.0, valid=True, invalid_reason=None)
     assert s.ttft_ms is not None and s.ttft_from_send_ms is not None

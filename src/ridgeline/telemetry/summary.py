@@ -180,9 +180,15 @@ def _per_s(tokens: NDArray[np.int32], span_s: float) -> float | None:
     return total / span_s if total else None
 
 
-def ttft_s(rec: Records) -> NDArray[np.float64]:
-    """Each request's time to first token from its scheduled send (NaN: no first token)."""
-    return rec.first_token - rec.scheduled
+def ttft_s(rec: Records, since: NDArray[np.float64] | None = None) -> NDArray[np.float64]:
+    """Each request's time to first token from its scheduled send (or ``since``). A
+    request that failed before its first token counts at the time it failed, beyond
+    any bound its wait already broke (never left out: a server that times requests out
+    in its queue must not look fast); NaN when it succeeded without streaming or was
+    never sent."""
+    start = rec.scheduled if since is None else since
+    failed = np.isin(rec.outcome, [int(o) for o in FAILED]) & ~np.isfinite(rec.first_token)
+    return np.where(failed, rec.done, rec.first_token) - start
 
 
 def tpot_s(rec: Records) -> NDArray[np.float64]:
@@ -200,15 +206,16 @@ def token_percentiles(
     """TTFT (from schedule and from send), pooled ITL and TPOT of requests ``a:b`` (in
     schedule order), as ``StepSummary`` fields; all None when none streamed. ``tpot``:
     ``tpot_s(rec)``, when a caller cutting many slices has it already."""
-    first = rec.first_token[a:b]
-    streamed = np.isfinite(first)
-    if not streamed.any():
+    if not np.isfinite(rec.first_token[a:b]).any():
         return dict.fromkeys(("ttft_ms", "ttft_from_send_ms", "itl_ms", "tpot_ms"))
+    part = slice(a, b)
+    ttft = ttft_s(rec)[part]
+    counted = np.isfinite(ttft)
     gaps = rec.gaps[rec.gap_start[a] : rec.gap_start[b]]
     tpot = (tpot_s(rec) if tpot is None else tpot)[a:b]
     return {
-        "ttft_ms": _pct((first - rec.scheduled[a:b])[streamed]),
-        "ttft_from_send_ms": _pct((first - rec.sent[a:b])[streamed]),
+        "ttft_ms": _pct(ttft[counted]),
+        "ttft_from_send_ms": _pct(ttft_s(rec, rec.sent)[part][counted]),
         "itl_ms": _pct(gaps) if gaps.size else None,
         "tpot_ms": _pct(tpot) if np.isfinite(tpot).any() else None,
     }
