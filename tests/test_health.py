@@ -243,3 +243,77 @@ def test_an_observation_from_a_window_is_assessed() -> None:
     assert a.state is HealthState.CRITICAL
     assert a.reason == "error rate 6.00% ≥ 3× 1%"
     assert SLOPolicy().latency == ()
+
+
+# --- token-level bounds and vLLM's saturation signals ---------------------------------
+
+TOKENS = parse_slo("ttft_p99<200ms,itl_p99<50ms,tpot_p99<40ms,errors<1%")
+
+
+@pytest.mark.parametrize(
+    ("metric", "p99", "state", "reason"),
+    [
+        ("ttft", 240.0, HealthState.UNHEALTHY, "ttft p99 240.0 ms > 200 ms"),
+        ("itl", 45.0, HealthState.WARN, "itl p99 45.0 ms > 80% of 50 ms"),
+        ("tpot", 130.0, HealthState.CRITICAL, "tpot p99 130.0 ms ≥ 3× 40 ms"),
+        ("ttft", 100.0, HealthState.HEALTHY, "closest: ttft p99 100.0 ms"),
+    ],
+)
+def test_each_token_bound_is_a_latency_reading_with_its_reason(
+    metric: str, p99: float, state: HealthState, reason: str
+) -> None:
+    a = assess(obs(latency_ms={"p99": 5000.0}, token_ms={metric: {"p99": p99}}), TOKENS)
+    assert a.state is state and reason in a.reason
+    bound = {"ttft": 200.0, "itl": 50.0, "tpot": 40.0}[metric]
+    assert a.metric_scores == {
+        f"{metric}_p99": p99 / bound,
+        "errors": 0.0,
+        "attainment": 0.0,
+    }  # the end-to-end 5 s is not bounded, so not read
+
+
+def test_the_old_slo_text_still_reads_the_end_to_end_latency() -> None:
+    a = assess(obs(latency_ms={"p99": 150.0}, token_ms={"ttft": {"p99": 1.0}}), POLICY)
+    assert (a.state, a.reason) == (HealthState.UNHEALTHY, "p99 150.0 ms > 100 ms")
+
+
+def test_a_token_only_slo_fits_its_trend_to_ttft() -> None:
+    rising = [
+        obs(latency_ms={"p50": 900.0}, token_ms={"ttft": {"p50": 10.0 * k}}) for k in range(5)
+    ]
+    a = assess(rising[-1], parse_slo("ttft_p50<100ms"), rising[:-1])
+    assert a.state is HealthState.OVERLOADED
+    assert a.reason == "ttft p50 trend +10.0 ms/window > 5 ms/window"
+
+
+@pytest.mark.parametrize(
+    ("server", "reason"),
+    [
+        ({"vllm:num_preemptions_total": 3.0}, "3 requests preempted (KV cache full)"),
+        (
+            {'vllm:kv_cache_usage_perc{model_name="m"}': 0.99, "vllm:num_requests_waiting": 4.0},
+            "KV cache 99% full with 4 requests waiting",
+        ),
+    ],
+)
+def test_vllm_saturation_makes_a_healthy_window_warn_and_leaves_its_score(
+    server: dict[str, float], reason: str
+) -> None:
+    w = _window(failed=0, dropped=0, error_rate=0.0, achieved_rps=100.0, completed_ok=100)
+    w.ttft_ms = Percentiles(p99=100.0)
+    quiet = assess(observation_from_window(w), TOKENS)
+    loud = assess(observation_from_window(w.model_copy(update={"server": server})), TOKENS)
+    assert quiet.state is HealthState.HEALTHY
+    assert (loud.state, loud.reason) == (HealthState.WARN, reason)
+    assert loud.score == quiet.score  # the capacity stays what the SLO says
+
+
+def test_a_full_kv_cache_with_nothing_waiting_is_no_sign() -> None:
+    a = assess(obs(kv_cache_usage=1.0, queue_length=0.0), POLICY)
+    assert a.state is HealthState.HEALTHY
+
+
+def test_vllm_running_requests_are_the_batch_and_waiting_ones_the_queue() -> None:
+    w = _window(server={"vllm:num_requests_running": 12.0, "vllm:num_requests_waiting": 3.0})
+    o = observation_from_window(w)
+    assert (o.mean_batch_size, o.queue_length) == (12.0, 3.0)

@@ -26,6 +26,7 @@ from _timing import await_until
 from ridgeline.fakeserver import FakeServer, load_preset, running_in_thread
 from ridgeline.synthetic.llm import LlmScheduler, Refused, Step, output_length
 from ridgeline.synthetic.model import LatencyModel, LlmEngine
+from ridgeline.telemetry.scrape import parse_metrics
 
 
 def tiny(**changes: Any) -> LlmEngine:
@@ -371,6 +372,11 @@ async def test_requests_queue_for_the_one_slot_and_metrics_say_so(
     await await_until(queued, 10, "one running, two waiting")
     text = await scrape(session, server)
     assert vllm_metric(text, "vllm:kv_cache_usage_perc") == 0.25  # 1 block of 4
+    values, counters = parse_metrics(text)  # as the probe's scraper reads them
+    assert values['fakeserver_queue_length{model="llm"}'] == 2  # the LLM engine's queue
+    assert values['nv_inference_pending_request_count{model="llm",version="1"}'] == 3
+    assert values['vllm:num_requests_waiting{model_name="llm"}'] == 2
+    assert 'vllm:num_preemptions_total{model_name="llm"}' in counters
     firsts = sorted(t[0] for t, _ in await asyncio.gather(*tasks))
     assert firsts[2] - firsts[0] >= 0.7  # each waits for the one before: 10 steps of 40 ms
     text = await scrape(session, server)

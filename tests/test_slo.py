@@ -7,7 +7,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ridgeline.errors import ConfigError
-from ridgeline.health.slo import PERCENTILES, LatencyBound, SLOPolicy, format_slo, parse_slo
+from ridgeline.health.slo import (
+    METRICS,
+    PERCENTILES,
+    LatencyBound,
+    SLOPolicy,
+    format_slo,
+    parse_slo,
+)
 
 
 def test_reads_bounds_units_and_percent() -> None:
@@ -36,6 +43,27 @@ def test_format_reads_like_the_input() -> None:
     )
 
 
+def test_reads_token_level_bounds_beside_the_end_to_end_ones() -> None:
+    p = parse_slo("ttft_p99<200ms,itl_p99<50ms,tpot_p99.9<40ms,e2e_max<1s,p50<300ms")
+    assert p.latency == (
+        LatencyBound(metric="ttft", percentile="p99", bound_ms=200.0),
+        LatencyBound(metric="itl", percentile="p99", bound_ms=50.0),
+        LatencyBound(metric="tpot", percentile="p999", bound_ms=40.0),
+        LatencyBound(percentile="max", bound_ms=1000.0),
+        LatencyBound(percentile="p50", bound_ms=300.0),
+    )
+    assert format_slo(p) == (
+        "ttft_p99<200ms,itl_p99<50ms,tpot_p999<40ms,max<1s,p50<300ms,errors<1%,attainment>95%"
+    )
+
+
+def test_e2e_is_the_bare_statistic_spelt_out() -> None:
+    assert parse_slo("e2e_p99<1s") == parse_slo("p99<1s")
+    assert parse_slo("ttft_p99<1s,p99<1s").latency[1] == LatencyBound(
+        percentile="p99", bound_ms=1e3
+    )
+
+
 @pytest.mark.parametrize(
     ("text", "says"),
     [
@@ -47,6 +75,12 @@ def test_format_reads_like_the_input() -> None:
         ("attainment>120%", "must lie in (0, 1]"),
         ("p99<1ms,p99<2ms", "p99 bounded twice"),
         ("", "cannot read part 1 ''"),
+        ("p99<1s,e2e_p99<2s", "p99 and e2e_p99 both bound the end-to-end p99 latency"),
+        ("ttft_p99<1s,ttft_p99.9<1s,ttft_p999<2s", "ttft_p999 bounded twice"),
+        ("ttft_p75<1s", "unknown statistic 'ttft_p75'"),
+        ("tbt_p99<1s", "each percentile also as e2e_, ttft_, itl_ or tpot_"),
+        ("itl_p99<5", "needs a time unit (us, ms or s), e.g. 'itl_p99<100ms'"),
+        ("ttft_p99>5ms", "must use '<', e.g. 'ttft_p99<100ms'"),
     ],
 )
 def test_a_malformed_part_is_named_with_an_example(text: str, says: str) -> None:
@@ -68,8 +102,9 @@ _fraction = st.floats(min_value=1e-9, max_value=1.0, exclude_min=True)
 
 @st.composite
 def policies(draw: st.DrawFn) -> SLOPolicy:
-    pcts = draw(st.lists(st.sampled_from(PERCENTILES), unique=True, max_size=4))
-    bounds = tuple(LatencyBound(percentile=p, bound_ms=draw(_positive)) for p in pcts)
+    stats = st.tuples(st.sampled_from(METRICS), st.sampled_from(PERCENTILES))
+    pairs = draw(st.lists(stats, unique=True, max_size=6))
+    bounds = tuple(LatencyBound(metric=m, percentile=p, bound_ms=draw(_positive)) for m, p in pairs)
     return SLOPolicy(latency=bounds, max_error_rate=draw(_fraction), min_attainment=draw(_fraction))
 
 

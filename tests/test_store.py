@@ -179,6 +179,33 @@ def test_a_store_made_before_runs_recorded_their_process_gains_the_columns(
         assert run_id == 2
 
 
+def test_a_store_made_before_requests_kept_their_tokens_gains_the_columns(
+    tmp_path: Path,
+) -> None:
+    """Its old rows read as no prompt tokens and no gaps; new rows keep both."""
+    path = tmp_path / "old.sqlite"
+    with RunStore(path) as store:  # the tables, then the requests table as it was
+        run_id = store.create_run("run", "null://", {})
+    old = sqlite3.connect(path)
+    old.executescript(
+        "DROP TABLE requests; CREATE TABLE requests (step_id INTEGER NOT NULL, i INTEGER "
+        "NOT NULL, scheduled REAL NOT NULL, sent REAL, done REAL, outcome INTEGER NOT NULL, "
+        "first_token REAL, output_tokens INTEGER NOT NULL, PRIMARY KEY (step_id, i));"
+        "INSERT INTO requests VALUES (7, 0, 0.0, 0.0, 0.01, 0, NULL, 0);"
+    )
+    old.commit()
+    old.close()
+    rec = answered(3)
+    rec.prompt_tokens[:] = [5, 6, 7]
+    with RunStore(path) as store:
+        step = store.add_step(
+            run_id, 0, summarize(rec, 1.0, valid=True, invalid_reason=None), [], rec
+        )
+        before, now = store.records(7), store.records(step)
+    assert (before.prompt_tokens.tolist(), before.gap_start.tolist()) == ([0], [0, 0])
+    assert now.prompt_tokens.tolist() == [5, 6, 7]
+
+
 def test_a_step_run_on_a_full_disk_is_returned_kept_and_finished_later(tmp_path: Path) -> None:
     from ridgeline.loadgen.schedule import from_arrival
     from ridgeline.loadgen.step import StepConfig, run_step

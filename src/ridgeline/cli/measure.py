@@ -100,17 +100,28 @@ def run(
     token_file: TokenFileOption = None,
     tls_ca: TlsCaOption = None,
     store_requests: Annotated[bool, typer.Option(help="store one row per request")] = False,
+    slo: Annotated[
+        str | None,
+        typer.Option(
+            help="count goodput under this SLO: the successful requests meeting every "
+            "per-request bound, e.g. 'ttft_p99<200ms,itl_p99<50ms' (terms as for probe); "
+            "the step is not judged by it"
+        ),
+    ] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Run one open-loop step against TARGET and print its result. Exit status 0 for a
     valid step, 3 for one marked INVALID (the generator fell behind), 2 for bad input or
     an endpoint failing its connect check, 130 when interrupted."""
+    from ridgeline.health.slo import parse_slo
     from ridgeline.loadgen.replayer import Progress, ReplayConfig
     from ridgeline.loadgen.step import StepConfig, run_step
     from ridgeline.report.terminal import live_progress, step_table
+    from ridgeline.telemetry.summary import with_goodput
 
     with failing(values=True):
+        policy = parse_slo(slo) if slo is not None else None
         schedule = _schedule(rate, duration, arrival, trace, target_rate, trace_start, seed)
         cfg = StepConfig(
             processes=processes,
@@ -130,6 +141,8 @@ def run(
                 target_options=_target_options(model, header, token, token_file, tls_ca),
                 progress=progress,
             )
+    if policy is not None:
+        result.summary = with_goodput(result.summary, result.records, policy.latency)
     if as_json:
         emit(result.summary.model_dump_json(indent=2))
     else:
@@ -181,8 +194,10 @@ def probe(
     slo: Annotated[
         str | None,
         typer.Option(
-            help="e.g. 'p99<100ms,errors<0.1%'; default: the sim preset's, else "
-            "'p99<100ms,errors<1%'"
+            help="e.g. 'p99<100ms,errors<0.1%', or for a streaming LLM endpoint "
+            "'ttft_p99<200ms,itl_p99<50ms,errors<1%' (ttft_, itl_, tpot_, e2e_ before any "
+            "of p50 p90 p95 p99 p99.9 max mean; docs/llm.md); default: the sim preset's, "
+            "else 'p99<100ms,errors<1%'"
         ),
     ] = None,
     strategy: Annotated[

@@ -53,13 +53,23 @@ class LlmRunner:
         self.engine, self.clock, self.stats, self._seed = model.llm, clock, stats, model.seed
         self.scheduler = LlmScheduler(model.llm, model.max_queue)
         s = self.scheduler
-        stats.gauges = lambda: (s.running, s.waiting, s.kv_usage, s.preemptions)
+        stats.gauges = lambda: (self.running, self.waiting, s.kv_usage, s.preemptions)
         self._streams: dict[int, TokenStream] = {}
         self._arrived: deque[tuple[TokenStream, int]] = deque()
         """Requests taken but not yet handed to the scheduler, with their output length."""
         self._ids = itertools.count()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+
+    @property
+    def waiting(self) -> int:
+        """Requests taken and not yet admitted (arrived since the step began included)."""
+        return self.scheduler.waiting + len(self._arrived)
+
+    @property
+    def running(self) -> int:
+        """Sequences running."""
+        return self.scheduler.running
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="llm-engine")

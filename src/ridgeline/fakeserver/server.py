@@ -109,15 +109,17 @@ class FakeServer(AsyncService):
             raise RidgelineError("this FakeServer is already started; stop() it first")
         engine = self._engine = BatchingEngine(self.model, self._clock)
         llm_stats = None if self.model.llm is None else LlmStats()
+        llm = None
         if llm_stats is not None:
-            self._llm = LlmRunner(self.model, engine.clock, llm_stats)
-            self._llm.start()
-        exporter = MetricsExporter(
-            self.model.name,
-            engine.stats,
-            lambda: (engine.queue_length, engine.pending),
-            llm_stats,
-        )
+            llm = self._llm = LlmRunner(self.model, engine.clock, llm_stats)
+            llm.start()
+
+        def queued() -> tuple[int, int]:
+            """(waiting, waiting or running): the batching engine's and the LLM engine's."""
+            waiting, running = (0, 0) if llm is None else (llm.waiting, llm.running)
+            return engine.queue_length + waiting, engine.pending + waiting + running
+
+        exporter = MetricsExporter(self.model.name, engine.stats, queued, llm_stats)
         log = request_log()
         http = self._http = HttpListener(self.host, self.limits, self.tls, SHUTDOWN_GRACE_S, log)
         app = build_app(

@@ -2,14 +2,19 @@
 
 Metric scores (``Assessment.metric_scores``), each a value over its bound, 1.0 on it:
 
-- one per latency bound (``p99`` ...): the statistic over its bound;
+- one per latency bound (``p99``, ``ttft_p99``, ``itl_p99``, ``tpot_p99`` ...): the
+  statistic over its bound — end-to-end and token-level bounds alike, one weight
+  (``weights.latency``), one critical factor;
 - ``errors``: error rate over ``max_error_rate``;
 - ``attainment``: the throughput shortfall (1 − achieved/offered) over the allowed
   shortfall, max(1 − min_attainment, 3/√n) for n requests offered in the window: a short
   window's counting noise (a Poisson count's relative sd is 1/√n) is not overload;
 - ``trend``: the least-squares slope of ``trend_percentile`` over the last
   ``trend_windows`` windows (``history`` then this one), over ``trend_growth`` × the
-  latency bound (that statistic's bound, else the tightest one, else its own mean);
+  latency bound (that statistic's bound, else the tightest one, else its own mean); of
+  the end-to-end latency, unless the SLO bounds only token metrics: then of the TTFT
+  when it is bounded (a queue shows there first; an LLM's end-to-end latency varies with
+  each answer's length), else of the first token metric bounded;
 - ``gpu`` (when a GPU is monitored): 0 when healthy, 1.5 when it throttles or runs hot,
   ``critical_factor`` on an XID or ECC double-bit error.
 
@@ -33,7 +38,14 @@ State rules, first match wins:
    Healthy).
 5. Healthy.
 
-``reason`` names the metrics that decided, with values and bounds: "p99 142.0 ms > 100 ms".
+A server that reports its KV cache (vLLM's metrics, ``_observe``) makes a window that
+would be Healthy at least Warn when it preempted requests in the window, or its KV cache
+was ``KV_FULL`` full or more with requests waiting: it is batching at its memory's edge,
+the sign of the knee. The score is left as the SLO makes it, so these signals never
+move the SLO's capacity by themselves: capacity is what the SLO says.
+
+``reason`` names the metrics that decided, with values and bounds: "p99 142.0 ms > 100 ms",
+"ttft p99 240.0 ms > 200 ms".
 """
 
 from __future__ import annotations
@@ -58,6 +70,8 @@ _SEVERITY = {
 }
 _GPU_DEGRADED = 1.5
 _ERRORS_DOMINATE = 0.5
+KV_FULL = 0.98
+"""KV-cache use at or above which requests waiting mean the cache, not compute, binds."""
 
 
 def severity(state: HealthState) -> int:
@@ -84,6 +98,8 @@ def assess(obs: Observation, policy: SLOPolicy, history: Sequence[Observation] =
     readings = _readings(obs, policy, history)
     scores = {r.name: r.score for r in readings}
     state, reason = _state(obs, policy, readings)
+    if state is HealthState.HEALTHY and (saturated := _saturation(obs)):
+        state, reason = HealthState.WARN, saturated
     return Assessment(
         state=state,
         score=_weighted_max(readings),
@@ -122,6 +138,17 @@ def _state(
     return HealthState.HEALTHY, f"within {wf:.0%} of every bound (closest: {worst.value})"
 
 
+def _saturation(obs: Observation) -> str | None:
+    """Why the server's own metrics say it batches at its memory's edge, or None."""
+    signs = []
+    if obs.preemptions:
+        signs.append(f"{obs.preemptions:g} requests preempted (KV cache full)")
+    kv, waiting = obs.kv_cache_usage, obs.queue_length
+    if kv is not None and kv >= KV_FULL and waiting:
+        signs.append(f"KV cache {kv:.0%} full with {waiting:g} requests waiting")
+    return "; ".join(signs) or None
+
+
 def _weighted_max(readings: list[_Reading]) -> float:
     heaviest = max((r.weight for r in readings), default=0.0)
     if heaviest <= 0:
@@ -135,14 +162,14 @@ def _readings(
     w = policy.weights
     out: list[_Reading] = []
     for b in policy.latency:
-        v = obs.latency_ms.get(b.percentile)
+        v = obs.statistic(b.metric, b.percentile)
         if v is not None and math.isfinite(v):
             out.append(
                 _Reading(
-                    b.percentile,
+                    b.name,
                     v / b.bound_ms,
                     w.latency,
-                    f"{b.percentile} {v:.1f} ms",
+                    f"{b.name.replace('_', ' ')} {v:.1f} ms",
                     f"{b.bound_ms:g} ms",
                 )
             )
@@ -182,11 +209,12 @@ def _readings(
 
 def _trend(obs: Observation, policy: SLOPolicy, history: Sequence[Observation]) -> _Reading | None:
     pct = policy.trend_percentile
+    metric = _trend_metric(policy)
     recent = [*history, obs][-policy.trend_windows :]
     pts = [
         (float(i), v)
         for i, o in enumerate(recent)
-        if (v := o.latency_ms.get(pct)) is not None and math.isfinite(v)
+        if (v := o.statistic(metric, pct)) is not None and math.isfinite(v)
     ]
     if len(pts) < 3:
         return None
@@ -194,18 +222,28 @@ def _trend(obs: Observation, policy: SLOPolicy, history: Sequence[Observation]) 
     my = sum(y for _, y in pts) / len(pts)
     sxx = sum((x - mx) ** 2 for x, _ in pts)
     slope = sum((x - mx) * (y - my) for x, y in pts) / sxx
-    bounds = {b.percentile: b.bound_ms for b in policy.latency}
+    bounds = {b.percentile: b.bound_ms for b in policy.latency if b.metric == metric}
     scale = bounds.get(pct) or min(bounds.values(), default=my)
     limit = policy.trend_growth * scale
     if limit <= 0:
         return None
+    label = pct if metric == "e2e" else f"{metric} {pct}"
     return _Reading(
         "trend",
         max(0.0, slope) / limit,
         policy.weights.trend,
-        f"{pct} trend {slope:+.1f} ms/window",
+        f"{label} trend {slope:+.1f} ms/window",
         f"{limit:.3g} ms/window",
     )
+
+
+def _trend_metric(policy: SLOPolicy) -> str:
+    """The latency whose trend is fitted: end-to-end, unless only token metrics are
+    bounded (then TTFT when bounded, else the first bounded)."""
+    metrics = [b.metric for b in policy.latency]
+    if not metrics or "e2e" in metrics:
+        return "e2e"
+    return "ttft" if "ttft" in metrics else metrics[0]
 
 
 def _pct(x: float) -> str:

@@ -4,8 +4,14 @@
 it back (``parse_slo(format_slo(p)) == p`` for every policy whose non-textual settings
 are the defaults). Parts, separated by commas, in any order:
 
-- ``p50<20ms``, ``p99.9<1s``, ``max<250us``, ``mean<=40ms`` — a latency percentile
-  (p50, p90, p95, p99, p99.9 = p999, max, mean) under a bound in us, ms or s;
+- ``p50<20ms``, ``p99.9<1s``, ``max<250us``, ``mean<=40ms`` — a percentile of the
+  end-to-end latency (p50, p90, p95, p99, p99.9 = p999, max, mean) under a bound in us,
+  ms or s; ``e2e_p99<1s`` is the same statistic spelt out;
+- ``ttft_p99<200ms``, ``itl_p99<50ms``, ``tpot_p99<40ms`` — the same percentiles of a
+  token-level latency of a streamed answer (docs/llm.md): time to first token (from the
+  scheduled send), inter-token latency (every gap between content chunks, pooled over
+  requests: vLLM's ITL) and time per output token (per request, (e2e − ttft) /
+  (output tokens − 1));
 - ``errors<0.1%`` or ``errors<0.001`` — the largest tolerated error rate;
 - ``attainment>95%`` or ``attainment>0.95`` — the least achieved/offered throughput.
 """
@@ -23,6 +29,9 @@ from ridgeline.errors import ConfigError
 
 Percentile = Literal["p50", "p90", "p95", "p99", "p999", "max", "mean"]
 PERCENTILES: tuple[Percentile, ...] = ("p50", "p90", "p95", "p99", "p999", "max", "mean")
+Metric = Literal["e2e", "ttft", "itl", "tpot"]
+METRICS: tuple[Metric, ...] = ("e2e", "ttft", "itl", "tpot")
+"""End-to-end latency, time to first token, inter-token latency, time per output token."""
 
 EXAMPLE = "p99<100ms,errors<0.1%"
 
@@ -32,6 +41,14 @@ class LatencyBound(BaseModel):
 
     percentile: Percentile = Field(description="which latency statistic is bounded")
     bound_ms: float = Field(gt=0, allow_inf_nan=False, description="its largest allowed value, ms")
+    metric: Metric = Field(
+        "e2e", description="which latency: end-to-end, to first token, between tokens, per token"
+    )
+
+    @property
+    def name(self) -> str:
+        """How the SLO text names it: ``p99`` for end-to-end, ``ttft_p99`` for the rest."""
+        return self.percentile if self.metric == "e2e" else f"{self.metric}_{self.percentile}"
 
 
 class ScoreWeights(BaseModel):
@@ -82,13 +99,13 @@ class SLOPolicy(BaseModel):
 
     @model_validator(mode="after")
     def _one_bound_per_statistic(self) -> Self:
-        if dup := repeated(b.percentile for b in self.latency):
+        if dup := repeated(b.name for b in self.latency):
             raise ValueError(f"{', '.join(dup)} bounded twice; keep one bound per statistic")
         return self
 
 
 _PART = re.compile(
-    r"^(?P<metric>[a-z_]+[0-9.]*)\s*(?P<op><=|>=|<|>)\s*"
+    r"^(?P<metric>[a-z][a-z0-9_.]*?)\s*(?P<op><=|>=|<|>)\s*"
     r"(?P<num>[0-9]*\.?[0-9]+(?:e[-+]?[0-9]+)?)\s*(?P<unit>us|µs|ms|s|%)?$",
     re.IGNORECASE,
 )
@@ -112,6 +129,8 @@ _MISSPELT = {"error": "errors", "error_rate": "errors", "errors_rate": "errors"}
 def parse_slo(text: str) -> SLOPolicy:
     """Read an SLO such as ``"p99<100ms,errors<0.1%"`` (see the module docstring)."""
     latency: list[LatencyBound] = []
+    spelt: dict[str, set[str]] = {}
+    """Each bound's prefixes, by its name: ``p99`` and ``e2e_p99`` are one statistic."""
     fields: dict[str, float] = {}
     pos = 0
     for i, raw in enumerate(text.split(","), start=1):
@@ -125,13 +144,16 @@ def parse_slo(text: str) -> SLOPolicy:
                 f"unit, e.g. {EXAMPLE!r} or 'attainment>95%'"
             )
         name, op, num, unit = m["metric"].casefold(), m["op"], float(m["num"]), m["unit"]
-        if name in _PCT_NAMES:
+        metric, _, stat = name.rpartition("_")
+        if stat in _PCT_NAMES and metric in ("", *METRICS):
             _expect(op, "<", text, where, f"{name}<100ms")
             if unit is None or unit == "%":
                 raise ConfigError(
                     f"SLO {text!r}: {where} needs a time unit (us, ms or s), e.g. '{name}<100ms'"
                 )
-            latency.append(_bound(_PCT_NAMES[name], num * _MS_PER[unit.casefold()], text, where))
+            ms = num * _MS_PER[unit.casefold()]
+            latency.append(_bound(_PCT_NAMES[stat], ms, text, where, metric or "e2e"))
+            spelt.setdefault(latency[-1].name, set()).add(metric)
         elif name == "errors":
             _expect(op, "<", text, where, "errors<0.1%")
             fields["max_error_rate"] = _fraction(num, unit, text, where, "errors<0.1%")
@@ -147,9 +169,16 @@ def parse_slo(text: str) -> SLOPolicy:
             valid = ", ".join([*_PCT_NAMES, "errors", "attainment"])
             raise ConfigError(
                 f"SLO {text!r}: unknown statistic {m['metric']!r} in {where}; valid ones are: "
-                f"{valid} (e.g. {EXAMPLE!r})"
+                f"{valid}, each percentile also as e2e_, ttft_, itl_ or tpot_ (ttft_p99) "
+                f"(e.g. {EXAMPLE!r})"
             )
-    if dup := repeated(b.percentile for b in latency):
+    for key, prefixes in spelt.items():
+        if len(prefixes) > 1:  # p99 and e2e_p99: one statistic, spelt two ways
+            raise ConfigError(
+                f"SLO {text!r}: {key} and e2e_{key} both bound the end-to-end {key} "
+                "latency; keep one bound of the two"
+            )
+    if dup := repeated(b.name for b in latency):
         raise ConfigError(f"SLO {text!r}: {', '.join(dup)} bounded twice; keep one bound each")
     try:
         return SLOPolicy(latency=tuple(latency), **fields)
@@ -159,7 +188,7 @@ def parse_slo(text: str) -> SLOPolicy:
 
 def format_slo(policy: SLOPolicy) -> str:
     """The text form of ``policy``'s bounds, error rate and attainment."""
-    parts = [f"{b.percentile}<{_duration(b.bound_ms)}" for b in policy.latency]
+    parts = [f"{b.name}<{_duration(b.bound_ms)}" for b in policy.latency]
     parts.append(f"errors<{_percent(policy.max_error_rate)}")
     parts.append(f"attainment>{_percent(policy.min_attainment)}")
     return ",".join(parts)
@@ -170,10 +199,10 @@ def _expect(op: str, want: str, text: str, where: str, example: str) -> None:
         raise ConfigError(f"SLO {text!r}: {where} must use '{want}', e.g. {example!r}")
 
 
-def _bound(pct: Percentile, ms: float, text: str, where: str) -> LatencyBound:
+def _bound(pct: Percentile, ms: float, text: str, where: str, metric: str) -> LatencyBound:
     if not 0 < ms < math.inf:
         raise ConfigError(f"SLO {text!r}: {where} must be a finite bound above 0, e.g. 'p99<100ms'")
-    return LatencyBound(percentile=pct, bound_ms=ms)
+    return LatencyBound.model_validate({"percentile": pct, "bound_ms": ms, "metric": metric})
 
 
 def _fraction(num: float, unit: str | None, text: str, where: str, example: str) -> float:

@@ -40,14 +40,26 @@ class Observation:
     achieved_rps: float
     error_rate: float
     latency_ms: dict[str, float | None]
-    """Percentiles by name: p50, p90, p95, p99, p999, max, mean."""
+    """End-to-end latency percentiles by name: p50, p90, p95, p99, p999, max, mean."""
     answered: int = 0
     queue_length: float | None = None
     mean_batch_size: float | None = None
+    token_ms: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    """Token-level latency percentiles of streamed answers, by metric (``ttft``, ``itl``,
+    ``tpot``), each keyed like ``latency_ms``; a metric not measured is absent."""
+    kv_cache_usage: float | None = None
+    """The server's KV-cache use, 0..1, at its highest in the window (vLLM's gauge)."""
+    preemptions: float | None = None
+    """Requests the server preempted in the window (vLLM's counter)."""
     gpu_utilisation: float | None = None
     """0..1 when a GPU monitor is present."""
     gpu_problems: tuple[str, ...] = ()
     """Throttle reasons, XID or ECC errors seen in the window; empty when healthy or absent."""
+
+    def statistic(self, metric: str, percentile: str) -> float | None:
+        """``percentile`` of ``metric`` (e2e, ttft, itl, tpot), ms; None when not measured."""
+        values = self.latency_ms if metric == "e2e" else self.token_ms.get(metric, {})
+        return values.get(percentile)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,11 +15,19 @@ from ridgeline.health.slo import format_slo
 from ridgeline.health.warmup import WarmupState, warmup_step
 from ridgeline.loadgen.step import StepResult, joined
 from ridgeline.probe.assess import assess_step
-from ridgeline.probe.config import ProbeConfig, ProbeResult, ProgressFn, StartFn, verdict_dict
+from ridgeline.probe.config import (
+    AtCapacity,
+    ProbeConfig,
+    ProbeResult,
+    ProgressFn,
+    StartFn,
+    verdict_dict,
+)
 from ridgeline.probe.drivers import Driver
 from ridgeline.search.base import CapacityEstimate, StepPlan, StepVerdict
 from ridgeline.telemetry.gpu import GpuMonitor, gpu_problems, mean_utilisation
 from ridgeline.telemetry.store import RunStore
+from ridgeline.telemetry.summary import StepSummary, with_goodput
 
 POOLED_CAPS = 2
 """An undecided step pools runs up to this many step caps (1,200 s by default): a server
@@ -84,6 +92,8 @@ class Run:
         self.policy = cfg.policy()
         self.timeline: list[dict[str, Any]] = []
         self.trajectory: list[StepVerdict] = []
+        self.judged: list[StepSummary] = []
+        """The summary each verdict judged (pooled runs as one), goodput included."""
         self.t_s = 0.0
         self.index = 0
         self.warmup_s = 0.0
@@ -166,7 +176,9 @@ class Run:
         verdict = await self._measured(plan, stop, pool)
         if self._interrupted:
             raise Stopped  # stored, but a partial step is no verdict
+        assert self._last is not None
         self.trajectory.append(verdict)
+        self.judged.append(self._last.summary)
         if self.on_step is not None:
             self.on_step(self.index, plan, verdict)
         return verdict
@@ -177,10 +189,12 @@ class Run:
         if self.gpu is not None:
             self.gpu.sample()  # the baseline: XID and ECC errors count from here
         result = await self.measure(plan, self.cfg.seed + self.index, stop)
+        result.summary = with_goodput(result.summary, result.records, self.policy.latency)
         samples = self.gpu.sample() if self.gpu is not None else []
         judged, judged_plan, t0 = result, plan, self.t_s
         if pool is not None:  # judged with the run before it, as one step
             judged = joined(pool, result)
+            judged.summary = with_goodput(judged.summary, judged.records, self.policy.latency)
             judged_plan = replace(plan, duration_s=judged.summary.duration_s)
             t0 = self.t_s - pool.summary.duration_s
         a = assess_step(
@@ -257,12 +271,25 @@ class Run:
             run_id=self.run_id,
             status=status,
             gpu=self.gpu.describe() if self.gpu is not None else "not monitored",
+            at_capacity=self._at(est.capacity_rps),
             health_timeline=self.timeline,
             trajectory=[verdict_dict(v) for v in self.trajectory],
         )
         if self.store is not None and self.run_id is not None:
             self.store.finish_run(self.run_id, status, reason or None, result.model_dump())
         return result
+
+    def _at(self, rate: float | None) -> AtCapacity | None:
+        """The last step that held at ``rate`` (a confirmation, when one held there)."""
+        held = [
+            (v, s)
+            for v, s in zip(self.trajectory, self.judged, strict=True)
+            if v.rate == rate and v.sustainable
+        ]
+        if rate is None or not held:
+            return None
+        _, summary = max(reversed(held), key=lambda vs: vs[0].purpose == "confirm")
+        return AtCapacity.of(rate, summary)
 
 
 async def warmup(run: Run, first_rate: float, stop: asyncio.Event) -> None:

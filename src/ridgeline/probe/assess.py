@@ -9,6 +9,13 @@ samples, and is the worse of that and the state the timeline settled in. Spike t
 smooths the *timeline*; it never takes requests out of the SLO: a stall every few
 seconds is how the server behaves, not a transient to censor. A one-off hiccup of the
 host is the search's to handle, by re-testing the step (its quarters are the evidence).
+
+Token-level bounds (``ttft_p99``, ``itl_p99``, ``tpot_p99``) are judged as the
+end-to-end ones are, each on its own samples: TTFT over the requests that produced a
+first token, TPOT over the successful requests of two tokens or more, ITL over every
+gap — samples that come clustered by request (one slow decode slows all its gaps), so
+their dispersion is taken over requests as well as over time slices, and a step's
+thousands of gaps count as the independent ones they are worth.
 """
 
 from __future__ import annotations
@@ -29,13 +36,14 @@ from ridgeline.health.sampling import (
     needed_samples,
     quantile_interval,
 )
-from ridgeline.health.slo import SLOPolicy
+from ridgeline.health.slo import LatencyBound, SLOPolicy
 from ridgeline.health.state import HealthState, Observation
 from ridgeline.health.warmup import steady_start
 from ridgeline.loadgen.step import StepResult
 from ridgeline.search.base import StepPlan, StepVerdict
 from ridgeline.telemetry.histogram import latency_summary_ms
-from ridgeline.telemetry.records import FAILED, Outcome
+from ridgeline.telemetry.records import FAILED, Outcome, Records
+from ridgeline.telemetry.summary import token_percentiles, tpot_s, ttft_s
 
 _EPS = 1e-3
 
@@ -99,7 +107,7 @@ def assess_step(
                 "reason": a.reason,
             }
         )
-    grace = max((b.bound_ms for b in policy.latency), default=0.0) / 1000.0
+    grace = _grace_s(result, policy)
     step_obs = _step_observation(result, start, grace)
     step_obs = replace(step_obs, gpu_problems=gpu_problems, gpu_utilisation=gpu_utilisation)
     # the verdict is the step's own: every request at once, the windows as its history
@@ -167,6 +175,16 @@ def assess_step(
     return StepAssessment(verdict, timeline)
 
 
+def _grace_s(result: StepResult, policy: SLOPolicy) -> float:
+    """How long after the step's end an answer still counts in its throughput: the
+    SLO's end-to-end bound, or (bounding token metrics only) the step's own p99 answer
+    time: a long answer scheduled near the end is no shortfall."""
+    e2e = [b.bound_ms for b in policy.latency if b.metric == "e2e"]
+    if e2e or not policy.latency:
+        return max(e2e, default=0.0) / 1000.0
+    return (result.summary.latency_ms.p99 or 0.0) / 1000.0
+
+
 def _step_observation(result: StepResult, start: int, grace_s: float) -> Observation:
     """The step as one observation: every request scheduled after steady state;
     throughput from successful answers that came by the step's end plus ``grace_s`` (the
@@ -184,6 +202,8 @@ def _observation(result: StepResult, lo: float, end: float, grace_s: float) -> O
     """Every request scheduled in [lo, end), as one observation."""
     rec = result.records
     keep = (rec.scheduled >= lo) & (rec.scheduled < end)
+    a, b = np.searchsorted(rec.scheduled, [lo, end], side="left").tolist()
+    tokens = token_percentiles(rec, a, b)  # in schedule order: [a, b) is what keep holds
     span = max(end - lo, 1e-9)
     answered = keep & (rec.outcome != int(Outcome.NOT_SENT))
     failed = keep & np.isin(rec.outcome, [int(o) for o in FAILED])
@@ -198,6 +218,7 @@ def _observation(result: StepResult, lo: float, end: float, grace_s: float) -> O
         error_rate=float(failed.sum()) / n_answered if n_answered else 0.0,
         latency_ms=latency_summary_ms(rec.latency_from_schedule[answered]),
         answered=n_answered,
+        token_ms={k.removesuffix("_ms"): p.model_dump() for k, p in tokens.items() if p},
     )
 
 
@@ -212,7 +233,7 @@ class Tail:
     allowed: float
     """How many the percentile allows: samples × (1 − q)."""
     percentile: str = ""
-    """The bound's percentile (``p99``); empty when the SLO bounds none."""
+    """The bound's name (``p99``, ``ttft_p99``); empty when the SLO bounds none."""
     needed: int = 0
     """The fewest requests that can decide the step (``sampling.needed_samples``: its
     percentile bound's, or its error bound's, whichever needs more)."""
@@ -223,6 +244,11 @@ class Tail:
     step's time slices): 1 unless those beyond the bound came in clusters."""
 
     @property
+    def quantile(self) -> float | None:
+        """The bound's quantile (0.99 for ``ttft_p99``); None when the SLO bounds none."""
+        return QUANTILES.get(self.percentile.rpartition("_")[2])
+
+    @property
     def effective(self) -> float:
         """The requests judged, as independent ones: ``samples / dispersion``."""
         return self.samples / self.dispersion
@@ -231,7 +257,7 @@ class Tail:
         """Whether the step failed too plainly for chance, counted in effective
         requests: more beyond the bound than ``1 − q`` of them at ``(1 − confidence) /
         family`` (``decides``' shortcut)."""
-        q = QUANTILES.get(self.percentile)
+        q = self.quantile
         if q is None:
             return False
         d = self.dispersion
@@ -286,36 +312,83 @@ class Tail:
 
 
 def tail_count(result: StepResult, start: int, policy: SLOPolicy, confidence: float) -> Tail:
-    """The steady span's requests against the SLO's tightest percentile bound (the
-    highest percentile; a mean or max bound has no proportion to count)."""
+    """The steady span's samples against the SLO's percentile bounds (a mean or max
+    bound has no proportion to count), each bound counted on its own samples: the one a
+    failure is plainest on (most beyond its allowance), else, of those with the highest
+    percentile, the one whose samples are worth the fewest independent ones."""
     rec = result.records
     lo = _steady_span(result, start)[0]
     judged = (rec.scheduled >= lo) & (rec.outcome != int(Outcome.NOT_SENT))
-    samples = int(judged.sum())
     bounds = [b for b in policy.latency if b.percentile in QUANTILES]
+    needed = needed_samples(policy, confidence)
     if not bounds:
-        return Tail(samples, 0, 0.0, needed=needed_samples(policy, confidence))
-    b = max(bounds, key=lambda b: QUANTILES[b.percentile])
-    q = QUANTILES[b.percentile]
-    latency = rec.latency_from_schedule[judged]
-    late = ~(latency <= b.bound_ms / 1000.0)  # NaN (no answer) counts beyond
-    low, high = quantile_interval(latency, q, confidence)
-    end = result.summary.duration_s
+        return Tail(int(judged.sum()), 0, 0.0, needed=needed)
+    tails = [
+        _tail(rec, judged, lo, result.summary.duration_s, b, needed, confidence) for b in bounds
+    ]
+    failing = [t for t in tails if t.beyond > t.allowed]
+    if failing:
+        return max(failing, key=lambda t: t.beyond / max(t.allowed, 1e-9))
+    top = max(t.quantile or 0.0 for t in tails)
+    return min((t for t in tails if t.quantile == top), key=lambda t: t.effective)
+
+
+def _tail(
+    rec: Records,
+    judged: np.ndarray,
+    lo: float,
+    end: float,
+    bound: LatencyBound,
+    needed: int,
+    confidence: float,
+) -> Tail:
+    """One bound's samples counted: how many, how many beyond it, its interval and the
+    dispersion of those beyond over the step's time slices (and over requests, for the
+    gaps of ITL, which each request contributes many of)."""
+    q = QUANTILES[bound.percentile]
+    values, when, owner = _samples(rec, judged, bound.metric)
+    late = ~(values <= bound.bound_ms / 1000.0)  # NaN (no answer) counts beyond
+    samples = int(values.size)
+    low, high = quantile_interval(values, q, confidence)
     edges = np.linspace(lo, max(end, lo + 1e-9), BATCHES + 1)[1:-1]
-    slot = np.searchsorted(edges, rec.scheduled[judged], side="right")
+    slot = np.searchsorted(edges, when, side="right")
+    spread = dispersion(
+        np.bincount(slot, weights=late, minlength=BATCHES),
+        np.bincount(slot, minlength=BATCHES),
+        confidence,
+    )
+    if owner is not None and samples:
+        spread = max(
+            spread,
+            dispersion(np.bincount(owner, weights=late), np.bincount(owner), confidence),
+        )
     return Tail(
         samples,
         int(late.sum()),
         samples * (1.0 - q),
-        b.percentile,
-        needed_samples(policy, confidence),
+        bound.name,
+        needed,
         (low * 1000.0, high * 1000.0),
-        dispersion(
-            np.bincount(slot, weights=late, minlength=BATCHES),
-            np.bincount(slot, minlength=BATCHES),
-            confidence,
-        ),
+        spread,
     )
+
+
+def _samples(
+    rec: Records, judged: np.ndarray, metric: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """A metric's samples among the ``judged`` requests, seconds: the values, each one's
+    scheduled time, and (for ITL's gaps) the request each came from."""
+    if metric == "itl":
+        counts = np.where(judged, rec.gap_counts(), 0)
+        owner = np.repeat(np.arange(len(rec)), counts)
+        keep = np.repeat(judged, rec.gap_counts())
+        return rec.gaps[keep], rec.scheduled[owner], owner
+    if metric == "e2e":
+        values = rec.latency_from_schedule
+    else:
+        values = ttft_s(rec) if metric == "ttft" else tpot_s(rec)
+        judged = judged & np.isfinite(values)
+    return values[judged], rec.scheduled[judged], None
 
 
 QUARTERS = 4

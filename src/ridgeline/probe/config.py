@@ -15,6 +15,7 @@ from ridgeline.health.slo import SLOPolicy, parse_slo
 from ridgeline.health.warmup import WarmupConfig
 from ridgeline.search.base import StepPlan, StepVerdict
 from ridgeline.search.confirmation import DEFAULT_MARGIN, ConfirmMargin
+from ridgeline.telemetry.summary import Percentiles, StepSummary
 
 CONFIRM_TAIL = 100
 """A confirmation expects this many requests beyond the SLO's percentile (10,000 for a
@@ -106,6 +107,37 @@ class ProbeConfig(BaseModel):
         return fallback if q is None else tail_requests(q, tail)
 
 
+class AtCapacity(BaseModel):
+    """What the step that set the capacity measured (its confirmation, when one held):
+    the goodput and token rates a user of an LLM endpoint asks for beside the rate."""
+
+    rate_rps: float = Field(description="the offered rate of that step")
+    achieved_rps: float
+    goodput_rps: float | None = Field(
+        None, description="successful requests meeting every per-request bound, per second"
+    )
+    input_tokens_per_s: float | None = None
+    output_tokens_per_s: float | None = None
+    e2e_ms: Percentiles
+    ttft_ms: Percentiles | None = None
+    itl_ms: Percentiles | None = None
+    tpot_ms: Percentiles | None = None
+
+    @classmethod
+    def of(cls, rate: float, s: StepSummary) -> AtCapacity:
+        return cls(
+            rate_rps=rate,
+            achieved_rps=s.achieved_rps,
+            goodput_rps=s.goodput_rps,
+            input_tokens_per_s=s.input_tokens_per_s,
+            output_tokens_per_s=s.output_tokens_per_s,
+            e2e_ms=s.latency_ms,
+            ttft_ms=s.ttft_ms,
+            itl_ms=s.itl_ms,
+            tpot_ms=s.tpot_ms,
+        )
+
+
 class ProbeResult(BaseModel):
     capacity_rps: float | None
     ci_low: float | None
@@ -126,6 +158,8 @@ class ProbeResult(BaseModel):
     status: str = "complete"
     gpu: str = "not monitored"
     """What watched the GPUs: NVML, a DCGM/Triton endpoint, or why none could."""
+    at_capacity: AtCapacity | None = None
+    """The step that held at the capacity found: goodput, tokens/s, TTFT/ITL/TPOT."""
     health_timeline: list[dict[str, Any]] = Field(default_factory=list)
     trajectory: list[dict[str, Any]] = Field(default_factory=list)
 

@@ -13,7 +13,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ridgeline.errors import StoreError
-from ridgeline.telemetry.summary import ServerMetrics, StepSummary
+from ridgeline.probe.config import AtCapacity
+from ridgeline.telemetry.summary import Percentiles, ServerMetrics, StepSummary
 from ridgeline.telemetry.windows import Window
 
 STATES = ("healthy", "warn", "unhealthy", "overloaded", "critical")
@@ -53,6 +54,7 @@ class ProbeSummary(BaseModel):
     confirmed: bool | None = None
     reason: str = ""
     slo: str = ""
+    at_capacity: AtCapacity | None = None
     health_timeline: list[dict[str, Any]] = Field(default_factory=list)
     trajectory: list[TrajectoryPoint] = Field(default_factory=list)
 
@@ -172,6 +174,33 @@ def fmt_ci(low: float | None, high: float | None) -> str:
     return "-" if low is None or high is None else f"[{low:,.1f}, {high:,.1f}] req/s"
 
 
+def _p50_p99(p: Percentiles | None) -> str | None:
+    if p is None or p.p50 is None or p.p99 is None:
+        return None
+    return f"p50 {p.p50:,.2f} ms, p99 {p.p99:,.2f} ms"
+
+
+def token_facts(s: StepSummary | AtCapacity) -> list[tuple[str, str]]:
+    """Goodput, tokens/s and the token latencies of a step (or of the step that held at
+    a probe's capacity), those it measured: what an LLM endpoint is judged by."""
+    out = []
+    if s.goodput_rps is not None:
+        out.append(("goodput", f"{fmt_rate(s.goodput_rps)} within every bound of the SLO"))
+    if s.input_tokens_per_s is not None or s.output_tokens_per_s is not None:
+        tin, tout = (
+            "-" if v is None else f"{v:,.1f}" for v in (s.input_tokens_per_s, s.output_tokens_per_s)
+        )
+        out.append(("tokens/s", f"in {tin}, out {tout}"))
+    for label, p in (
+        ("TTFT (from schedule)", s.ttft_ms),
+        ("ITL (every gap, pooled)", s.itl_ms),
+        ("TPOT (per request)", s.tpot_ms),
+    ):
+        if (text := _p50_p99(p)) is not None:
+            out.append((label, text))
+    return out
+
+
 def facts(view: RunView) -> list[tuple[str, str]]:
     """The run's headline numbers as (label, text) pairs: the report's header."""
     status = view.status + (f" ({view.status_reason})" if view.status_reason else "")
@@ -188,6 +217,10 @@ def facts(view: RunView) -> list[tuple[str, str]]:
                 "none within the SLO" if p.capacity_rps is None else fmt_rate(p.capacity_rps),
             ),
             ("confidence interval", fmt_ci(p.ci_low, p.ci_high)),
+            *(
+                (f"at the estimate: {k}", v)
+                for k, v in (token_facts(p.at_capacity) if p.at_capacity else [])
+            ),
             ("strategy", p.strategy or "-"),
             ("steps", str(p.steps)),
             ("test-seconds", f"{p.test_seconds:,.1f} s"),
@@ -207,4 +240,5 @@ def facts(view: RunView) -> list[tuple[str, str]]:
                 f"p99 {p99}, errors {m.error_rate:.2%}, {valid}",
             )
         )
+        out += [(f"{step_label(s.index)}: {k}", v) for k, v in token_facts(m)]
     return out

@@ -59,6 +59,9 @@ def _ms(v: float | None) -> str:
 
 def _steps_table(view: RunView) -> str:
     head = ["step", "offered req/s", "achieved req/s", "p50 ms", "p99 ms", "errors", "valid"]
+    tokens = any(s.summary.ttft_ms is not None for s in view.steps)
+    if tokens:
+        head += ["TTFT p99 ms", "ITL p99 ms", "TPOT p99 ms", "goodput req/s"]
     if view.probe is not None:
         head.append("settled state")
     rows = []
@@ -73,6 +76,9 @@ def _steps_table(view: RunView) -> str:
             f"{m.error_rate:.2%}",
             "yes" if m.valid else f"<span class=bad>no: {escape(m.invalid_reason or '')}</span>",
         ]
+        if tokens:
+            cells += [_ms(p.p99 if p else None) for p in (m.ttft_ms, m.itl_ms, m.tpot_ms)]
+            cells.append("-" if m.goodput_rps is None else f"{m.goodput_rps:,.1f}")
         if view.probe is not None:
             cells.append(escape(_settled_state(view, s)))
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")

@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ridgeline.report._view import facts, server_lines, view_of
+from ridgeline.report._view import facts, server_lines, token_facts, view_of
 
 if TYPE_CHECKING:
     from ridgeline.analysis.repeats import Repeatability
@@ -75,17 +75,26 @@ def step_table(s: StepSummary, title: str = "step") -> Group:
     t.add_row(*_pct_row("from schedule", s.latency_ms))
     t.add_row(*_pct_row("from send", s.latency_from_send_ms))
     t.add_row(*_pct_row("lateness", s.lateness_ms))
-    if s.ttft_ms is not None:
-        t.add_row(*_pct_row("time to 1st token", s.ttft_ms))
-    if s.itl_ms is not None:
-        t.add_row(*_pct_row("inter-token", s.itl_ms))
+    for label, p in (
+        ("TTFT from schedule", s.ttft_ms),
+        ("TTFT from send", s.ttft_from_send_ms),
+        ("ITL (every gap)", s.itl_ms),
+        ("TPOT (per request)", s.tpot_ms),
+    ):
+        if p is not None:
+            t.add_row(*_pct_row(label, p))
     counts = (
         f"offered {s.offered_rps:.1f}/s  achieved {s.achieved_rps:.1f}/s  "
         f"sent {s.sent}  ok {s.ok}  errors {s.errors}  timeouts {s.timeouts}  "
         f"dropped {s.dropped}  error rate {s.error_rate:.2%}"
         + (f"  run {s.run_id}" if s.run_id is not None else "")
     )
+    tokens = "  ".join(
+        f"{k} {v}" for k, v in token_facts(s) if not k.startswith(("TTFT", "ITL", "TPOT"))
+    )
     parts: list[Text | Table] = [Text.from_markup(f"{escape(title)} — {verdict}"), t, Text(counts)]
+    if tokens:
+        parts.append(Text(tokens))
     if s.server is not None:
         head, *lines = server_lines(s.server)
         parts += [Text(head, style="bold"), *(Text(f"  {line}") for line in lines)]
@@ -195,6 +204,8 @@ def probe_table(r: ProbeResult) -> Table:
         ("status", r.status),
         ("run", str(r.run_id)),
     ]
+    if r.at_capacity is not None:
+        rows[1:1] = [(f"at it: {k}", v) for k, v in token_facts(r.at_capacity)]
     if r.reason:
         rows.append(("reason", r.reason))
     for k, v in rows:

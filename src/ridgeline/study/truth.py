@@ -8,6 +8,11 @@ exclusion and no hysteresis:
   within B (latency from the scheduled send); an error or a timeout counts as beyond
   every bound. ``max < B`` needs every request within B, ``mean < B`` an OK answer to
   every request and their mean below B;
+* token bounds are judged the same way, each on its own samples: ``ttft_pXX < B`` over
+  every request (one that failed before its first token is beyond every bound),
+  ``tpot_pXX < B`` over every request (a failed one beyond; a successful one-token
+  answer has no TPOT and is within), ``itl_pXX < B`` over every gap of every request
+  pooled, each failed request adding one sample beyond the bound;
 * the error rate (errors and timeouts over all requests) must stay below the SLO's;
 * the SLO's attainment bound is not judged: a server short of throughput fails its
   latency percentile long before a long run's achieved rate falls 5 % short.
@@ -30,7 +35,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -40,7 +45,8 @@ from ridgeline.health.sampling import QUANTILES
 from ridgeline.health.slo import SLOPolicy, parse_slo
 from ridgeline.sim import SimPreset, shapes_for, simulate
 from ridgeline.synthetic.model import capacity_rps
-from ridgeline.telemetry.records import Outcome
+from ridgeline.telemetry.records import Outcome, Records
+from ridgeline.telemetry.summary import tpot_s, ttft_s
 from ridgeline.workload.payloads import RequestShape
 from ridgeline.workload.traces import Trace
 
@@ -150,6 +156,70 @@ def broken(latency_s: NDArray[np.float64], ok: NDArray[np.bool_], policy: SLOPol
     return None
 
 
+def broken_records(rec: Records, policy: SLOPolicy) -> str | None:
+    """``broken`` for a pooled run's records, token bounds included (see the module
+    docstring): ``"errors"``, the bound's name (``"p99"``, ``"ttft_p99"``), or None."""
+    sent = rec.outcome != int(Outcome.NOT_SENT)
+    ok = rec.outcome == int(Outcome.OK)
+    e2e = [b for b in policy.latency if b.metric == "e2e"]
+    plain = policy.model_copy(update={"latency": tuple(e2e)})
+    why = broken((rec.done - rec.scheduled)[sent], ok[sent], plain)
+    if why is not None:
+        return why
+    n = int(np.count_nonzero(sent))
+    for bound in policy.latency:
+        if bound.metric == "e2e":
+            continue
+        b = bound.bound_ms / 1000.0
+        if bound.metric == "itl":
+            failed = n - int(np.count_nonzero(ok[sent]))
+            values = rec.gaps
+            samples = values.shape[0] + failed
+            within_all = values < b
+            mean_ok = failed == 0 and (values.size == 0 or float(values.mean()) < b)
+        else:
+            values = (ttft_s(rec) if bound.metric == "ttft" else tpot_s(rec))[sent]
+            if bound.metric == "ttft":  # a failed request's TTFT is its failure's time
+                within_all = np.isfinite(rec.first_token[sent]) & (values < b)
+            else:  # a successful answer without a TPOT (one token) is within
+                within_all = ok[sent] & ~(values >= b)
+            samples = n
+            good = values[ok[sent] & np.isfinite(values)]
+            mean_ok = bool(np.all(ok[sent])) and (good.size == 0 or float(good.mean()) < b)
+        name = f"{bound.metric}_{bound.percentile}"
+        if bound.percentile == "mean":
+            if not mean_ok:
+                return name
+            continue
+        q = 1.0 if bound.percentile == "max" else QUANTILES[bound.percentile]
+        if int(np.count_nonzero(within_all)) < math.ceil(q * samples - 1e-9):
+            return name
+    return None
+
+
+def _pooled(runs: list[Records]) -> Records:
+    """The runs' records end to end, unordered (a plain judgement needs no order)."""
+    offsets = np.cumsum([0, *(r.gaps.shape[0] for r in runs[:-1])])
+    starts = [runs[0].gap_start[:1]]
+    starts += [r.gap_start[1:] + o for r, o in zip(runs, offsets, strict=True)]
+
+    def cat(column: str) -> Any:
+        return np.concatenate([getattr(r, column) for r in runs])
+
+    return Records(
+        scheduled=cat("scheduled"),
+        sent=cat("sent"),
+        done=cat("done"),
+        outcome=cat("outcome"),
+        first_token=cat("first_token"),
+        output_tokens=cat("output_tokens"),
+        errors={},
+        prompt_tokens=cat("prompt_tokens"),
+        gaps=cat("gaps"),
+        gap_start=np.concatenate(starts),
+    )
+
+
 def _warm(preset: SimPreset) -> SimPreset:
     return preset.model_copy(update={"model": preset.model.model_copy(update={"warmup": None})})
 
@@ -189,7 +259,7 @@ class _Judge:
     def __call__(self, rate: float, share: float) -> bool:
         self.runs += 1
         per_seed = _per_seed(self.preset, rate, self.cfg, share)
-        latencies, oks = [], []
+        runs = []
         for seed in range(self.cfg.first_seed, self.cfg.first_seed + self.cfg.seeds):
             unit, shapes = self._input(per_seed, seed)
             rec, _ = simulate(
@@ -201,9 +271,8 @@ class _Judge:
                 speed=self.preset.speed,
                 interference=self.preset.interference,
             )
-            latencies.append(rec.done - rec.scheduled)
-            oks.append(rec.outcome == int(Outcome.OK))
-        why = broken(np.concatenate(latencies), np.concatenate(oks), self.policy)
+            runs.append(rec)
+        why = broken_records(_pooled(runs), self.policy)
         if why is not None and share == 1.0:
             self.broken[rate] = why
         return why is None

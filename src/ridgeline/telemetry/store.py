@@ -14,6 +14,7 @@ the store is opened on that host.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -29,7 +30,7 @@ from numpy.typing import NDArray
 from ridgeline.errors import StoreError
 from ridgeline.telemetry import _unsaved
 from ridgeline.telemetry._sqlite import Connected, open_db, transaction
-from ridgeline.telemetry.records import Records
+from ridgeline.telemetry.records import Records, gaps_from
 from ridgeline.telemetry.summary import StepSummary
 from ridgeline.telemetry.windows import Window
 
@@ -76,9 +77,15 @@ CREATE TABLE IF NOT EXISTS requests (
     outcome INTEGER NOT NULL,
     first_token REAL,
     output_tokens INTEGER NOT NULL,
+    prompt_tokens INTEGER NOT NULL DEFAULT 0,
+    gaps BLOB,                         -- float32 LE seconds between content chunks
     PRIMARY KEY (step_id, i)
 );
 """
+_REQUEST_COLUMNS = (
+    "step_id, i, scheduled, sent, done, outcome, first_token, output_tokens, prompt_tokens, gaps"
+)
+_GAPS = np.dtype("<f4")
 
 
 def default_store_path() -> Path:
@@ -95,7 +102,12 @@ def _nullable(a: NDArray[np.float64]) -> list[float | None]:
 
 
 def _request_rows(records: Records) -> list[list[Any]]:
-    """Per-request rows, as the ``requests`` table holds them (less step and index)."""
+    """Per-request rows, as the ``requests`` table holds them (less step and index), as
+    the journal can hold them too: the gaps as base64 text (``_gaps_blob`` stores it)."""
+    gaps = [
+        base64.b64encode(records.gaps_of(i).astype(_GAPS).tobytes()).decode("ascii") if n else None
+        for i, n in enumerate(records.gap_counts().tolist())
+    ]
     return [
         list(row)
         for row in zip(
@@ -105,21 +117,36 @@ def _request_rows(records: Records) -> list[list[Any]]:
             records.outcome.tolist(),
             _nullable(records.first_token),
             records.output_tokens.tolist(),
+            records.prompt_tokens.tolist(),
+            gaps,
             strict=True,
         )
     ]
 
 
-def _add_owner_columns(db: sqlite3.Connection) -> None:
-    """A store made before runs recorded their process gets the two columns."""
-    have = {row[1] for row in db.execute("PRAGMA table_info(runs)").fetchall()}
-    for column, kind in (("pid", "INTEGER"), ("host", "TEXT")):
-        if column not in have:
-            try:
-                db.execute(f"ALTER TABLE runs ADD COLUMN {column} {kind}")
-            except sqlite3.OperationalError as exc:
-                if "duplicate column" not in str(exc):  # another process added it first
-                    raise
+def _stored_row(step_id: int, i: int, row: list[Any]) -> tuple[Any, ...]:
+    """A journaled row as the table takes it; a journal written before the token columns
+    holds six values."""
+    scheduled, sent, done, outcome, first, output, prompt, gaps = [*row, 0, None][:8]
+    blob = None if gaps is None else base64.b64decode(gaps)
+    return (step_id, i, scheduled, sent, done, outcome, first, output, prompt, blob)
+
+
+def _add_columns(db: sqlite3.Connection) -> None:
+    """A store made before runs recorded their process, or requests their prompt tokens
+    and gaps, gets the columns."""
+    for table, columns in (
+        ("runs", (("pid", "INTEGER"), ("host", "TEXT"))),
+        ("requests", (("prompt_tokens", "INTEGER NOT NULL DEFAULT 0"), ("gaps", "BLOB"))),
+    ):
+        have = {row[1] for row in db.execute(f"PRAGMA table_info({table})").fetchall()}
+        for column, kind in columns:
+            if column not in have:
+                try:
+                    db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+                except sqlite3.OperationalError as exc:
+                    if "duplicate column" not in str(exc):  # another process added it first
+                        raise
 
 
 HOST = socket.gethostname()
@@ -155,7 +182,7 @@ class RunStore(Connected):
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._db = open_db(path, SCHEMA)
-            _add_owner_columns(self._db)
+            _add_columns(self._db)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(
                 f"cannot open the run store at {path}: {exc}; pass --db with a writable path"
@@ -307,8 +334,8 @@ class RunStore(Connected):
         )
         if op["requests"] is not None:
             self._db.executemany(
-                "INSERT INTO requests VALUES (?,?,?,?,?,?,?,?)",
-                [(step_id, i, *row) for i, row in enumerate(op["requests"])],
+                f"INSERT INTO requests ({_REQUEST_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                [_stored_row(step_id, i, row) for i, row in enumerate(op["requests"])],
             )
         return step_id
 
@@ -395,6 +422,32 @@ class RunStore(Connected):
             steps.append({"id": sid, "index": idx, "summary": json.loads(summary), "windows": wins})
         run["steps"] = steps
         return run
+
+    def records(self, step_id: int) -> Records:
+        """The requests stored for step ``step_id`` (``--store-requests``), as records:
+        gaps as stored (float32); error reasons and generator counts are not kept."""
+        rows = self._db.execute(
+            "SELECT scheduled, sent, done, outcome, first_token, output_tokens,"
+            " prompt_tokens, gaps FROM requests WHERE step_id=? ORDER BY i",
+            (step_id,),
+        ).fetchall()
+
+        def column(k: int, dtype: Any) -> Any:
+            return np.array([np.nan if r[k] is None else r[k] for r in rows], dtype=dtype)
+
+        gaps, start = gaps_from([np.frombuffer(r[7] or b"", dtype=_GAPS) for r in rows])
+        return Records(
+            scheduled=column(0, np.float64),
+            sent=column(1, np.float64),
+            done=column(2, np.float64),
+            outcome=column(3, np.int8),
+            first_token=column(4, np.float64),
+            output_tokens=column(5, np.int32),
+            errors={},
+            prompt_tokens=column(6, np.int32),
+            gaps=gaps,
+            gap_start=start,
+        )
 
     def request_count(self, step_id: int) -> int:
         (n,) = self._db.execute(

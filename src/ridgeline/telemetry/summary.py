@@ -4,15 +4,25 @@ Every answered request counts in the latency percentiles — errors at the time 
 error came, timeouts at the time they were given up on — and errors, timeouts and
 incomplete requests all count in ``error_rate``. Drops (the server said at once that a
 request could not meet its SLO) are counted apart, in ``drop_rate``.
+
+Token metrics of streamed answers (vLLM ``benchmark_serving``'s definitions; see
+docs/llm.md): TTFT, first content chunk − scheduled send, over every request that
+produced a first token; ITL, every gap between consecutive content chunks, pooled over
+requests; TPOT, per successful request of two tokens or more, (e2e − ttft) / (output
+tokens − 1). Goodput counts the successful requests that met every per-request bound of
+an SLO (``good``).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 from pydantic import BaseModel, Field
 
-from ridgeline.telemetry.histogram import latency_summary_ms
+from ridgeline.telemetry.histogram import PERCENTILES, latency_summary_ms
 from ridgeline.telemetry.records import FAILED, Outcome, Records
 
 
@@ -57,9 +67,28 @@ class StepSummary(BaseModel):
     latency_ms: Percentiles = Field(description="from the scheduled send (no coordinated omission)")
     latency_from_send_ms: Percentiles = Field(description="from the actual send, for comparison")
     lateness_ms: Percentiles = Field(description="actual send − scheduled send")
-    ttft_ms: Percentiles | None = Field(None, description="time to first token, from schedule")
-    itl_ms: Percentiles | None = Field(None, description="mean inter-token latency per request")
-    output_tokens_per_s: float | None = None
+    ttft_ms: Percentiles | None = Field(
+        None, description="time to first token, from the scheduled send (vLLM's TTFT)"
+    )
+    ttft_from_send_ms: Percentiles | None = Field(
+        None, description="time to first token from the actual send, for tools that time so"
+    )
+    itl_ms: Percentiles | None = Field(
+        None, description="inter-token latency: every gap between chunks, pooled (vLLM's ITL)"
+    )
+    tpot_ms: Percentiles | None = Field(
+        None, description="time per output token, one per request: (e2e − ttft)/(tokens − 1)"
+    )
+    input_tokens_per_s: float | None = Field(
+        None, description="prompt tokens of the successful requests / step duration"
+    )
+    output_tokens_per_s: float | None = Field(
+        None, description="output tokens of the successful requests / step duration"
+    )
+    good: int | None = Field(
+        None, description="successful requests that met every per-request bound of the SLO"
+    )
+    goodput_rps: float | None = Field(None, description="good / step duration (with an SLO)")
     error_kinds: dict[str, int] = Field(default_factory=dict)
     valid: bool = True
     invalid_reason: str | None = None
@@ -116,15 +145,7 @@ def summarize(
     ok = outcome == int(Outcome.OK)
     failed = int(np.isin(outcome, [int(o) for o in FAILED]).sum())
     span = duration_s if duration_s > 0 else 1.0
-    streamed = np.isfinite(rec.first_token)
-    ttft = itl = None
-    tokens_per_s = None
-    if streamed.any():
-        ttft = _pct((rec.first_token - rec.scheduled)[streamed])
-        multi = streamed & (rec.output_tokens > 1) & np.isfinite(rec.done)
-        gaps = (rec.done[multi] - rec.first_token[multi]) / (rec.output_tokens[multi] - 1)
-        itl = _pct(gaps)
-        tokens_per_s = float(rec.output_tokens[ok].sum()) / span
+    tokens = token_percentiles(rec, 0, len(rec))
     return StepSummary(
         offered_rps=len(rec) / span,
         achieved_rps=float(ok.sum()) / span,
@@ -142,9 +163,9 @@ def summarize(
         latency_ms=latency_ms(rec),
         latency_from_send_ms=latency_from_send_ms(rec),
         lateness_ms=lateness_ms(rec),
-        ttft_ms=ttft,
-        itl_ms=itl,
-        output_tokens_per_s=tokens_per_s,
+        **tokens,
+        input_tokens_per_s=_per_s(rec.prompt_tokens[ok], span),
+        output_tokens_per_s=_per_s(rec.output_tokens[ok], span),
         error_kinds=dict(rec.errors),
         valid=valid,
         invalid_reason=invalid_reason,
@@ -152,3 +173,108 @@ def summarize(
         status="interrupted" if interrupted else "complete",
         processes=processes,
     )
+
+
+def _per_s(tokens: NDArray[np.int32], span_s: float) -> float | None:
+    total = int(tokens.sum(dtype=np.int64))
+    return total / span_s if total else None
+
+
+def ttft_s(rec: Records, since: NDArray[np.float64] | None = None) -> NDArray[np.float64]:
+    """Each request's time to first token from its scheduled send (or ``since``). A
+    request that failed before its first token counts at the time it failed, beyond
+    any bound its wait already broke (never left out: a server that times requests out
+    in its queue must not look fast); NaN when it succeeded without streaming or was
+    never sent."""
+    start = rec.scheduled if since is None else since
+    failed = np.isin(rec.outcome, [int(o) for o in FAILED]) & ~np.isfinite(rec.first_token)
+    return np.where(failed, rec.done, rec.first_token) - start
+
+
+def tpot_s(rec: Records) -> NDArray[np.float64]:
+    """Each request's time per output token after the first, (e2e − ttft) / (tokens −
+    1); NaN unless it succeeded with two tokens or more and a first token."""
+    keep = (rec.outcome == int(Outcome.OK)) & (rec.output_tokens > 1) & np.isfinite(rec.first_token)
+    out = np.full(len(rec), np.nan)
+    out[keep] = (rec.done[keep] - rec.first_token[keep]) / (rec.output_tokens[keep] - 1)
+    return out
+
+
+def token_percentiles(
+    rec: Records, a: int, b: int, tpot: NDArray[np.float64] | None = None
+) -> dict[str, Percentiles | None]:
+    """TTFT (from schedule and from send), pooled ITL and TPOT of requests ``a:b`` (in
+    schedule order), as ``StepSummary`` fields; all None when none streamed. ``tpot``:
+    ``tpot_s(rec)``, when a caller cutting many slices has it already."""
+    if not np.isfinite(rec.first_token[a:b]).any():
+        return dict.fromkeys(("ttft_ms", "ttft_from_send_ms", "itl_ms", "tpot_ms"))
+    part = slice(a, b)
+    ttft = ttft_s(rec)[part]
+    counted = np.isfinite(ttft)
+    gaps = rec.gaps[rec.gap_start[a] : rec.gap_start[b]]
+    tpot = (tpot_s(rec) if tpot is None else tpot)[a:b]
+    return {
+        "ttft_ms": _pct(ttft[counted]),
+        "ttft_from_send_ms": _pct(ttft_s(rec, rec.sent)[part][counted]),
+        "itl_ms": _pct(gaps) if gaps.size else None,
+        "tpot_ms": _pct(tpot) if np.isfinite(tpot).any() else None,
+    }
+
+
+class RequestBound(Protocol):
+    """One latency bound of an SLO, as ``good`` reads it (``health.slo.LatencyBound``)."""
+
+    @property
+    def metric(self) -> str: ...  # e2e | ttft | itl | tpot
+
+    @property
+    def percentile(self) -> str: ...  # p50 ... p999 | max | mean
+
+    @property
+    def bound_ms(self) -> float: ...
+
+
+def good(rec: Records, bounds: Sequence[RequestBound]) -> NDArray[np.bool_]:
+    """The requests that succeeded and met every bound, each judged on its own values: a
+    request meets ``ttft_pXX<b`` if its TTFT ≤ b (one without a first token does not),
+    ``tpot_pXX<b`` if its TPOT ≤ b, ``pXX<b`` (e2e) if its end-to-end latency ≤ b, and
+    ``itl_pXX<b`` if the XX-th percentile of its own gaps (nearest rank; ``max``, ``mean``
+    as named) ≤ b. A request of one token has no TPOT or gaps, and meets those bounds."""
+    ok = rec.outcome == int(Outcome.OK)
+    for b in bounds:
+        limit = b.bound_ms / 1000.0
+        if b.metric == "ttft":
+            ok &= ttft_s(rec) <= limit
+        elif b.metric == "tpot":
+            ok &= ~(tpot_s(rec) > limit)  # NaN (no TPOT) meets it
+        elif b.metric == "itl":
+            ok &= ~(gap_statistic(rec, b.percentile) > limit)
+        else:
+            ok &= rec.latency_from_schedule <= limit
+    return np.asarray(ok, dtype=np.bool_)
+
+
+def gap_statistic(rec: Records, percentile: str) -> NDArray[np.float64]:
+    """Each request's ``percentile`` (p50 ... p999 by nearest rank, max, mean) of its own
+    inter-chunk gaps; NaN for a request without gaps."""
+    counts = rec.gap_counts()
+    out = np.full(len(rec), np.nan)
+    has = counts > 0
+    if not has.any():
+        return out
+    owner = np.repeat(np.arange(len(rec)), counts)
+    if percentile == "mean":
+        out[has] = np.bincount(owner, weights=rec.gaps, minlength=len(rec))[has] / counts[has]
+        return out
+    ordered = rec.gaps[np.lexsort((rec.gaps, owner))]
+    q = 1.0 if percentile == "max" else PERCENTILES[percentile] / 100.0
+    rank = np.maximum(np.ceil(q * counts[has] - 1e-9).astype(np.int64), 1)
+    out[has] = ordered[rec.gap_start[:-1][has] + rank - 1]
+    return out
+
+
+def with_goodput(summary: StepSummary, rec: Records, bounds: Sequence[RequestBound]) -> StepSummary:
+    """``summary`` with the good requests of ``rec`` under ``bounds`` and its goodput."""
+    n = int(good(rec, bounds).sum())
+    span = summary.duration_s if summary.duration_s > 0 else 1.0
+    return summary.model_copy(update={"good": n, "goodput_rps": n / span})

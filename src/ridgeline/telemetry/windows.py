@@ -2,7 +2,9 @@
 
 Latency and error counts are attributed to the window in which a request was
 *scheduled* (so a timeout counts where its load was offered); achieved throughput
-counts successful answers in the window in which they *completed*.
+counts successful answers in the window in which they *completed*. Token metrics
+(TTFT, pooled ITL, TPOT) go with their request: every gap of a request counts in the
+window it was scheduled in.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pydantic import BaseModel
 
 from ridgeline.telemetry.histogram import latency_summary_ms
 from ridgeline.telemetry.records import FAILED, Outcome, Records
-from ridgeline.telemetry.summary import Percentiles
+from ridgeline.telemetry.summary import Percentiles, token_percentiles, tpot_s
 
 
 class Window(BaseModel):
@@ -32,6 +34,12 @@ class Window(BaseModel):
     error_rate: float
     latency_ms: Percentiles
     lateness_p99_ms: float | None
+    ttft_ms: Percentiles | None = None
+    """Time to first token from the scheduled send (streamed answers only)."""
+    itl_ms: Percentiles | None = None
+    """Every inter-chunk gap of the window's requests, pooled."""
+    tpot_ms: Percentiles | None = None
+    """Time per output token, one per successful request of two tokens or more."""
     server: dict[str, float] = {}
     """Server metrics scraped during the window (counter deltas, gauge values)."""
     state: str | None = None
@@ -58,6 +66,7 @@ def windows(rec: Records, duration_s: float, width_s: float = 1.0) -> list[Windo
     completed_ok, _ = np.histogram(rec.done[ok], bins=edges)
     latency = rec.latency_from_schedule
     lateness = rec.lateness
+    tpot = tpot_s(rec) if np.isfinite(rec.first_token).any() else None
     out: list[Window] = []
     for w in range(count):
         a, b = int(bounds[w]), int(bounds[w + 1])
@@ -81,9 +90,18 @@ def windows(rec: Records, duration_s: float, width_s: float = 1.0) -> list[Windo
                 error_rate=n_failed / n_answered if n_answered else 0.0,
                 latency_ms=Percentiles(**latency_summary_ms(latency[a:b][mine_answered])),
                 lateness_p99_ms=_p99_ms(late),
+                **(_tokens(rec, a, b, tpot) if tpot is not None else {}),
             )
         )
     return out
+
+
+def _tokens(
+    rec: Records, a: int, b: int, tpot: NDArray[np.float64]
+) -> dict[str, Percentiles | None]:
+    tokens = token_percentiles(rec, a, b, tpot)
+    del tokens["ttft_from_send_ms"]  # the step's, for peers that time so; not a window's
+    return tokens
 
 
 def _p99_ms(lateness_s: NDArray[np.float64]) -> float | None:
