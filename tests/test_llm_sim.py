@@ -1,6 +1,6 @@
 """The LLM server in virtual time: exact timelines from the shared scheduler (first token
 at the end of the prefill step, gaps = decode steps), refusals and timeouts, laws over
-the records, the sim:llm preset, the knee moving with the KV cache, a probe of sim:llm
+the records, the sim:llm preset, the knee moving with the KV cache, a token-SLO probe of sim:llm
 against the long-run truth, and the simulator beside the fake server on loopback."""
 
 from __future__ import annotations
@@ -17,9 +17,11 @@ from _llm import TINY
 from ridgeline.aio import run_coroutine
 from ridgeline.errors import ConfigError
 from ridgeline.fakeserver import load_preset, running_in_process
+from ridgeline.health.slo import parse_slo
 from ridgeline.loadgen.schedule import Schedule, from_arrival
 from ridgeline.loadgen.step import StepConfig, measure_step
-from ridgeline.probe.api import default_slo, make_driver, run_probe
+from ridgeline.probe.api import default_slo, run_probe
+from ridgeline.probe.drivers import SimDriver
 from ridgeline.probe.orchestrator import ProbeConfig
 from ridgeline.sim import (
     Interference,
@@ -29,6 +31,7 @@ from ridgeline.sim import (
     shapes_for,
     simulate_llm,
 )
+from ridgeline.study.truth import broken_records
 from ridgeline.synthetic.llm import saturated_rps
 from ridgeline.synthetic.model import LatencyModel
 from ridgeline.telemetry.records import Outcome, Records
@@ -162,6 +165,7 @@ def test_the_sim_preset_is_the_fake_servers_engine_with_its_workload() -> None:
     assert stated is not None and preset.model.llm is not None
     assert float(stated.group(1)) == round(saturated_rps(preset.model.llm, 128, 64), 1)
     assert "stand-ins" in text and re.fullmatch(r"p99<\d+ms,errors<[0-9.]+%", preset.slo)
+    assert default_slo("sim:llm") == preset.slo == "p99<3000ms,errors<0.1%"
 
 
 def test_llm_presets_need_their_token_shapes() -> None:
@@ -179,10 +183,8 @@ def test_llm_presets_need_their_token_shapes() -> None:
 def ttft_capacity(kv_tokens: int, bound_s: float = 0.5) -> float:
     """The highest rate of a 2 req/s grid at which TTFT p99 over every request of a
     120 s Poisson run stays under ``bound_s``: a plain sweep over the simulator."""
-    preset = load_sim_preset("llm")
-    assert preset.model.llm is not None
-    llm = preset.model.llm.model_copy(update={"kv_cache_tokens": kv_tokens})
-    model = preset.model.model_copy(update={"llm": llm})
+    preset = with_kv(load_sim_preset("llm"), kv_tokens)
+    model = preset.model
     held = 0.0
     for rate in np.arange(10.0, 40.0, 2.0):
         sched = from_arrival(parse_arrival("poisson", float(rate)), 120.0, 5)
@@ -202,18 +204,28 @@ def test_the_knee_moves_with_the_kv_cache() -> None:
 
 # --- the probe against the long-run truth ------------------------------------------------
 
+TOKEN_SLO = "ttft_p99<300ms,itl_p99<80ms,errors<0.1%"
 
-def long_run_truth(preset: SimPreset, bound_s: float, duration_s: float = 600.0) -> float:
-    """The highest constant (Poisson) rate at which e2e p99 over every request of a long
-    run stays under ``bound_s`` with no error, bisected to 0.1 req/s."""
+
+def with_kv(preset: SimPreset, kv_tokens: int) -> SimPreset:
+    assert preset.model.llm is not None
+    llm = preset.model.llm.model_copy(update={"kv_cache_tokens": kv_tokens})
+    return preset.model_copy(update={"model": preset.model.model_copy(update={"llm": llm})})
+
+
+def token_truth(preset: SimPreset, slo: str, duration_s: float = 600.0) -> float:
+    """The highest constant (Poisson) rate whose long run meets ``slo``'s token bounds
+    judged plainly over every request and every gap (``study.truth.broken_records``),
+    bisected to 0.1 req/s."""
+    policy = parse_slo(slo)
 
     def holds(rate: float) -> bool:
         sched = from_arrival(parse_arrival("poisson", rate), duration_s, 11)
         rec, _ = simulate_llm(preset.model, sched.times, shapes_for(preset, len(sched.times), 11))
-        e2e = rec.done - rec.scheduled
-        return bool(np.percentile(e2e, 99) < bound_s and rec.count(Outcome.OK) == len(rec))
+        return broken_records(rec, policy) is None
 
-    lo, hi = 1.0, saturated_rps(preset.model.llm, 128, 64) * 1.5  # type: ignore[arg-type]
+    assert preset.model.llm is not None
+    lo, hi = 1.0, saturated_rps(preset.model.llm, 128, 64) * 1.1
     while hi - lo > 0.1:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if holds(mid) else (lo, mid)
@@ -221,16 +233,17 @@ def long_run_truth(preset: SimPreset, bound_s: float, duration_s: float = 600.0)
 
 
 @pytest.mark.slow
-def test_a_probe_of_sim_llm_lands_within_5_percent_of_the_long_run_truth() -> None:
+def test_a_token_slo_probe_of_sim_llm_lands_within_5_percent_of_the_long_run_truth() -> None:
+    """``ridgeline probe sim:llm --slo "ttft_p99<300ms,itl_p99<80ms,errors<0.1%"``: the
+    estimate within 5 % of the long-run truth (with half the cache the same holds,
+    16.4 against 16.2 req/s; docs/llm.md, left out here for time)."""
     preset = load_sim_preset("llm")
-    slo = default_slo("sim:llm")
-    assert slo == "p99<3000ms,errors<0.1%"
-    result = run_probe(
-        make_driver("sim:llm"), ProbeConfig(slo=slo, strategy_options={"min_rate": 1.0})
-    )
-    truth = long_run_truth(preset, 3.0)
+    cfg = ProbeConfig(slo=TOKEN_SLO, strategy_options={"min_rate": 1.0})
+    result = run_probe(SimDriver(preset, label="llm"), cfg)
+    truth = token_truth(preset, TOKEN_SLO)
     assert result.capacity_rps is not None and result.confirmed
     assert result.capacity_rps == pytest.approx(truth, rel=0.05), (result.capacity_rps, truth)
+    assert truth > token_truth(with_kv(preset, 8192), TOKEN_SLO, duration_s=300.0)
 
 
 # --- beside the fake server --------------------------------------------------------------
