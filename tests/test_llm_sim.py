@@ -164,8 +164,10 @@ def test_the_sim_preset_is_the_fake_servers_engine_with_its_workload() -> None:
     stated = re.search(r"saturated_rps = ([0-9.]+)", text)
     assert stated is not None and preset.model.llm is not None
     assert float(stated.group(1)) == round(saturated_rps(preset.model.llm, 128, 64), 1)
-    assert "stand-ins" in text and re.fullmatch(r"p99<\d+ms,errors<[0-9.]+%", preset.slo)
-    assert default_slo("sim:llm") == preset.slo == "p99<3000ms,errors<0.1%"
+    assert "stand-ins" in text and re.fullmatch(
+        r"ttft_p99<\d+ms,itl_p99<\d+ms,errors<[0-9.]+%", preset.slo
+    )
+    assert default_slo("sim:llm") == preset.slo == "ttft_p99<300ms,itl_p99<80ms,errors<0.1%"
 
 
 def test_llm_presets_need_their_token_shapes() -> None:

@@ -43,7 +43,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ridgeline.health.sampling import QUANTILES
 from ridgeline.health.slo import SLOPolicy, parse_slo
-from ridgeline.sim import SimPreset, shapes_for, simulate
+from ridgeline.sim import SimPreset, shapes_for, simulate, simulate_llm
+from ridgeline.sim.llm import DEFAULT_MAX_TOKENS
+from ridgeline.synthetic.llm import saturated_rps
 from ridgeline.synthetic.model import capacity_rps
 from ridgeline.telemetry.records import Outcome, Records
 from ridgeline.telemetry.summary import tpot_s, ttft_s
@@ -262,7 +264,8 @@ class _Judge:
         runs = []
         for seed in range(self.cfg.first_seed, self.cfg.first_seed + self.cfg.seeds):
             unit, shapes = self._input(per_seed, seed)
-            rec, _ = simulate(
+            serve = simulate if self.preset.model.llm is None else simulate_llm
+            rec, _ = serve(
                 self.preset.model,
                 unit / rate,
                 shapes,  # type: ignore[arg-type]
@@ -303,7 +306,7 @@ def true_capacity(
     cfg = cfg or TruthConfig()
     started = time.perf_counter()
     judge = _Judge(preset, parse_slo(slo or preset.slo), traffic or Poisson(), cfg)
-    ceiling = capacity_rps(preset.model) * preset.speed  # one-row requests, saturated
+    ceiling = _ceiling(preset)
 
     def coarse(r: float) -> bool:
         return judge(r, cfg.coarse)
@@ -330,6 +333,19 @@ def true_capacity(
     lo, hi = _bisect(full, lo, hi, cfg.tolerance)
     n = cfg.seeds * _per_seed(preset, lo, cfg, 1.0)
     return Truth(lo, hi, n, judge.runs, _since(started), judge.broken.get(hi, "saturation"))
+
+
+def _ceiling(preset: SimPreset) -> float:
+    """A rate no run can sustain: one-row requests saturating the batches, or twice the
+    LLM engine's saturated rate for the preset's mean prompt and output (that rate
+    ignores preemption and varying lengths: a guide, doubled to be safely above)."""
+    engine = preset.model.llm
+    if engine is None:
+        return capacity_rps(preset.model) * preset.speed
+    shapes = shapes_for(preset, 4096, 0) or [RequestShape()]
+    prompt = max(1, round(float(np.mean([s.prompt_tokens for s in shapes]))))
+    output = max(1, round(float(np.mean([s.output_tokens or DEFAULT_MAX_TOKENS for s in shapes]))))
+    return 2.0 * saturated_rps(engine, prompt, output) * preset.speed
 
 
 def _since(started: float) -> float:
