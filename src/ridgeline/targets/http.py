@@ -1,7 +1,8 @@
 """A generic HTTP endpoint: one method, one URL, a body template, success = 2xx.
 
 The body template is a string in which ``{items}``, ``{prompt_tokens}``,
-``{output_tokens}`` and ``{prompt}`` (that many words) are replaced per shape; any
+``{output_tokens}`` and ``{prompt}`` (the shape's prompt text, else that many words) are
+replaced per shape; any
 other brace is left alone, so JSON templates need no escaping. Each distinct shape's
 body is built once and cached.
 """
@@ -32,7 +33,10 @@ def render(template: str, shape: RequestShape) -> str:
         template.replace("{items}", str(shape.items))
         .replace("{prompt_tokens}", str(shape.prompt_tokens))
         .replace("{output_tokens}", str(shape.output_tokens))
-        .replace("{prompt}", prompt_words(shape.prompt_tokens))
+        .replace(
+            "{prompt}",
+            prompt_words(shape.prompt_tokens) if shape.prompt is None else shape.prompt_text(),
+        )
     )
 
 
