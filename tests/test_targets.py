@@ -185,7 +185,7 @@ async def test_openai_learns_model_and_runs_without_streaming(server: FakeServer
     assert isinstance(target, OpenAITarget)
     [reply] = await roundtrip(target, RequestShape(prompt_tokens=3, output_tokens=4))
     assert target.model == "m"
-    assert reply == Reply(output_tokens=4)
+    assert reply == Reply(output_tokens=4, prompt_tokens=3)  # both from the usage
 
 
 async def test_openai_a_model_the_server_does_not_list_fails_the_connect_check(

@@ -152,13 +152,11 @@ def _workload(
     from ridgeline.workload.datasets import FORMATS
     from ridgeline.workload.llm import LlmWorkload
     from ridgeline.workload.payloads import parse_size
-    from ridgeline.workload.tokenizer import load_tokenizer
 
     if dataset_format not in FORMATS:
         from ridgeline.errors import UnknownKindError
 
         raise UnknownKindError("dataset format", dataset_format, FORMATS)
-    load_tokenizer(tokenizer)  # a path that is no tokenizer fails now
     workload = LlmWorkload(
         prompt_tokens=None if prompt_tokens is None else parse_size(prompt_tokens, "prompt_tokens"),
         output_tokens=None if output_tokens is None else parse_size(output_tokens, "output_tokens"),
@@ -168,12 +166,8 @@ def _workload(
         shared_prefix=shared_prefix,
         tokenizer=tokenizer,
     )
-    if not workload.active:
-        if shared_prefix:
-            raise ConfigError("--shared-prefix shapes made prompts: give --prompt-tokens too")
-        return None
-    workload.shapes(1, 0)  # reads the dataset and makes one prompt: its errors come now
-    return workload
+    workload.check()  # the tokenizer counts output tokens even when it makes no prompt
+    return workload if workload.active else None
 
 
 LatenessOption = Annotated[

@@ -86,6 +86,8 @@ def read_dataset(path: str | Path, fmt: DatasetFormat = "auto") -> Dataset:
     if fmt == "trace" or (fmt == "auto" and file.suffix.lower() in _TRACE_SUFFIXES):
         return _from_trace(file)
     text = read_text(file, "dataset", DatasetError)
+    if not text.strip():
+        raise DatasetError(f"dataset {file} holds no prompts; give a file with at least one")
     if fmt == "auto":
         head = text.lstrip()[:1]
         if head not in ("[", "{"):
@@ -145,6 +147,9 @@ def _jsonl(text: str, file: Path) -> Iterator[tuple[Turn, ...]]:
                 f"{where}: no prompt text (looked for {', '.join(PROMPT_KEYS)}, or conversations)"
             )
         answer = _first(doc, ANSWER_KEYS)
+        _unicode(prompt, where)
+        if isinstance(answer, str):
+            _unicode(answer, where)
         yield (
             Turn(
                 prompt,
@@ -186,6 +191,7 @@ def _conversation(messages: Any, where: str) -> tuple[Turn, ...]:
             raise DatasetError(
                 f'{where}, message {m}: needs "from" and "value" strings (or role and content)'
             )
+        _unicode(value, f"{where}, message {m}")
         role = role.lower()
         if role in _USER:
             if prompt is not None:
@@ -197,6 +203,18 @@ def _conversation(messages: Any, where: str) -> tuple[Turn, ...]:
     if prompt is not None:
         turns.append(Turn(prompt))
     return tuple(t for t in turns if t.prompt)
+
+
+def _unicode(text: str, where: str) -> None:
+    """JSON can spell a lone surrogate (``"\\ud800"``), which no tokenizer or request
+    body can carry."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        raise DatasetError(
+            f"{where}: the text holds a lone surrogate (an unpaired \\ud800-\\udfff escape); "
+            "fix the escape or drop the entry"
+        ) from None
 
 
 def _first(doc: dict[str, Any], keys: tuple[str, ...]) -> Any:

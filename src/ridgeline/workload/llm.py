@@ -46,13 +46,22 @@ class LlmWorkload(BaseModel):
         None, description="tokenizer.json or its directory, gpt2 or bytes (none: gpt2)"
     )
 
-    def model_post_init(self, _: object) -> None:
+    def __init__(self, **data: object) -> None:
+        """Fields validated by pydantic, then the options that contradict each other
+        (a ``ConfigError`` naming both, not a validation error)."""
+        super().__init__(**data)
         if self.dataset is not None and self.prompt_tokens is not None:
             raise ConfigError(
                 "--dataset gives each request's prompt; leave out --prompt-tokens, or the dataset"
             )
         if self.dataset is None and self.multi_turn:
             raise ConfigError("--multi-turn replays a dataset's conversations: give --dataset")
+        smallest = None if self.prompt_tokens is None else self.prompt_tokens.smallest()
+        if smallest is not None and self.shared_prefix > smallest:
+            raise ConfigError(
+                f"--shared-prefix {self.shared_prefix} is longer than the shortest prompt "
+                f"--prompt-tokens allows ({smallest}); lower it, or raise the shortest"
+            )
         if self.dataset is not None and self.shared_prefix:
             raise ConfigError(
                 "--shared-prefix shapes made prompts; a dataset's prompts are its own: "
@@ -62,7 +71,15 @@ class LlmWorkload(BaseModel):
     @property
     def active(self) -> bool:
         """Does it change anything from the target's defaults?"""
-        return any(v is not None for v in (self.prompt_tokens, self.output_tokens, self.dataset))
+        lengths = (self.prompt_tokens, self.output_tokens, self.dataset)
+        return self.shared_prefix > 0 or any(v is not None for v in lengths)
+
+    def check(self) -> None:
+        """Load the tokenizer and read the dataset now: a path that is neither is named
+        before any request is sent."""
+        self._tokenizer()
+        if self.dataset is not None:
+            _dataset(self.dataset, self.dataset_format)
 
     def shapes(
         self, n: int, seed: int, base: list[RequestShape] | None = None, *, text: bool = True
@@ -91,6 +108,11 @@ class LlmWorkload(BaseModel):
         return self._with_prompts(shapes, seed) if text else shapes
 
     def _with_prompts(self, shapes: list[RequestShape], seed: int) -> list[RequestShape]:
+        if self.shared_prefix and not any(s.prompt_tokens for s in shapes):
+            raise ConfigError(
+                "--shared-prefix shapes made prompts, and these requests have no prompt "
+                "length: give --prompt-tokens (or a trace with prompt lengths)"
+            )
         texts = make_prompts(
             self._tokenizer(), [s.prompt_tokens for s in shapes], seed, self.shared_prefix
         )

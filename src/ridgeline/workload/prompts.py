@@ -20,226 +20,26 @@ import numpy as np
 from ridgeline.errors import ConfigError, TokenizerError
 from ridgeline.workload.tokenizer import Tokenizer
 
-WORDS = tuple(
-    [
-        "time",
-        "year",
-        "people",
-        "way",
-        "day",
-        "man",
-        "thing",
-        "woman",
-        "life",
-        "child",
-        "world",
-        "school",
-        "state",
-        "family",
-        "student",
-        "group",
-        "country",
-        "problem",
-        "hand",
-        "part",
-        "place",
-        "case",
-        "week",
-        "company",
-        "system",
-        "program",
-        "question",
-        "work",
-        "government",
-        "number",
-        "night",
-        "point",
-        "home",
-        "water",
-        "room",
-        "mother",
-        "area",
-        "money",
-        "story",
-        "fact",
-        "month",
-        "lot",
-        "right",
-        "study",
-        "book",
-        "eye",
-        "job",
-        "word",
-        "business",
-        "issue",
-        "side",
-        "kind",
-        "head",
-        "house",
-        "service",
-        "friend",
-        "father",
-        "power",
-        "hour",
-        "game",
-        "line",
-        "end",
-        "member",
-        "law",
-        "car",
-        "city",
-        "community",
-        "name",
-        "president",
-        "team",
-        "minute",
-        "idea",
-        "kid",
-        "body",
-        "information",
-        "back",
-        "parent",
-        "face",
-        "others",
-        "level",
-        "office",
-        "door",
-        "health",
-        "person",
-        "art",
-        "war",
-        "history",
-        "party",
-        "result",
-        "change",
-        "morning",
-        "reason",
-        "research",
-        "girl",
-        "guy",
-        "moment",
-        "air",
-        "teacher",
-        "force",
-        "education",
-        "foot",
-        "boy",
-        "age",
-        "policy",
-        "process",
-        "music",
-        "market",
-        "sense",
-        "nation",
-        "plan",
-        "college",
-        "interest",
-        "death",
-        "experience",
-        "effect",
-        "use",
-        "class",
-        "control",
-        "care",
-        "field",
-        "development",
-        "role",
-        "effort",
-        "rate",
-        "heart",
-        "drug",
-        "show",
-        "leader",
-        "light",
-        "voice",
-        "wife",
-        "police",
-        "mind",
-        "price",
-        "report",
-        "decision",
-        "son",
-        "view",
-        "relationship",
-        "town",
-        "road",
-        "arm",
-        "difference",
-        "value",
-        "building",
-        "action",
-        "model",
-        "season",
-        "society",
-        "tax",
-        "director",
-        "position",
-        "player",
-        "record",
-        "paper",
-        "space",
-        "ground",
-        "form",
-        "event",
-        "official",
-        "matter",
-        "center",
-        "couple",
-        "site",
-        "project",
-        "activity",
-        "star",
-        "table",
-        "need",
-        "court",
-        "oil",
-        "situation",
-        "cost",
-        "industry",
-        "figure",
-        "street",
-        "image",
-        "phone",
-        "data",
-        "picture",
-        "practice",
-        "piece",
-        "land",
-        "product",
-        "doctor",
-        "wall",
-        "patient",
-        "worker",
-        "news",
-        "test",
-        "movie",
-        "north",
-        "love",
-        "support",
-        "technology",
-        "step",
-        "baby",
-        "computer",
-        "type",
-        "attention",
-        "film",
-        "tree",
-        "source",
-        "organization",
-        "hair",
-        "window",
-        "evidence",
-        "population",
-        "truth",
-        "song",
-        "cell",
-        "garden",
-        "river",
-        "bridge",
-        "stone",
-        "cloud",
-    ]
-)
+_NOUNS = """
+time year people way day man thing woman life child world school state family student
+group country problem hand part place case week company system program question work
+government number night point home water room mother area money story fact month lot
+right study book eye job word business issue side kind head house service friend father
+power hour game line end member law car city community name president team minute idea
+kid body information back parent face others level office door health person art war
+history party result change morning reason research girl guy moment air teacher force
+education foot boy age policy process music market sense nation plan college interest
+death experience effect use class control care field development role effort rate heart
+drug show leader light voice wife police mind price report decision son view
+relationship town road arm difference value building action model season society tax
+director position player record paper space ground form event official matter center
+couple site project activity star table need court oil situation cost industry figure
+street image phone data picture practice piece land product doctor wall patient worker
+news test movie north love support technology step baby computer type attention film
+tree source organization hair window evidence population truth song cell garden river
+bridge stone cloud
+"""
+WORDS = tuple(_NOUNS.split())
 """Common English nouns: under GPT-2 each, with its leading space, is one token."""
 
 _TRIES = 8
@@ -276,8 +76,11 @@ def exact_prompt(tokenizer: Tokenizer, n: int, rng: np.random.Generator, head: s
         raise ConfigError(f"a prompt's shared prefix ({len(head_ids)} tokens) exceeds its {n}")
     if len(head_ids) == n:
         return head
-    if _word_a_token(tokenizer):  # GPT-2 and its kin: n words are n tokens, checked once
+    openers = _openers(tokenizer)
+    if openers:  # GPT-2 and its kin: n words are n tokens, checked once
         words = rng.integers(0, len(WORDS), size=n - len(head_ids))
+        if not head:  # the first word has no space before it: one token so too
+            words[0] = openers[int(rng.integers(len(openers)))]
         text = _joined(head, words)
         if len(tokenizer.encode(text)) == n:
             return text
@@ -301,6 +104,10 @@ def _joined(head: str, words: np.ndarray) -> str:
 
 
 @lru_cache(maxsize=8)
-def _word_a_token(tokenizer: Tokenizer) -> bool:
-    """Is every word of the list one token, with its leading space and without?"""
-    return all(len(tokenizer.encode(w)) == 1 and len(tokenizer.encode(" " + w)) == 1 for w in WORDS)
+def _openers(tokenizer: Tokenizer) -> tuple[int, ...]:
+    """When every word of the list, after a space, is one token: the words that are one
+    token at the start of a text too (GPT-2: most). Empty otherwise: then prompts are cut
+    to length in token space."""
+    if any(len(tokenizer.encode(" " + w)) != 1 for w in WORDS):
+        return ()
+    return tuple(k for k, w in enumerate(WORDS) if len(tokenizer.encode(w)) == 1)
