@@ -2,9 +2,11 @@
 
 ``make_prompts(tokenizer, counts, seed)`` gives request ``i`` a text of exactly
 ``counts[i]`` tokens under ``tokenizer``: words drawn from a fixed list by a generator
-seeded with ``(seed, i)``, cut to the count in token space, and checked by encoding the
-cut text again. Prompts of one length therefore differ (a server's prefix cache cannot
-serve one from another), and the same seed makes the same prompts. With
+seeded with ``(seed, i)``. Under a word-additive tokenizer (GPT-2's; checked once per
+tokenizer, see ``_openers``) n words are n tokens; under any other the words are cut to
+the count in token space and the cut text is checked by encoding it again. Prompts of
+one length therefore differ (a server's prefix cache cannot serve one from another), and
+the same seed makes the same prompts. With
 ``shared_prefix=P`` every prompt opens with the same P tokens (the same whatever the
 seed, so every step of a probe shares it, as a system prompt would) and the rest is its
 own.
@@ -43,6 +45,7 @@ WORDS = tuple(_NOUNS.split())
 """Common English nouns: under GPT-2 each, with its leading space, is one token."""
 
 _TRIES = 8
+_LAW_WORDS = 4096
 _PREFIX_SEED = 1 << 32
 
 
@@ -77,13 +80,11 @@ def exact_prompt(tokenizer: Tokenizer, n: int, rng: np.random.Generator, head: s
     if len(head_ids) == n:
         return head
     openers = _openers(tokenizer)
-    if openers:  # GPT-2 and its kin: n words are n tokens, checked once
+    if openers:  # GPT-2 and its kin: n words are n tokens (the law _openers checked)
         words = rng.integers(0, len(WORDS), size=n - len(head_ids))
         if not head:  # the first word has no space before it: one token so too
             words[0] = openers[int(rng.integers(len(openers)))]
-        text = _joined(head, words)
-        if len(tokenizer.encode(text)) == n:
-            return text
+        return _joined(head, words)
     for _ in range(_TRIES):
         ids = tokenizer.encode(_joined(head, rng.integers(0, len(WORDS), n - len(head_ids) + 8)))
         while len(ids) < n:  # a tokenizer with more than one token a word needs fewer words
@@ -100,14 +101,27 @@ def exact_prompt(tokenizer: Tokenizer, n: int, rng: np.random.Generator, head: s
 
 def _joined(head: str, words: np.ndarray) -> str:
     """``head`` and the words, one space before each but a first word of an empty head."""
-    return head + "".join((" " if head or k else "") + WORDS[w] for k, w in enumerate(words))
+    text = " ".join(map(WORDS.__getitem__, words.tolist()))
+    return f"{head} {text}" if head and text else head or text
 
 
 @lru_cache(maxsize=8)
 def _openers(tokenizer: Tokenizer) -> tuple[int, ...]:
-    """When every word of the list, after a space, is one token: the words that are one
-    token at the start of a text too (GPT-2: most). Empty otherwise: then prompts are cut
-    to length in token space."""
+    """The words that are one token at the start of a text, when the tokenizer is
+    *word-additive*: every listed word is one token after a space, and a seeded text of
+    ``_LAW_WORDS`` words (an opener first) encodes to exactly that many tokens. Such a
+    tokenizer (GPT-2's byte-level BPE: its pre-tokenizer splits before every space, so
+    no merge crosses one) makes a prompt of n tokens from n words with no encoding per
+    prompt: re-encoding a 2,000-token prompt costs ~10 ms, which a step of a thousand
+    requests would pay before it starts. Empty otherwise: prompts are then cut to length
+    in token space and each checked by encoding it again."""
     if any(len(tokenizer.encode(" " + w)) != 1 for w in WORDS):
         return ()
-    return tuple(k for k, w in enumerate(WORDS) if len(tokenizer.encode(w)) == 1)
+    openers = tuple(k for k, w in enumerate(WORDS) if len(tokenizer.encode(w)) == 1)
+    if not openers:
+        return ()
+    rng = np.random.default_rng(_PREFIX_SEED)
+    words = rng.integers(0, len(WORDS), size=_LAW_WORDS)
+    words[0] = openers[0]
+    text = _joined("", words)
+    return openers if len(tokenizer.encode(text)) == _LAW_WORDS else ()
