@@ -122,9 +122,10 @@ class SimDriver:
 
     async def run(self, plan: StepPlan, seed: int, stop: asyncio.Event) -> StepResult:
         sched = step_schedule(plan, seed, self.arrival, self.trace)
-        sched = shaped(sched, self.workload, seed, text=False)
         times = sched.times
         shapes = sched.shapes or shapes_for(self.preset, len(times), seed)
+        if self.workload is not None:  # its lengths over the preset's (or trace's) shapes
+            shapes = self.workload.shapes(len(times), seed, shapes, text=False) or shapes
         serve = simulate if self.preset.model.llm is None else simulate_llm
         records, self.state = serve(
             self.preset.model,

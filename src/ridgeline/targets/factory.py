@@ -211,7 +211,8 @@ Target URLs:
                                  is the model option, or the first the server lists
   http(s)://HOST:PORT/PATH       any other HTTP endpoint (or any URL given a body template):
                                  method, headers and a body with {items}, {prompt_tokens},
-                                 {output_tokens}, {prompt} replaced per request; 2xx = ok
+                                 {output_tokens}, {prompt}, {prompt_json} replaced per
+                                 request; 2xx = ok
   python://package.module:function
                                  an in-process callable fn(shape) -> Reply | bool | None
   null://                        answers at once: measures the load generator itself
