@@ -19,7 +19,7 @@ from aiohttp import web
 from _cli import RIDGELINE, ridgeline
 from ridgeline.errors import ConfigError
 from ridgeline.fakeserver import FakeServer, load_preset
-from ridgeline.loadgen.schedule import from_arrival, shaped
+from ridgeline.loadgen.schedule import from_arrival, from_trace, shaped
 from ridgeline.loadgen.step import StepConfig, measure_step
 from ridgeline.probe.drivers import NetworkDriver
 from ridgeline.search.base import StepPlan
@@ -75,6 +75,17 @@ def test_a_trace_gives_the_lengths_the_workload_does_not_set() -> None:
     assert shapes is not None
     assert [(s.prompt_tokens, s.output_tokens) for s in shapes] == [(40, 5), (90, 5)]
     assert [len(GPT2.encode(s.prompt or "")) for s in shapes] == [40, 90]
+
+
+def test_a_trace_alone_gets_unique_prompts_exact_in_tokens(tmp_path: Path) -> None:
+    """`run --trace` with no workload option: the trace's lengths, and prompts made to
+    them (one word a token under GPT-2), not one repeated text per length."""
+    path = tmp_path / "t.csv"
+    path.write_text("time,prompt_tokens,output_tokens\n0,50,4\n1,50,4\n2,80,4\n")
+    sched = shaped(from_trace(path), LlmWorkload(), 0)
+    shapes = sched.shapes or []
+    assert [len(GPT2.encode(s.prompt or "")) for s in shapes] == [50, 50, 80]
+    assert len({s.prompt for s in shapes}) == 3
 
 
 def test_nothing_set_leaves_the_targets_defaults() -> None:

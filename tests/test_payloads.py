@@ -30,6 +30,14 @@ SIZE_WORDS = ("uniform", "lognormal", "fixed", ":", "-", ",", "=", "mean", "cv",
               "1", "0", "9" * 30, "1e400", "nan", ".5", "-1", " ", "²")  # fmt: skip
 
 
+def test_a_shape_with_its_prompt_and_history_is_frozen_and_hashable() -> None:
+    a = RequestShape(1, 9, 4, "and now?", ("hi", "hello"))
+    assert {a: 1}[RequestShape(1, 9, 4, "and now?", ("hi", "hello"))] == 1
+    assert hash(a) != hash(RequestShape(1, 9, 4, "and now?", ("hi",)))
+    with pytest.raises(AttributeError):
+        a.prompt = "x"  # type: ignore[misc]
+
+
 def test_default_shape_is_one_item_without_tokens() -> None:
     assert RequestShape(items=1, prompt_tokens=0, output_tokens=0) == DEFAULT_SHAPE
 

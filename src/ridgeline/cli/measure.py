@@ -126,10 +126,9 @@ def _generative(
     tokenizer: str | None,
     ignore_eos: bool,
     api: str,
-) -> tuple[LlmWorkload | None, dict[str, Any]]:
-    """The workload the options ask for (None when they leave the target's defaults) and
-    the options it gives an OpenAI target; checked now, so that a bad file or spec is
-    named before any request is sent."""
+) -> tuple[LlmWorkload, dict[str, Any]]:
+    """The workload the options ask for and the options it gives an OpenAI target;
+    checked now, so that a bad file or spec is named before any request is sent."""
     from ridgeline.errors import UnknownKindError
 
     if api not in ("completions", "chat"):
@@ -148,7 +147,7 @@ def _workload(
     multi_turn: bool,
     shared_prefix: int,
     tokenizer: str | None,
-) -> LlmWorkload | None:
+) -> LlmWorkload:
     from ridgeline.workload.datasets import FORMATS
     from ridgeline.workload.llm import LlmWorkload
     from ridgeline.workload.payloads import parse_size
@@ -167,7 +166,7 @@ def _workload(
         tokenizer=tokenizer,
     )
     workload.check()  # the tokenizer counts output tokens even when it makes no prompt
-    return workload if workload.active else None
+    return workload  # inactive, it still makes a trace's prompts: unique, exact in tokens
 
 
 LatenessOption = Annotated[
