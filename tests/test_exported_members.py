@@ -12,7 +12,8 @@ from ridgeline import errors
 
 # fmt: off
 PUBLIC = [
-    "BackendConfigError", "BatchingConfig", "CapacityEstimate", "ConfigError", "FakeServer",
+    "BackendConfigError", "BatchingConfig", "CapacityEstimate", "ConfigError", "DatasetError",
+    "FakeServer",
     "Features", "GpuUnavailableError", "HealthState", "InfeasiblePlan", "InferFailed",
     "InvalidRequest", "LatencyModel", "ModelNotFoundError", "NetworkDriver", "Outcome",
     "PipelineSpec", "PlacementError", "Plan", "PlanCheckFailed", "PlanError", "PlanServer",
@@ -20,7 +21,7 @@ PUBLIC = [
     "ProbeResult", "ProfileTable", "Progress", "Records", "ReplayConfig", "Reply",
     "RequestShape", "RidgelineError", "RunInterrupted", "RunStore", "SLOPolicy", "Schedule",
     "SimDriver", "StepConfig", "StepResult", "StepSummary", "StoreError", "Target",
-    "TargetError", "TargetUnreachableError", "Trace", "TraceFormatError",
+    "TargetError", "TargetUnreachableError", "TokenizerError", "Trace", "TraceFormatError",
     "UnknownKindError", "ValidityConfig", "Window", "WorkerCrashed", "WorkerError",
     "WorkerStartError", "allocate", "assess_validity", "capacity_rps", "from_arrival",
     "from_trace", "load_plan", "load_preset", "load_profiles", "load_spec", "make_driver",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import suppress
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ridgeline.workload
-from ridgeline.errors import ConfigError, UnknownKindError
+from ridgeline.errors import ConfigError, RidgelineError, UnknownKindError
 from ridgeline.workload import (
     DEFAULT_SHAPE,
     FixedSize,
@@ -19,10 +20,22 @@ from ridgeline.workload import (
     UniformSize,
     bundled_trace_path,
     fixed_shapes,
+    parse_size,
     read_trace,
     sampled_shapes,
     shapes_from_trace,
 )
+
+SIZE_WORDS = ("uniform", "lognormal", "fixed", ":", "-", ",", "=", "mean", "cv", "min", "max",
+              "1", "0", "9" * 30, "1e400", "nan", ".5", "-1", " ", "²")  # fmt: skip
+
+
+def test_a_shape_with_its_prompt_and_history_is_frozen_and_hashable() -> None:
+    a = RequestShape(1, 9, 4, "and now?", ("hi", "hello"))
+    assert {a: 1}[RequestShape(1, 9, 4, "and now?", ("hi", "hello"))] == 1
+    assert hash(a) != hash(RequestShape(1, 9, 4, "and now?", ("hi",)))
+    with pytest.raises(AttributeError):
+        a.prompt = "x"  # type: ignore[misc]
 
 
 def test_default_shape_is_one_item_without_tokens() -> None:
@@ -120,12 +133,56 @@ def test_bad_size_specs_say_what_is_wrong(
     assert fragment in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("text", "spec"),
+    [
+        ("256", FixedSize(value=256)),
+        (" fixed:0 ", FixedSize(value=0)),
+        ("uniform:64-512", UniformSize(low=64, high=512)),
+        ("Uniform:5-5", UniformSize(low=5, high=5)),
+        ("lognormal:mean=256,cv=0.5", LognormalSize(mean=256, cv=0.5)),
+        ("lognormal:cv=2,mean=100,max=2048,min=4", LognormalSize(mean=100, cv=2, low=4, high=2048)),
+    ],
+)
+def test_a_size_as_the_command_line_writes_it(text: str, spec: object) -> None:
+    assert parse_size(text, "prompt_tokens") == spec
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("", "--prompt-tokens '' does not parse; write N, fixed:N, uniform:LOW-HIGH"),
+        ("12k", "does not parse"),
+        ("uniform:64", "does not parse"),
+        ("uniform:a-b", "does not parse"),
+        ("lognormal:mean=256", "cv: Field required"),
+        ("lognormal:mean=1,cv=1,cv=2", "does not parse"),
+        ("lognormal:mean=1,sd=2", "does not parse"),
+        ("lognormal:mean=nan,cv=1", "mean"),
+        ("uniform:9-3", "≥ low (9)"),
+        ("zipf:1.2", "does not parse"),
+    ],
+)
+def test_a_size_that_does_not_parse_says_how_to_write_one(text: str, fragment: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_size(text, "prompt_tokens")
+    assert fragment in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+@given(st.text(max_size=40) | st.lists(st.sampled_from(SIZE_WORDS), max_size=10).map("".join))
+def test_only_our_errors_escape_the_size_parser(text: str) -> None:
+    with suppress(RidgelineError):
+        parse_size(text, "output_tokens")
+
+
 def test_workload_exports_are_pinned() -> None:
     assert sorted(ridgeline.workload.__all__) == [
         "ARRIVAL_KINDS", "ArrivalProcess", "ArrivalSpec", "ConstantArrivals", "DEFAULT_SHAPE",
-        "DiurnalArrivals", "FixedSize", "GammaArrivals", "LognormalSize", "PoissonArrivals",
-        "RampArrivals", "RequestShape", "SizeSpec", "StepArrivals", "Trace", "UniformSize",
-        "arrival_from_dict", "bundled_trace_path", "fixed_shapes", "parse_arrival",
+        "DiurnalArrivals", "FixedSize", "GammaArrivals", "LlmWorkload", "LognormalSize",
+        "PoissonArrivals", "RampArrivals", "RequestShape", "SizeSpec", "StepArrivals", "Trace",
+        "UniformSize", "arrival_from_dict", "bundled_trace_path", "fixed_shapes",
+        "load_tokenizer", "make_prompts", "parse_arrival", "parse_size", "read_dataset",
         "read_trace", "sampled_shapes", "shapes_from_trace",
     ]  # fmt: skip
     for name in ridgeline.workload.__all__:

@@ -3,6 +3,7 @@ small recording HTTP server for the generic target's bodies."""
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -185,7 +186,7 @@ async def test_openai_learns_model_and_runs_without_streaming(server: FakeServer
     assert isinstance(target, OpenAITarget)
     [reply] = await roundtrip(target, RequestShape(prompt_tokens=3, output_tokens=4))
     assert target.model == "m"
-    assert reply == Reply(output_tokens=4)
+    assert reply == Reply(output_tokens=4, prompt_tokens=3)  # both from the usage
 
 
 async def test_openai_a_model_the_server_does_not_list_fails_the_connect_check(
@@ -290,6 +291,13 @@ async def test_http_a_path_the_server_refuses_fails_the_connect_check(
 
 def test_render_leaves_other_braces_alone() -> None:
     assert render('{"a": {items}, "b": {x}}', RequestShape(items=5)) == '{"a": 5, "b": {x}}'
+
+
+def test_render_puts_a_prompts_text_in_json_quoted_and_in_one_pass() -> None:
+    shape = RequestShape(prompt_tokens=3, prompt='say "{items}"\nnow', history=("hi", "yo"))
+    body = render('{"p": {prompt_json}, "n": {items}}', shape)
+    assert json.loads(body) == {"p": 'hi\n\nyo\n\nsay "{items}"\nnow', "n": 1}
+    assert render("{prompt}", RequestShape(prompt_tokens=3)) == "the quick brown"
 
 
 # --- in-process --------------------------------------------------------------------------------

@@ -4,6 +4,8 @@ RidgelineError
 ├── ConfigError              a setting, spec or command-line value is invalid
 │   ├── UnknownKindError     a name (arrival kind, preset, scheme) is not a valid one
 │   ├── TraceFormatError     a trace file is malformed (names file, line, column)
+│   ├── DatasetError         a prompt dataset is missing, empty or malformed (names file, line)
+│   ├── TokenizerError       a tokenizer cannot be loaded, or cannot make a prompt that long
 │   ├── PlanError            a plan or pipeline spec is invalid (names the field and fix)
 │   │   ├── InfeasiblePlan   no plan meets every constraint (says which binds: .binding)
 │   │   └── PlanCheckFailed  no plan held the SLO in simulation (the best one: .best)
@@ -64,6 +66,14 @@ class TraceFormatError(ConfigError):
         self.column = column
         self.problem = problem
         super().__init__(f"{path}, line {line}, column {column}: {problem}")
+
+
+class DatasetError(ConfigError):
+    """A prompt dataset is missing, empty or malformed; the message names the file and line."""
+
+
+class TokenizerError(ConfigError):
+    """A tokenizer cannot be loaded, or cannot make a prompt of the length asked."""
 
 
 class PlanError(ConfigError):

@@ -27,6 +27,7 @@ from ridgeline.errors import ConfigError
 if TYPE_CHECKING:
     from ridgeline.loadgen.schedule import Schedule
     from ridgeline.loadgen.validity import ValidityConfig
+    from ridgeline.workload.llm import LlmWorkload
 
 
 def _target_options(
@@ -55,6 +56,117 @@ def _target_options(
     if model:
         opts["model"] = model
     return opts
+
+
+# --- what a generative endpoint is sent: one declaration for run and probe --------------
+
+_SIZE = "N, uniform:LOW-HIGH or lognormal:mean=M,cv=C[,min=LOW][,max=HIGH]"
+PromptTokensOption = Annotated[
+    str | None,
+    typer.Option(
+        help=f"prompt tokens per request: {_SIZE}; each prompt is made to exactly that "
+        "many tokens under --tokenizer, unique per request (default: the trace's, else "
+        "one word)"
+    ),
+]
+OutputTokensOption = Annotated[
+    str | None,
+    typer.Option(
+        help=f"output tokens per request (max_tokens): {_SIZE}; default: the dataset's "
+        "or trace's, else 16"
+    ),
+]
+DatasetOption = Annotated[
+    str | None,
+    typer.Option(
+        help="prompts from a file: JSONL (prompt, output_tokens), ShareGPT JSON, a trace "
+        "CSV (its token counts), or 'azure' for the bundled Azure LLM trace's"
+    ),
+]
+DatasetFormatOption = Annotated[
+    str, typer.Option(help="the dataset's format: auto | jsonl | sharegpt | trace")
+]
+MultiTurnOption = Annotated[
+    bool,
+    typer.Option(
+        help="send every turn of each dataset conversation, turn k carrying the earlier "
+        "turns as history (default: first turns only)"
+    ),
+]
+SharedPrefixOption = Annotated[
+    int,
+    typer.Option(min=0, help="tokens every made prompt opens with (0: prompts share nothing)"),
+]
+TokenizerOption = Annotated[
+    str | None,
+    typer.Option(
+        help="a tokenizer.json, a Hugging Face tokenizer directory holding one, gpt2 or "
+        "bytes; default: GPT-2, shipped offline (bytes when not installed)"
+    ),
+]
+IgnoreEosOption = Annotated[
+    bool,
+    typer.Option(
+        help="ask the server to generate every output token asked (ignore_eos: true); "
+        "--no-ignore-eos lets it stop at its end-of-sequence token"
+    ),
+]
+OpenAIApiOption = Annotated[
+    str, typer.Option(help="OpenAI targets: completions | chat (chat/completions)")
+]
+
+
+def _generative(
+    prompt_tokens: str | None,
+    output_tokens: str | None,
+    dataset: str | None,
+    dataset_format: str,
+    multi_turn: bool,
+    shared_prefix: int,
+    tokenizer: str | None,
+    ignore_eos: bool,
+    api: str,
+) -> tuple[LlmWorkload, dict[str, Any]]:
+    """The workload the options ask for and the options it gives an OpenAI target;
+    checked now, so that a bad file or spec is named before any request is sent."""
+    from ridgeline.errors import UnknownKindError
+
+    if api not in ("completions", "chat"):
+        raise UnknownKindError("OpenAI API", api, ("completions", "chat"))
+    options = {"tokenizer": tokenizer, "ignore_eos": ignore_eos, "openai_api": api}
+    return _workload(
+        prompt_tokens, output_tokens, dataset, dataset_format, multi_turn, shared_prefix, tokenizer
+    ), options
+
+
+def _workload(
+    prompt_tokens: str | None,
+    output_tokens: str | None,
+    dataset: str | None,
+    dataset_format: str,
+    multi_turn: bool,
+    shared_prefix: int,
+    tokenizer: str | None,
+) -> LlmWorkload:
+    from ridgeline.workload.datasets import FORMATS
+    from ridgeline.workload.llm import LlmWorkload
+    from ridgeline.workload.payloads import parse_size
+
+    if dataset_format not in FORMATS:
+        from ridgeline.errors import UnknownKindError
+
+        raise UnknownKindError("dataset format", dataset_format, FORMATS)
+    workload = LlmWorkload(
+        prompt_tokens=None if prompt_tokens is None else parse_size(prompt_tokens, "prompt_tokens"),
+        output_tokens=None if output_tokens is None else parse_size(output_tokens, "output_tokens"),
+        dataset=dataset,
+        dataset_format=dataset_format,
+        multi_turn=multi_turn,
+        shared_prefix=shared_prefix,
+        tokenizer=tokenizer,
+    )
+    workload.check()  # the tokenizer counts output tokens even when it makes no prompt
+    return workload  # inactive, it still makes a trace's prompts: unique, exact in tokens
 
 
 LatenessOption = Annotated[
@@ -95,6 +207,15 @@ def run(
         str | None, typer.Option(help="Prometheus endpoint of the server, scraped beside the load")
     ] = None,
     model: Annotated[str | None, typer.Option(help="model name (OpenAI targets)")] = None,
+    prompt_tokens: PromptTokensOption = None,
+    output_tokens: OutputTokensOption = None,
+    dataset: DatasetOption = None,
+    dataset_format: DatasetFormatOption = "auto",
+    multi_turn: MultiTurnOption = False,
+    shared_prefix: SharedPrefixOption = 0,
+    tokenizer: TokenizerOption = None,
+    ignore_eos: IgnoreEosOption = True,
+    openai_api: OpenAIApiOption = "completions",
     header: Annotated[list[str], typer.Option(help="extra header 'Name: value'")] = [],  # noqa: B006
     token: ClientTokenOption = None,
     token_file: TokenFileOption = None,
@@ -116,13 +237,19 @@ def run(
     an endpoint failing its connect check, 130 when interrupted."""
     from ridgeline.health.slo import parse_slo
     from ridgeline.loadgen.replayer import Progress, ReplayConfig
+    from ridgeline.loadgen.schedule import shaped
     from ridgeline.loadgen.step import StepConfig, run_step
     from ridgeline.report.terminal import live_progress, step_table
     from ridgeline.telemetry.summary import with_goodput
 
     with failing(values=True):
         policy = parse_slo(slo) if slo is not None else None
+        workload, llm = _generative(
+            prompt_tokens, output_tokens, dataset, dataset_format, multi_turn, shared_prefix,
+            tokenizer, ignore_eos, openai_api,
+        )  # fmt: skip
         schedule = _schedule(rate, duration, arrival, trace, target_rate, trace_start, seed)
+        schedule = shaped(schedule, workload, seed)
         cfg = StepConfig(
             processes=processes,
             window_s=window,
@@ -138,7 +265,7 @@ def run(
                 schedule,
                 cfg,
                 store=store,
-                target_options=_target_options(model, header, token, token_file, tls_ca),
+                target_options=_target_options(model, header, token, token_file, tls_ca) | llm,
                 progress=progress,
             )
     if policy is not None:
@@ -254,6 +381,16 @@ def probe(
         ),
     ] = None,
     lateness_bound_ms: LatenessOption = None,
+    model: Annotated[str | None, typer.Option(help="model name (OpenAI targets)")] = None,
+    prompt_tokens: PromptTokensOption = None,
+    output_tokens: OutputTokensOption = None,
+    dataset: DatasetOption = None,
+    dataset_format: DatasetFormatOption = "auto",
+    multi_turn: MultiTurnOption = False,
+    shared_prefix: SharedPrefixOption = 0,
+    tokenizer: TokenizerOption = None,
+    ignore_eos: IgnoreEosOption = True,
+    openai_api: OpenAIApiOption = "completions",
     token: ClientTokenOption = None,
     token_file: TokenFileOption = None,
     tls_ca: TlsCaOption = None,
@@ -304,12 +441,17 @@ def probe(
             metrics_url=metrics_url,
             validity=_validity(lateness_bound_ms),
         )
+        workload, llm = _generative(
+            prompt_tokens, output_tokens, dataset, dataset_format, multi_turn, shared_prefix,
+            tokenizer, ignore_eos, openai_api,
+        )  # fmt: skip
         driver = make_driver(
             target,
             step=step,
             arrival=arrival,
             trace=trace,
-            target_options=_target_options(None, [], token, token_file, tls_ca),
+            target_options=_target_options(model, [], token, token_file, tls_ca) | llm,
+            workload=workload,
         )
         progress = Progress()
         live = err.is_terminal and not as_json

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +10,7 @@ from numpy.typing import NDArray
 
 from ridgeline.errors import ConfigError
 from ridgeline.workload.arrivals import ArrivalSpec
+from ridgeline.workload.llm import LlmWorkload
 from ridgeline.workload.payloads import RequestShape, shapes_from_trace
 from ridgeline.workload.traces import Trace, read_trace
 
@@ -26,6 +27,17 @@ class Schedule:
     @property
     def rate(self) -> float:
         return len(self.times) / self.duration_s if self.duration_s > 0 else 0.0
+
+
+def shaped(
+    schedule: Schedule, workload: LlmWorkload | None, seed: int, *, text: bool = True
+) -> Schedule:
+    """``schedule`` with its requests' prompts and lengths from ``workload`` (the lengths
+    it does not set kept from the schedule's own shapes); unchanged when there is none."""
+    if workload is None:
+        return schedule
+    shapes = workload.shapes(len(schedule.times), seed, schedule.shapes, text=text)
+    return schedule if shapes is None else replace(schedule, shapes=shapes)
 
 
 def from_arrival(spec: ArrivalSpec, duration_s: float, seed: int = 0) -> Schedule:

@@ -14,6 +14,7 @@ from ridgeline.probe.orchestrator import ProbeConfig, ProbeResult, ProgressFn, S
 from ridgeline.sim import load_sim_config, load_sim_preset
 from ridgeline.telemetry.gpu import GpuMonitor
 from ridgeline.telemetry.store import RunStore
+from ridgeline.workload.llm import LlmWorkload
 from ridgeline.workload.traces import Trace, read_trace
 
 
@@ -24,9 +25,11 @@ def make_driver(
     arrival: str = "poisson",
     trace: str | Path | None = None,
     target_options: dict[str, object] | None = None,
+    workload: LlmWorkload | None = None,
 ) -> Driver:
     """``sim:PRESET`` or ``sim:FILE.yaml`` → a simulated server (virtual time);
-    anything else → the endpoint at that URL (real time)."""
+    anything else → the endpoint at that URL (real time). ``workload`` sets every step's
+    prompts and output lengths."""
     tr: Trace | None = read_trace(trace) if trace is not None else None
     if target.startswith("sim:"):
         name = target.removeprefix("sim:")
@@ -36,10 +39,20 @@ def make_driver(
             else (load_sim_preset(name))
         )
         return SimDriver(
-            preset, label=name, arrival=arrival, trace=tr, window_s=(step or StepConfig()).window_s
+            preset,
+            label=name,
+            arrival=arrival,
+            trace=tr,
+            window_s=(step or StepConfig()).window_s,
+            workload=workload,
         )
     return NetworkDriver(
-        target, step or StepConfig(), arrival, dict(target_options or {}), trace=tr
+        target,
+        step or StepConfig(),
+        arrival,
+        dict(target_options or {}),
+        trace=tr,
+        workload=workload,
     )
 
 

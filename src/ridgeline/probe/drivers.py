@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ridgeline.loadgen.replayer import Progress
-from ridgeline.loadgen.schedule import Schedule, from_arrival, trace_at_rate
+from ridgeline.loadgen.schedule import Schedule, from_arrival, shaped, trace_at_rate
 from ridgeline.loadgen.step import StepConfig, StepResult, measure_step
 from ridgeline.loadgen.validity import assess_validity
 from ridgeline.probe.batching import batching_delay_s, window_for
@@ -18,6 +18,7 @@ from ridgeline.sim import SimPreset, SimState, shapes_for, simulate, simulate_ll
 from ridgeline.telemetry.summary import summarize
 from ridgeline.telemetry.windows import windows
 from ridgeline.workload.arrivals import parse_arrival
+from ridgeline.workload.llm import LlmWorkload
 from ridgeline.workload.traces import Trace
 
 
@@ -61,10 +62,12 @@ class NetworkDriver:
     (0 when it has none); windows are widened to many batching cycles."""
     progress: Progress | None = None
     """Counters of the step in flight (sent, answered, failed), for a live display."""
+    workload: LlmWorkload | None = None
+    """Each step's prompts and lengths (made afresh per step, from the step's seed)."""
     name: str = "network"
 
     def schedule(self, plan: StepPlan, seed: int) -> Schedule:
-        return step_schedule(plan, seed, self.arrival, self.trace)
+        return shaped(step_schedule(plan, seed, self.arrival, self.trace), self.workload, seed)
 
     async def run(self, plan: StepPlan, seed: int, stop: asyncio.Event) -> StepResult:
         if self.batching_delay_s is None:
@@ -113,12 +116,16 @@ class SimDriver:
     gap_s: float = 1.0
     """Idle server time between steps (the real driver's connect and set-up)."""
     trace: Trace | None = None
+    workload: LlmWorkload | None = None
+    """Each step's prompt and output lengths (the server simulated reads no text)."""
     name: str = "sim"
 
     async def run(self, plan: StepPlan, seed: int, stop: asyncio.Event) -> StepResult:
         sched = step_schedule(plan, seed, self.arrival, self.trace)
         times = sched.times
         shapes = sched.shapes or shapes_for(self.preset, len(times), seed)
+        if self.workload is not None:  # its lengths over the preset's (or trace's) shapes
+            shapes = self.workload.shapes(len(times), seed, shapes, text=False) or shapes
         serve = simulate if self.preset.model.llm is None else simulate_llm
         records, self.state = serve(
             self.preset.model,

@@ -38,6 +38,8 @@ class _Options:
     method: str
     body: str | None
     ca_file: Path | None
+    ignore_eos: bool
+    tokenizer: str | None
 
 
 def make_target(
@@ -52,16 +54,21 @@ def make_target(
     body: str | None = None,
     token: str | None = None,
     ca_file: Path | None = None,
+    ignore_eos: bool = True,
+    tokenizer: str | None = None,
 ) -> Target:
     """The target ``url`` names (see ``describe_target_urls``); nothing is contacted yet.
-    ``token`` is sent as ``Authorization: Bearer``; https and grpcs servers are verified
-    against the system's CAs and ``ca_file``'s (PEM)."""
+        ``token`` is sent as ``Authorization: Bearer``; https and grpcs servers are verified
+        against the system's CAs and ``ca_file``'s (PEM). ``ignore_eos`` and ``tokenizer`` (the
+    one that counts output tokens a server's ``usage`` does not) are the OpenAI target's."""
     scheme = url.partition("://")[0].lower() if "://" in url else ""
     builder = _BUILDERS.get(scheme)
     if builder is None:
         raise UnknownKindError("target scheme", scheme or url, _BUILDERS)
     headers = with_token(headers, token)
-    options = _Options(model, headers, inputs, openai_api, stream, method, body, ca_file)
+    options = _Options(
+        model, headers, inputs, openai_api, stream, method, body, ca_file, ignore_eos, tokenizer
+    )
     return builder(url, options)
 
 
@@ -168,6 +175,8 @@ def _openai(url: str, options: _Options) -> Target:
         stream=options.stream,
         headers=options.headers,
         ca_file=options.ca_file,
+        ignore_eos=options.ignore_eos,
+        tokenizer=options.tokenizer,
     )
 
 
@@ -202,7 +211,8 @@ Target URLs:
                                  is the model option, or the first the server lists
   http(s)://HOST:PORT/PATH       any other HTTP endpoint (or any URL given a body template):
                                  method, headers and a body with {items}, {prompt_tokens},
-                                 {output_tokens}, {prompt} replaced per request; 2xx = ok
+                                 {output_tokens}, {prompt}, {prompt_json} replaced per
+                                 request; 2xx = ok
   python://package.module:function
                                  an in-process callable fn(shape) -> Reply | bool | None
   null://                        answers at once: measures the load generator itself

@@ -1,14 +1,18 @@
 """A generic HTTP endpoint: one method, one URL, a body template, success = 2xx.
 
 The body template is a string in which ``{items}``, ``{prompt_tokens}``,
-``{output_tokens}`` and ``{prompt}`` (that many words) are replaced per shape; any
-other brace is left alone, so JSON templates need no escaping. Each distinct shape's
-body is built once and cached.
+``{output_tokens}``, ``{prompt}`` (the shape's prompt text as it is, else that many words)
+and ``{prompt_json}`` (the same text as a JSON string, quotes included: a dataset's
+prompts hold quotes and newlines) are replaced per shape, in one pass; any other brace is
+left alone, so JSON templates need no escaping. Each distinct shape's body is built once
+and cached.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -20,7 +24,8 @@ from ridgeline.targets.base import OK, Reply
 from ridgeline.targets.openai import prompt_words
 from ridgeline.workload.payloads import DEFAULT_SHAPE, RequestShape
 
-PLACEHOLDERS = ("{items}", "{prompt_tokens}", "{output_tokens}", "{prompt}")
+PLACEHOLDERS = ("{items}", "{prompt_tokens}", "{output_tokens}", "{prompt}", "{prompt_json}")
+_PLACEHOLDER = re.compile(r"\{(items|prompt_tokens|output_tokens|prompt|prompt_json)\}")
 
 _REFUSED = {f"HTTP {code}" for code in (400, 401, 403, 404, 405, 422)}
 """Answers that say the request itself is wrong, whatever the load."""
@@ -28,12 +33,15 @@ _REFUSED = {f"HTTP {code}" for code in (400, 401, 403, 404, 405, 422)}
 
 def render(template: str, shape: RequestShape) -> str:
     """``template`` with the placeholders replaced by ``shape``'s values."""
-    return (
-        template.replace("{items}", str(shape.items))
-        .replace("{prompt_tokens}", str(shape.prompt_tokens))
-        .replace("{output_tokens}", str(shape.output_tokens))
-        .replace("{prompt}", prompt_words(shape.prompt_tokens))
-    )
+    text = prompt_words(shape.prompt_tokens) if shape.prompt is None else shape.prompt_text()
+    values = {
+        "items": str(shape.items),
+        "prompt_tokens": str(shape.prompt_tokens),
+        "output_tokens": str(shape.output_tokens),
+        "prompt": text,
+        "prompt_json": json.dumps(text, ensure_ascii=False),
+    }
+    return _PLACEHOLDER.sub(lambda m: values[m[1]], template)
 
 
 class HttpTarget:

@@ -1,21 +1,28 @@
 """OpenAI-compatible completions and chat completions (vLLM, TGI, SGLang, llama.cpp).
 
 Streaming (the default) reads the server-sent events line by line: the first content
-token sets ``Reply.first_token_at``, each content chunk counts one token unless the
-final ``usage`` gives the figure, and the reply returns after ``data: [DONE]``. The
-request body is encoded once per distinct shape; the prompt is ``prompt_tokens``
-words (at least one), ``max_tokens`` the shape's ``output_tokens`` or a default.
+token sets ``Reply.first_token_at``, and the reply returns after ``data: [DONE]``.
+Output tokens are the server's ``usage`` figure when it sends one (``stream_options``
+asks for it), else the streamed text counted with the run's tokenizer (never the number
+of chunks: a server may send several tokens a chunk); a whole answer likewise.
+
+The request body is encoded once per distinct shape: the shape's prompt text (a
+conversation's history as earlier messages, or joined before it for completions), else
+``prompt_tokens`` words (at least one); ``max_tokens`` the shape's ``output_tokens`` or
+a default; ``ignore_eos: true`` (vLLM, SGLang, TGI) unless turned off, so the server
+generates the length asked rather than stopping at its end-of-sequence token.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import aiohttp
+import orjson
 
 from ridgeline.errors import TargetError, TargetUnreachableError, UnknownKindError
 from ridgeline.targets._http import (
@@ -27,7 +34,8 @@ from ridgeline.targets._http import (
     parse_url,
 )
 from ridgeline.targets.base import Reply
-from ridgeline.workload.payloads import RequestShape
+from ridgeline.workload.payloads import TURN_SEPARATOR, RequestShape
+from ridgeline.workload.tokenizer import Tokenizer, load_tokenizer
 
 OpenAIApi = Literal["completions", "chat"]
 _ROUTES: dict[str, str] = {"completions": "/completions", "chat": "/chat/completions"}
@@ -54,8 +62,13 @@ class OpenAITarget:
         extra_body: Mapping[str, Any] | None = None,
         ca_file: Path | None = None,
         connect_timeout: float = 10.0,
+        ignore_eos: bool = True,
+        tokenizer: str | None = None,
     ) -> None:
         self._ca_file = ca_file
+        self._ignore_eos = ignore_eos
+        self._tokenizer_spec = tokenizer
+        self._tokenizer: Tokenizer | None = None
         if api not in _ROUTES:
             raise UnknownKindError("OpenAI API", api, _ROUTES)
         self._base = base_url.rstrip("/")
@@ -81,6 +94,7 @@ class OpenAITarget:
             max_outstanding, self._headers, self._connect_timeout, self._check, self._ca_file
         )
         self._bodies.clear()
+        self._tokenizer = load_tokenizer(self._tokenizer_spec)  # once per process and spec
         self._session = session
 
     async def _check(self, get: Get) -> None:
@@ -114,7 +128,7 @@ class OpenAITarget:
             if resp.status != 200:
                 return failed_reply(resp.status, await resp.read())
             if not self._stream:
-                return _whole_reply(await resp.read())
+                return self._whole_reply(await resp.read())
             return await self._read_stream(resp.content)
 
     async def close(self) -> None:
@@ -125,7 +139,7 @@ class OpenAITarget:
     async def _read_stream(self, content: aiohttp.StreamReader) -> Reply:
         times: list[float] = []
         reply = Reply(chunk_times=times)
-        chunks = 0
+        texts: list[str] = []
         usage: int | None = None
         async for line in content:
             if not line.startswith(b"data:"):
@@ -133,17 +147,18 @@ class OpenAITarget:
             data = line[5:].strip()
             if data == b"[DONE]":
                 await content.read()  # the rest (normally nothing), so the connection is reused
-                reply.output_tokens = chunks if usage is None else usage
+                reply.output_tokens = self._count(texts) if usage is None else usage
                 return reply
             chunk = json.loads(data)
             if chunk.get("error"):
                 return Reply(ok=False, error=f"stream error: {_message(chunk['error'])}")
-            if self._has_content(chunk):
+            text = self._content(chunk)
+            if text:
                 now = time.perf_counter()
                 if reply.first_token_at is None:
                     reply.first_token_at = now
                 times.append(now)
-                chunks += 1
+                texts.append(text)
             counted = chunk.get("usage") or {}
             tokens = counted.get("completion_tokens")
             if isinstance(tokens, int):
@@ -151,40 +166,64 @@ class OpenAITarget:
             prompt = counted.get("prompt_tokens")
             if isinstance(prompt, int):
                 reply.prompt_tokens = prompt
-        return Reply(ok=False, error="stream ended without data: [DONE]", output_tokens=chunks)
+        return Reply(
+            ok=False, error="stream ended without data: [DONE]", output_tokens=self._count(texts)
+        )
 
-    def _has_content(self, chunk: dict[str, Any]) -> bool:
+    def _content(self, chunk: dict[str, Any]) -> str:
+        """The text a streamed chunk carries ("" for none)."""
         choices = chunk.get("choices")
         if not choices:
-            return False
+            return ""
         if self._chat:
             delta = choices[0].get("delta") or {}
-            return bool(delta.get("content") or delta.get("reasoning_content"))
-        return bool(choices[0].get("text"))
+            return _text(delta.get("content")) + _text(delta.get("reasoning_content"))
+        return _text(choices[0].get("text"))
+
+    def _count(self, texts: Sequence[str]) -> int:
+        """Output tokens the server did not count: its text under the run's tokenizer."""
+        if not texts:
+            return 0
+        tokenizer = self._tokenizer or load_tokenizer(self._tokenizer_spec)
+        return len(tokenizer.encode("".join(texts)))
+
+    def _whole_reply(self, body: bytes) -> Reply:
+        doc = json.loads(body)
+        counted = doc.get("usage") or {}
+        tokens, prompt = counted.get("completion_tokens"), counted.get("prompt_tokens")
+        if not isinstance(tokens, int):
+            choices = doc.get("choices") or [{}]
+            answer = (choices[0].get("message") or {}) if self._chat else choices[0]
+            tokens = self._count([_text(answer.get("content" if self._chat else "text"))])
+        return Reply(
+            output_tokens=tokens, prompt_tokens=prompt if isinstance(prompt, int) else None
+        )
 
     def _encode(self, shape: RequestShape) -> bytes:
         if self.model is None:
             raise not_connected(self)
-        prompt = prompt_words(shape.prompt_tokens)
         doc: dict[str, Any] = {"model": self.model}
+        text = prompt_words(shape.prompt_tokens) if shape.prompt is None else shape.prompt
+        turns = (*shape.history, text)
         if self._chat:
-            doc["messages"] = [{"role": "user", "content": prompt}]
+            roles = ("user", "assistant")
+            doc["messages"] = [{"role": roles[k % 2], "content": t} for k, t in enumerate(turns)]
         else:
-            doc["prompt"] = prompt
+            doc["prompt"] = TURN_SEPARATOR.join(turns)
         doc["max_tokens"] = shape.output_tokens or self._default_max_tokens
+        if self._ignore_eos:
+            doc["ignore_eos"] = True
         doc["stream"] = self._stream
         if self._stream:
             doc["stream_options"] = {"include_usage": True}
         doc.update(self._extra_body)
-        body = json.dumps(doc, separators=(",", ":")).encode()
+        body = orjson.dumps(doc)
         self._bodies[shape] = body
         return body
 
 
-def _whole_reply(body: bytes) -> Reply:
-    doc = json.loads(body)
-    tokens = (doc.get("usage") or {}).get("completion_tokens")
-    return Reply(output_tokens=tokens if isinstance(tokens, int) else 0)
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
 
 
 def _message(error: Any) -> str:

@@ -1,7 +1,9 @@
 """What load to send: when (arrival processes, recorded traces) and how big (shapes).
 
 Everything here is decided before a run starts: a seeded schedule of send offsets and
-one ``RequestShape`` per request.
+one ``RequestShape`` per request; for generative endpoints, ``LlmWorkload`` gives each
+its prompt (exact in tokens under an offline tokenizer, or from a dataset) and output
+length.
 """
 
 from ridgeline.workload.arrivals import (
@@ -11,6 +13,8 @@ from ridgeline.workload.arrivals import (
     arrival_from_dict,
     parse_arrival,
 )
+from ridgeline.workload.datasets import read_dataset
+from ridgeline.workload.llm import LlmWorkload
 from ridgeline.workload.payloads import (
     DEFAULT_SHAPE,
     FixedSize,
@@ -19,10 +23,13 @@ from ridgeline.workload.payloads import (
     SizeSpec,
     UniformSize,
     fixed_shapes,
+    parse_size,
     sampled_shapes,
     shapes_from_trace,
 )
+from ridgeline.workload.prompts import make_prompts
 from ridgeline.workload.stationary import ConstantArrivals, GammaArrivals, PoissonArrivals
+from ridgeline.workload.tokenizer import load_tokenizer
 from ridgeline.workload.traces import Trace, bundled_trace_path, read_trace
 from ridgeline.workload.varying import DiurnalArrivals, RampArrivals, StepArrivals
 
@@ -35,6 +42,7 @@ __all__ = [
     "DiurnalArrivals",
     "FixedSize",
     "GammaArrivals",
+    "LlmWorkload",
     "LognormalSize",
     "PoissonArrivals",
     "RampArrivals",
@@ -46,7 +54,11 @@ __all__ = [
     "arrival_from_dict",
     "bundled_trace_path",
     "fixed_shapes",
+    "load_tokenizer",
+    "make_prompts",
     "parse_arrival",
+    "parse_size",
+    "read_dataset",
     "read_trace",
     "sampled_shapes",
     "shapes_from_trace",

@@ -6,7 +6,9 @@ caches the encoding, so the hot path sends prepared bytes.
 
 Shapes for a run come from a recorded trace (``shapes_from_trace``), one fixed shape
 (``fixed_shapes``), or seeded draws from small size distributions (``sampled_shapes``
-with ``FixedSize``, ``UniformSize`` or ``LognormalSize`` per field).
+with ``FixedSize``, ``UniformSize`` or ``LognormalSize`` per field). ``parse_size``
+reads a size as the command line writes it: ``256``, ``uniform:64-512``,
+``lognormal:mean=256,cv=0.5[,min=1][,max=2048]``.
 """
 
 from __future__ import annotations
@@ -34,6 +36,22 @@ class RequestShape:
     """Prompt length, for LLM targets."""
     output_tokens: int = 0
     """Requested output length (max_tokens), for LLM targets."""
+    prompt: str | None = None
+    """The prompt's text (``prompt_tokens`` of it under the run's tokenizer); None: the
+    target makes ``prompt_tokens`` words of its own."""
+    history: tuple[str, ...] = ()
+    """Earlier turns of a conversation, oldest first, alternately the user's and the
+    assistant's: a chat target sends them as messages before ``prompt``, a completions
+    target joins them, each and ``prompt`` apart by a blank line (``prompt_text``)."""
+
+    def prompt_text(self) -> str:
+        """The whole text a completions request carries: the history, then the prompt."""
+        if not self.history:
+            return self.prompt or ""
+        return TURN_SEPARATOR.join((*self.history, self.prompt or ""))
+
+
+TURN_SEPARATOR = "\n\n"
 
 
 DEFAULT_SHAPE = RequestShape()
@@ -164,3 +182,44 @@ def _size_spec(name: str, like: SizeLike) -> FixedSize | UniformSize | Lognormal
             f"{name} must be ≥ {_MINIMUM[name]}, but its spec allows {spec.smallest()}: {spec!r}"
         )
     return spec
+
+
+SIZE_GRAMMAR = "N, fixed:N, uniform:LOW-HIGH or lognormal:mean=M,cv=C[,min=LOW][,max=HIGH]"
+_LOGNORMAL_KEYS = {"mean": "mean", "cv": "cv", "min": "low", "max": "high"}
+
+
+def parse_size(text: str, name: str) -> FixedSize | UniformSize | LognormalSize:
+    """A size as written on the command line (``SIZE_GRAMMAR``), checked as ``name``'s
+    (``prompt_tokens``, ``output_tokens`` or ``items``)."""
+    kind, colon, rest = text.strip().partition(":")
+    kind = kind.strip().lower()
+    try:
+        like: SizeLike
+        if not colon and kind.isdigit():
+            like = int(kind)
+        elif kind == "fixed" and rest.strip().isdigit():
+            like = int(rest)
+        elif kind == "uniform" and rest.count("-") == 1:
+            low, high = (int(v) for v in rest.split("-"))
+            like = {"kind": "uniform", "low": low, "high": high}
+        elif kind == "lognormal":
+            like = {"kind": "lognormal", **_lognormal_fields(rest)}
+        else:
+            raise ValueError
+    except ValueError:
+        raise ConfigError(
+            f"--{name.replace('_', '-')} {text!r} does not parse; write {SIZE_GRAMMAR}"
+        ) from None
+    return _size_spec(name, like)
+
+
+def _lognormal_fields(rest: str) -> dict[str, float]:
+    fields: dict[str, float] = {}
+    for part in rest.split(","):
+        key, eq, value = part.partition("=")
+        field = _LOGNORMAL_KEYS.get(key.strip().lower())
+        if not eq or field is None or field in fields:
+            raise ValueError
+        number = float(value)
+        fields[field] = int(number) if field in ("low", "high") and number.is_integer() else number
+    return fields
