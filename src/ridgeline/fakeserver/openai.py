@@ -17,7 +17,8 @@
   ``max_tokens`` tokens in all (default 16), scheduled on absolute times, ``usage`` in
   the last token's chunk.
 
-Prompt tokens are counted as whitespace-separated words (at least one for the engine).
+Prompt tokens are counted with GPT-2's tokenizer (words without it; at least one for the
+engine).
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ import asyncio
 import itertools
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -39,10 +42,14 @@ from ridgeline.synthetic.llm import Refused
 from ridgeline.synthetic.model import LatencyModel
 from ridgeline.v2.connections import ConnectionGuard, body_in
 from ridgeline.v2.tensors import describe_value
+from ridgeline.workload.tokenizer import gpt2_available, load_tokenizer
 
 DEFAULT_MAX_TOKENS = 16
 MAX_TOKENS_LIMIT = 1_000_000
-_WORDS = (" lorem", " ipsum", " dolor", " sit", " amet", " consectetur", " adipiscing", " elit")
+_WORDS = (" the", " time", " of", " day", " and", " a", " new", " way")
+"""The answer's words, one GPT-2 token each: a client that counts the streamed text with
+a tokenizer (AIPerf without server counts, ridgeline without ``usage``) counts what
+``usage`` says."""
 
 
 def _error(message: str, status: int, kind: str = "invalid_request_error") -> web.Response:
@@ -54,21 +61,31 @@ class _BadRequest(Exception):
     pass
 
 
-def _words(value: Any) -> int:
-    """Prompt tokens, one a word: in a string, a list (a non-text element is one), or
-    the ``text`` and ``content`` of an object; walked without recursion, so a prompt
-    nested as deep as JSON allows costs no stack."""
-    words, todo = 0, [value]
+def _prompt_tokens(value: Any) -> int:
+    """Prompt tokens: the text in a string, a list (a non-text element, such as a token
+    id, is one), or the ``text`` and ``content`` of an object, counted with GPT-2's
+    tokenizer (one a word without it); walked without recursion, so a prompt nested as
+    deep as JSON allows costs no stack."""
+    count = _count_text()
+    tokens, todo = 0, [value]
     while todo:
         v = todo.pop()
         if isinstance(v, str):
-            words += len(v.split())
+            tokens += count(v)
         elif isinstance(v, list):
             todo.extend(v)
-            words += sum(1 for x in v if not isinstance(x, str | list | dict))
+            tokens += sum(1 for x in v if not isinstance(x, str | list | dict))
         elif isinstance(v, dict):
             todo.extend((v.get("text", ""), v.get("content", "")))
-    return words
+    return tokens
+
+
+@lru_cache(maxsize=1)
+def _count_text() -> Callable[[str], int]:
+    if not gpt2_available():
+        return lambda text: len(text.split())
+    tokenizer = load_tokenizer("gpt2")
+    return lambda text: len(tokenizer.encode(text))
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +148,7 @@ class _OpenAIRoutes:
             )
         if chat and not isinstance(doc.get("messages"), list):
             raise _BadRequest('chat completions need a "messages" list')
-        prompt = _words(doc.get("messages") if chat else doc.get("prompt", ""))
+        prompt = _prompt_tokens(doc.get("messages") if chat else doc.get("prompt", ""))
         options = doc.get("stream_options") or {}
         if not isinstance(options, dict):
             raise _BadRequest(f'"stream_options" must be an object, not {describe_value(options)}')
