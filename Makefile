@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/plan_real.py
 	$(BIN)/python benchmarks/startup.py
 	$(BIN)/python benchmarks/plansim.py
+	$(BIN)/python benchmarks/llm.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
