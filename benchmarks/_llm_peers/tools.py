@@ -108,8 +108,10 @@ def guidellm_command(load: Load, venv: Path) -> Command:
 
 def aiperf_command(load: Load, venv: Path) -> Command:
     """``aiperf profile``: constant arrivals at the rate, the duration, ISL/OSL, server
-    token counts. ``HF_HUB_OFFLINE`` must be unset: AIPerf 0.13 then still loads a local
-    path (REFERENCES: with it set, a local tokenizer path fails to load)."""
+    token counts. ``HF_HUB_OFFLINE`` must be unset: with it set, AIPerf 0.13 treats the
+    local directory as a hub id and stops ("Failed to load tokenizer '/work/peers/...':
+    HFValidationError: Repo id must be in the form 'repo_name' or
+    'namespace/repo_name'"); unset, it loads the directory and reaches no hub."""
     artifacts = load.workdir / "aiperf"
     argv = [
         str(venv / "bin" / "aiperf"),
