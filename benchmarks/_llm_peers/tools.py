@@ -140,5 +140,6 @@ def aiperf_command(load: Load, venv: Path) -> Command:
         str(artifacts),
         "--ui",
         "none",
+        "--no-gpu-telemetry",  # else it polls DCGM on localhost:9400 and :9401
     ]
     return Command(argv, {"HF_HUB_OFFLINE": None}, lambda _: parsers.aiperf(artifacts, load.rate))
