@@ -9,8 +9,9 @@
    ``inter_chunk_latency``), E2E p50, output tokens/s, and each peer's ratio to ridgeline.
 2. *Held rate*: a ladder of constant rates (default 10, 20, 40, 60, 80, 100, 120, 140
    req/s, 20 s each, a fresh server per step), each tool climbing until a step it does not
-   hold: sends at < 95 % of the rate, > 1 % errors, or a p99 send lateness > 50 ms where
-   the tool records it (ridgeline: also its own INVALID verdict). The highest rate held.
+   hold (sends at < 95 % of the rate, or > 1 % errors): the highest rate held, and the
+   highest up to which it was also on time (p99 send lateness ≤ 50 ms, ridgeline: no
+   INVALID verdict), for the tools that record when each request was due.
 
 The peers live in venvs of their own under $RIDGELINE_PEERS (default /work/peers), made by
 ``_llm_peers/setup.sh`` (idempotent; GuideLLM pulls torch, minutes on first use); the
@@ -215,44 +216,76 @@ def one_step(tool: str, settings: Settings, tokenizer: Path, rate: float, second
 
 
 def not_held(f: Figures) -> str | None:
-    """Why a step was not held, or None: the tool sent at the rate, with few errors, on time."""
-    if f.invalid_reason:
-        return f"INVALID: {f.invalid_reason}"
+    """Why a step was not held, or None: the tool sent at ≥ 95 % of the rate with ≤ 1 %
+    errors. Every tool reports these, so the ladder ends on them."""
     if f.send_rps < HELD_SHARE * f.offered_rps:
         return f"sent {f.send_rps:.1f}/s"
     if f.errors > ERROR_SHARE * max(f.sent, 1):
         return f"{f.errors}/{f.sent} errors"
+    return None
+
+
+def late(f: Figures) -> str | None:
+    """Why a held step was not on time, where the tool says: its p99 send lateness over
+    50 ms, or ridgeline's own INVALID verdict. AIPerf records no intended send time."""
+    if f.invalid_reason:
+        return f"INVALID: {f.invalid_reason}"
     if f.lateness_p99_ms is not None and f.lateness_p99_ms > LATENESS_MS:
         return f"p99 send lateness {f.lateness_p99_ms:.0f} ms"
     return None
 
 
 @dataclass(frozen=True)
+class Rung:
+    rate: float
+    step: Step | None
+    """None when the step did not run (``why`` says why)."""
+    why: str | None
+    """Why it was not held, or None."""
+    late: str | None
+
+
+@dataclass(frozen=True)
 class Ladder:
-    held: float | None
-    steps: list[tuple[float, Step | None, str | None]]
-    """(rate, its step or None when it failed to run, why not held or None)."""
+    rungs: list[Rung]
+
+    @property
+    def held(self) -> float | None:
+        rates = [r.rate for r in self.rungs if r.step is not None and r.why is None]
+        return max(rates) if rates else None
+
+    @property
+    def on_time(self) -> float | None:
+        """The highest rate up to which every step was held and on time."""
+        best = None
+        for rung in self.rungs:
+            if rung.step is None or rung.why is not None or rung.late is not None:
+                break
+            best = rung.rate
+        return best
 
 
 def climb(tool: str, settings: Settings, tokenizer: Path) -> Ladder:
-    steps: list[tuple[float, Step | None, str | None]] = []
-    held, began = None, time.monotonic()
+    """Step up the ladder until a step is not held (or fails, or the time is spent)."""
+    rungs: list[Rung] = []
+    began = time.monotonic()
     for rate in settings.ladder:
         if time.monotonic() - began + settings.step_s > LADDER_CAP_S:
-            steps.append((rate, None, f"not run: the ladder's {LADDER_CAP_S:.0f} s were spent"))
+            spent = f"not run: the ladder's {LADDER_CAP_S:.0f} s were spent"
+            rungs.append(Rung(rate, None, spent, None))
             break
         try:
             step = one_step(tool, settings, tokenizer, rate, settings.step_s)
         except PeerFailed as e:
-            steps.append((rate, None, str(e)))
+            rungs.append(Rung(rate, None, str(e), None))
             break
-        why = not_held(step.figures)
-        steps.append((rate, step, why))
-        print(f"  {NAMES[tool]} {rate:g}/s: {_brief(step)}{'' if why is None else ': ' + why}")
-        if why is not None:
+        rung = Rung(rate, step, not_held(step.figures), late(step.figures))
+        rungs.append(rung)
+        flags = "; ".join(x for x in (rung.why, rung.late) if x)
+        print(f"  {NAMES[tool]} {rate:g}/s: {_brief(step)}{': ' + flags if flags else ''}")
+        if rung.why is not None:
             break
-        held = rate
-    return Ladder(held, steps)
+    return Ladder(rungs)
 
 
 # --- output -----------------------------------------------------------------------
@@ -307,12 +340,12 @@ def rows(
 
     out = [f"| {date} | versions | " + " | ".join(version_of(t) for t in tools) + " |"]
     base = low.get("ridgeline")
-    for label, get, digits in MEASURES:
+    for i, (label, get, digits) in enumerate(MEASURES):
         cells = []
         for t in tools:
             step = low.get(t)
             if not isinstance(step, Step):
-                cells.append(step or "not run")
+                cells.append("not run" if step is None else step if i == 0 else "failed")
                 continue
             ref = get(base.figures) if isinstance(base, Step) and t != "ridgeline" else None
             cells.append(_cell(get(step.figures), ref, digits))
@@ -323,24 +356,31 @@ def rows(
         ladder = f"highest constant rate held, ladder {'/'.join(f'{r:g}' for r in settings.ladder)}"
         ladder += f" req/s × {settings.step_s:g} s"
         out.append(
-            f"| {date} | {ladder} | " + " | ".join(_held(ladders.get(t)) for t in tools) + " |"
+            f"| {date} | {ladder} | " + " | ".join(_held(t, ladders.get(t)) for t in tools) + " |"
         )
     return out
 
 
-def _held(ladder: Ladder | str | None) -> str:
+def _held(tool: str, ladder: Ladder | str | None) -> str:
     if ladder is None:
         return "not run"
     if isinstance(ladder, str):
         return ladder
-    text = f"**{ladder.held:g}/s**" if ladder.held is not None else "none held"
-    for rate, step, why in ladder.steps:
-        if why is not None:
-            text += f"; at {rate:g}/s: {why}"
-            if step is not None:
-                text += f" ({step.host.brief()})"
-        elif rate == ladder.held and step is not None:
-            text += f" ({step.host.brief()})"
+    held = ladder.held
+    text = f"**{held:g}/s** held" if held is not None else "none held"
+    if tool != "aiperf":  # the tools that record when each request was due
+        on_time = ladder.on_time
+        text += f", on time up to {on_time:g}/s" if on_time is not None else ", none on time"
+    first_late = next((r for r in ladder.rungs if r.late), None)
+    if first_late is not None:
+        text += f"; at {first_late.rate:g}/s {first_late.late}"
+    last = ladder.rungs[-1] if ladder.rungs else None
+    if last is not None and last.why is not None:
+        text += f"; at {last.rate:g}/s not held: {last.why}"
+    top = next((r for r in ladder.rungs if r.rate == held), None)
+    if top is not None and top.step is not None:
+        f = top.step.figures
+        text += f" (at {held:g}/s: TTFT p50 {f.ttft_p50_ms:.0f} ms, {top.step.host.brief()})"
     return text
 
 
@@ -360,8 +400,9 @@ INTRO = [
     "  no per-token times). TTFT and E2E from the actual send, as both peers time them. In",
     "  bold, each peer's figure over ridgeline's.",
     "- *Held*: a step is held when the tool sends at ≥ 95 % of the rate (between its first",
-    "  and last send), with ≤ 1 % errors, and a p99 send lateness ≤ 50 ms where the tool",
-    "  records it (ridgeline, GuideLLM); the ladder stops at the first step not held.",
+    "  and last send) with ≤ 1 % errors; the ladder stops at the first step not held. *On",
+    "  time*: also a p99 send lateness ≤ 50 ms (and, for ridgeline, no INVALID verdict),",
+    "  judged for the tools that record when each request was due (ridgeline, GuideLLM).",
     "",
     "| date | measure | ridgeline | GuideLLM | AIPerf |",
     "|---|---|---|---|---|",
