@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -102,7 +103,7 @@ class Step:
 def prepare(tools: list[str]) -> tuple[dict[str, str], dict[str, str], Path | None]:
     """Set up each peer's venv (``setup.sh``, idempotent) and the tokenizer directory.
     Returns (tool → version, tool → why it cannot run, the tokenizer directory)."""
-    versions = {"ridgeline": _version(Path(sys.executable).parent.parent, "ridgeline")}
+    versions = {"ridgeline": _version(Path(sys.executable), "ridgeline")}
     problems: dict[str, str] = {}
     for tool in tools:
         if tool == "ridgeline":
@@ -120,7 +121,7 @@ def prepare(tools: list[str]) -> tuple[dict[str, str], dict[str, str], Path | No
             lines = [ln for ln in done.stderr.splitlines() if "is ignored" not in ln]
             problems[tool] = "not installable here: " + " / ".join(lines[-3:])
         else:
-            versions[tool] = _version(PEERS / tool, tool)
+            versions[tool] = _version(PEERS / tool / "bin" / "python", tool)
     tokenizer = PEERS / "tokenizer-gpt2"
     if not (tokenizer / "tokenizer.json").exists():
         builders = [PEERS / t / "bin" / "python" for t in ("aiperf", "guidellm") if t in versions]
@@ -133,9 +134,8 @@ def prepare(tools: list[str]) -> tuple[dict[str, str], dict[str, str], Path | No
     return versions, problems, tokenizer if (tokenizer / "tokenizer.json").exists() else None
 
 
-def _version(venv: Path, dist: str) -> str:
+def _version(python: Path, dist: str) -> str:
     code = f"import importlib.metadata as m; print(m.version({dist!r}))"
-    python = venv / "bin" / "python" if dist != "ridgeline" else Path(sys.executable)
     done = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
     return done.stdout.strip() or "?"
 
@@ -172,14 +172,20 @@ def run_command(command: Command, log: Path, timeout_s: float, ok_codes: set[int
         try:
             code = proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
-            stop_group(proc, 15, 10.0)
             raise PeerFailed(f"still running after {timeout_s:.0f} s: {log_tail(log)}") from None
         finally:
-            stop_group(proc, 15, 10.0)
+            stop_group(proc, signal.SIGTERM, 10.0)  # the tool's workers too
     stdout = out_path.read_text(errors="replace")
     if code not in ok_codes:
         raise PeerFailed(f"exited with code {code}: {log_tail(log)} {stdout[-300:]}".strip())
     return stdout
+
+
+COMMANDS: dict[str, tuple[Callable[[Load], Command], set[int]]] = {
+    "ridgeline": (ridgeline_command, {0, 3}),  # 3: INVALID, judged by `late`
+    "guidellm": (lambda load: guidellm_command(load, PEERS / "guidellm"), {0}),
+    "aiperf": (lambda load: aiperf_command(load, PEERS / "aiperf"), {0}),
+}
 
 
 def one_step(tool: str, settings: Settings, tokenizer: Path, rate: float, seconds: float) -> Step:
@@ -197,12 +203,8 @@ def one_step(tool: str, settings: Settings, tokenizer: Path, rate: float, second
                 tokenizer=tokenizer,
                 workdir=workdir,
             )
-            if tool == "ridgeline":
-                command, ok_codes = ridgeline_command(load), {0, 3}  # 3: INVALID, judged below
-            elif tool == "guidellm":
-                command, ok_codes = guidellm_command(load, PEERS / tool), {0}
-            else:
-                command, ok_codes = aiperf_command(load, PEERS / tool), {0}
+            make, ok_codes = COMMANDS[tool]
+            command = make(load)
             start, began = Mark.now(), time.monotonic()
             stdout = run_command(
                 command, workdir / "tool.log", seconds + STARTUP_ALLOWANCE_S, ok_codes
