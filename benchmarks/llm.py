@@ -8,10 +8,12 @@
    "ITL": the per-request mean gap), ITL p50 pooled over every gap (vLLM's ITL; AIPerf's
    ``inter_chunk_latency``), E2E p50, output tokens/s, and each peer's ratio to ridgeline.
 2. *Held rate*: a ladder of constant rates (default 10, 20, 40, 60, 80, 100, 120, 140
-   req/s, 20 s each, a fresh server per step), each tool climbing until a step it does not
-   hold (sends at < 95 % of the rate, or > 1 % errors): the highest rate held, and the
-   highest up to which it was also on time (p99 send lateness ≤ 50 ms, ridgeline: no
-   INVALID verdict), for the tools that record when each request was due.
+   req/s, 20 s each, a fresh server per step with room to spare: ``_llm_peers/roomy.yaml``,
+   the preset's engine with a cache and a batch no rate fills, so the tool binds), each
+   tool climbing until a step it does not hold (sends at < 95 % of the rate, or > 1 %
+   errors): the highest rate held, and the highest up to which it was also on time (p99
+   send lateness ≤ 50 ms; ridgeline: no INVALID verdict), for the tools that record when
+   each request was due.
 
 The peers live in venvs of their own under $RIDGELINE_PEERS (default /work/peers), made by
 ``_llm_peers/setup.sh`` (idempotent; GuideLLM pulls torch, minutes on first use); the
@@ -25,7 +27,8 @@ Settings: RIDGELINE_BENCH_LLM_TOOLS (default ridgeline,guidellm,aiperf),
 RIDGELINE_BENCH_LLM_RATE (2), RIDGELINE_BENCH_LLM_DURATION (60),
 RIDGELINE_BENCH_LLM_LADDER (10,20,40,60,80,100,120,140; empty: no ladder),
 RIDGELINE_BENCH_LLM_STEP (20), RIDGELINE_BENCH_LLM_TOKENS (128,64: prompt, output),
-RIDGELINE_BENCH_LLM_PRESET (llm).
+RIDGELINE_BENCH_LLM_PRESET (llm: the agreement's server),
+RIDGELINE_BENCH_LLM_LADDER_CONFIG (_llm_peers/roomy.yaml: the ladder's).
 """
 
 from __future__ import annotations
@@ -74,6 +77,15 @@ class Settings:
     prompt_tokens: int
     output_tokens: int
     preset: str
+    ladder_config: Path
+
+    @property
+    def agreement_server(self) -> list[str]:
+        return ["--preset", self.preset]
+
+    @property
+    def ladder_server(self) -> list[str]:
+        return ["--config", str(self.ladder_config)]
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -88,6 +100,9 @@ class Settings:
             prompt_tokens=prompt,
             output_tokens=output,
             preset=os.environ.get("RIDGELINE_BENCH_LLM_PRESET", "llm"),
+            ladder_config=Path(
+                os.environ.get("RIDGELINE_BENCH_LLM_LADDER_CONFIG", HERE / "_llm_peers/roomy.yaml")
+            ),
         )
 
 
@@ -144,11 +159,11 @@ def _version(python: Path, dist: str) -> str:
 
 
 @contextmanager
-def fake_server(preset: str, log: Path) -> Iterator[tuple[str, Callable[[], float]]]:
-    """A fresh ``ridgeline fake-server --preset PRESET`` on 127.0.0.1: its root URL and a
-    reading of its CPU time so far."""
+def fake_server(model: list[str], log: Path) -> Iterator[tuple[str, Callable[[], float]]]:
+    """A fresh ``ridgeline fake-server`` with ``model`` (``--preset NAME`` or ``--config
+    FILE``) on 127.0.0.1: its root URL and a reading of its CPU time so far."""
     port = free_port()
-    cmd = [sys.executable, "-m", "ridgeline", "fake-server", "--preset", preset]
+    cmd = [sys.executable, "-m", "ridgeline", "fake-server", *model]
     cmd += ["--port", str(port), "--grpc-port", "0"]
     url = f"http://127.0.0.1:{port}"
     with running(cmd, ready_url=f"{url}/health", log=log, start_timeout_s=60) as proc:
@@ -188,11 +203,14 @@ COMMANDS: dict[str, tuple[Callable[[Load], Command], set[int]]] = {
 }
 
 
-def one_step(tool: str, settings: Settings, tokenizer: Path, rate: float, seconds: float) -> Step:
-    """``tool`` at ``rate`` for ``seconds`` against a fresh fake server."""
+def one_step(
+    tool: str, settings: Settings, tokenizer: Path, rate: float, seconds: float, server: list[str]
+) -> Step:
+    """``tool`` at ``rate`` for ``seconds`` against a fresh fake server (``server``: its
+    ``--preset``/``--config`` options)."""
     workdir = Path(tempfile.mkdtemp(prefix=f"llm-{tool}-{rate:g}-"))
     try:
-        with fake_server(settings.preset, workdir / "server.log") as (url, server_cpu):
+        with fake_server(server, workdir / "server.log") as (url, server_cpu):
             load = Load(
                 url=url,
                 model=MODEL,
@@ -277,7 +295,9 @@ def climb(tool: str, settings: Settings, tokenizer: Path) -> Ladder:
             rungs.append(Rung(rate, None, spent, None))
             break
         try:
-            step = one_step(tool, settings, tokenizer, rate, settings.step_s)
+            step = one_step(
+                tool, settings, tokenizer, rate, settings.step_s, settings.ladder_server
+            )
         except PeerFailed as e:
             rungs.append(Rung(rate, None, str(e), None))
             break
@@ -394,14 +414,19 @@ INTRO = [
     "llm` on 127.0.0.1, one tool at a time, on the same cores (the CPU rows say how busy).",
     "",
     "- *Load*: streamed `/v1/completions`, a constant arrival rate, prompts of 128 tokens",
-    "  (the peers' synthetic text under GPT-2's tokenizer; ridgeline's 128 words until its",
-    "  `--prompt-tokens` lands: the `llm` preset's latency does not depend on the prompt)",
+    "  (the peers' synthetic text under GPT-2's tokenizer; ridgeline's `--prompt-tokens",
+    "  128 --tokenizer DIR`, or 128 words from a `run` without those options, as in the",
+    "  rows of 2026-12-02, measured against the fake server before its KV-cache engine)",
     "  and 64 output tokens (`max_tokens`), the server's `usage` counting tokens.",
     "- *Like with like*: GuideLLM's and AIPerf's \"ITL\" is the per-request mean gap, vLLM's",
     "  TPOT; ridgeline's TPOT is compared with it, and the ITL pooled over every gap (vLLM's",
     "  ITL) where a tool's output allows it (AIPerf's `inter_chunk_latency`; GuideLLM keeps",
     "  no per-token times). TTFT and E2E from the actual send, as both peers time them. In",
     "  bold, each peer's figure over ridgeline's.",
+    "- *Ladder server*: `--config benchmarks/_llm_peers/roomy.yaml`, the `llm` preset's",
+    "  engine with a KV cache and a batch no ladder rate fills and no per-token cost (a token",
+    "  every 15 ms), so that the tool, not the server, binds; the agreement runs use",
+    "  `--preset llm` itself.",
     "- *Held*: a step is held when the tool sends at ≥ 95 % of the rate (between its first",
     "  and last send) with ≤ 1 % errors; the ladder stops at the first step not held. *On",
     "  time*: also a p99 send lateness ≤ 50 ms (and, for ridgeline, no INVALID verdict),",
@@ -426,7 +451,14 @@ def main() -> None:
             f"{NAMES[tool]} {versions.get(tool)}: {settings.rate:g}/s × {settings.duration_s:g} s"
         )
         try:
-            low[tool] = one_step(tool, settings, tokenizer, settings.rate, settings.duration_s)
+            low[tool] = one_step(
+                tool,
+                settings,
+                tokenizer,
+                settings.rate,
+                settings.duration_s,
+                settings.agreement_server,
+            )
             print(f"  {_brief(low[tool])}", flush=True)
         except PeerFailed as e:
             low[tool] = str(e)
