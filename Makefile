@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/startup.py
 	$(BIN)/python benchmarks/plansim.py
 	$(BIN)/python benchmarks/llm.py
+	$(BIN)/python benchmarks/llm_capacity.py --loopback
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
