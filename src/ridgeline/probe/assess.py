@@ -167,6 +167,7 @@ def assess_step(
         samples=tail.samples,
         beyond=tail.beyond,
         allowed=tail.allowed,
+        judged=tail.percentile,
         interval_ms=tail.interval_ms,
         decided=decided,
         dispersion=tail.dispersion,

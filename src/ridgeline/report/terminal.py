@@ -142,7 +142,8 @@ def _bound(ms: float) -> str:
 
 
 def probe_line(console: Console) -> Callable[[int, StepPlan, StepVerdict], None]:
-    """A progress line per finished step: step, purpose, rate, state, p99."""
+    """A progress line per finished step: step, purpose, rate, state, e2e p99, the judged
+    bound's interval (named when a token bound), samples."""
 
     def show(index: int, plan: StepPlan, v: StepVerdict) -> None:
         colour = {"healthy": "green", "warn": "yellow"}.get(v.state.value, "red")
@@ -151,6 +152,8 @@ def probe_line(console: Console) -> Callable[[int, StepPlan, StepVerdict], None]
         if v.interval_ms is not None:
             lo, hi = v.interval_ms
             interval = f" [{_bound(lo)}, {_bound(hi)}]"
+            if "_" in v.judged:  # a token bound (itl_p99): name it beside the e2e p99
+                interval = f"  {v.judged}{interval}"
         console.print(
             f"step {index:>3}  {plan.purpose or 'step':<9} {plan.rate:>10.1f}/s  "
             f"[{colour}]{v.state.value:<10}[/] score {v.score:5.2f}  p99 {p99}{interval}  "

@@ -58,6 +58,9 @@ class StepVerdict:
     allowed: float = 0.0
     """How many the percentile allows: samples × (1 − q); a p99 on 300 requests allows
     3. ``beyond`` near ``allowed`` on few samples is a coin toss, not a verdict."""
+    judged: str = ""
+    """The percentile bound the step was judged on (``p99``, ``itl_p99``): the SLO's
+    tightest, whose ``beyond`` and ``interval_ms`` these are."""
     interval_ms: tuple[float, float] | None = None
     """The judged percentile's confidence interval (distribution-free, from order
     statistics), ms; ±inf at an end too few requests reach."""
