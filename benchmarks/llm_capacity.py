@@ -133,7 +133,7 @@ def _server(config: Path) -> tuple[subprocess.Popen[str], str]:
     for line in proc.stdout:
         m = re.search(r"OpenAI\s+(http://127\.0\.0\.1:\d+/v1)", line)
         if m:
-            return proc, m["1"]
+            return proc, m[1]
     raise RuntimeError("the fake server printed no OpenAI URL")
 
 
