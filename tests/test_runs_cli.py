@@ -108,7 +108,7 @@ def test_exit_status_tells_a_pass_a_missed_slo_and_an_invalid_step_apart(
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "r.sqlite"
-    passed = ridgeline("probe", "sim:nlp", "--strategy", "binary", "--json", db=db)
+    passed = ridgeline("probe", "sim:vision", "--strategy", "binary", "--json", db=db)
     assert passed.returncode == 0, passed.stderr
     assert json.loads(passed.stdout)["valid"]
     missed = ridgeline("probe", "sim:nlp", "--slo", "p99<0.01ms", "--json", db=db)
