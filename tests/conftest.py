@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import pytest
 from hypothesis import settings
 
+from ridgeline.fakeserver import FakeServer
+from ridgeline.synthetic.model import LatencyModel
 from ridgeline.telemetry.store import RunStore
+
+StartFake = Callable[..., Awaitable[FakeServer]]
 
 # CI runs the examples a fixed seed draws: a red build is a bug found, not a new dice roll.
 # Neither profile has a deadline: it is a wall-clock assertion, and these machines are
@@ -29,3 +35,26 @@ def store(tmp_path: Path) -> Iterator[RunStore]:
 def _isolated_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Commands that fall back to the default store write into the test's tmp dir."""
     monkeypatch.setenv("RIDGELINE_DB", str(tmp_path / "default-runs.sqlite"))
+
+
+@pytest.fixture
+async def start_fake() -> AsyncIterator[StartFake]:
+    """``await start_fake(model, **FakeServer options)``: a fake server on 127.0.0.1 in
+    the test's event loop, stopped when the test ends."""
+    servers: list[FakeServer] = []
+
+    async def start(model: LatencyModel, **kwargs: Any) -> FakeServer:
+        server = FakeServer(model, **kwargs)
+        await server.start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        await server.stop()
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as s:
+        yield s

@@ -14,7 +14,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ import tritonclient.http.aio as thttp_aio
 from tritonclient.utils import InferenceServerException
 
 from _timing import await_until
+from conftest import StartFake
 from ridgeline import fakeserver
 from ridgeline.errors import ConfigError, RidgelineError, UnknownKindError
 from ridgeline.fakeserver import (
@@ -73,24 +74,11 @@ def v2_body(name: str = "INPUT0", shape: list[int] | None = None, **extra: Any) 
 
 
 @pytest.fixture
-async def make_server() -> AsyncIterator[MakeServer]:
-    servers: list[FakeServer] = []
+def make_server(start_fake: StartFake) -> MakeServer:
+    def make(model: LatencyModel = QUICK, **kwargs: Any) -> Awaitable[FakeServer]:
+        return start_fake(model, **kwargs)
 
-    async def make(model: LatencyModel = QUICK, **kwargs: Any) -> FakeServer:
-        server = FakeServer(model, **kwargs)
-        await server.start()
-        servers.append(server)
-        return server
-
-    yield make
-    for server in servers:
-        await server.stop()
-
-
-@pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as s:
-        yield s
+    return make
 
 
 @pytest.fixture(scope="module")

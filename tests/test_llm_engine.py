@@ -12,7 +12,7 @@ import re
 import time
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import aiohttp
@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from _llm import TINY
 from _timing import await_until
+from conftest import StartFake
 from ridgeline.fakeserver import FakeServer, load_preset, running_in_thread
 from ridgeline.synthetic.llm import LlmScheduler, Refused, Step, output_length
 from ridgeline.synthetic.model import LatencyModel, LlmEngine
@@ -271,24 +272,11 @@ MakeServer = Callable[..., Awaitable[FakeServer]]
 
 
 @pytest.fixture
-async def make_server() -> AsyncIterator[MakeServer]:
-    servers: list[FakeServer] = []
+def make_server(start_fake: StartFake) -> MakeServer:
+    def make(model: LatencyModel = SLOW) -> Awaitable[FakeServer]:
+        return start_fake(model, grpc_port=None)
 
-    async def make(model: LatencyModel = SLOW) -> FakeServer:
-        server = FakeServer(model, grpc_port=None)
-        await server.start()
-        servers.append(server)
-        return server
-
-    yield make
-    for server in servers:
-        await server.stop()
-
-
-@pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as s:
-        yield s
+    return make
 
 
 async def stream(
