@@ -130,11 +130,15 @@ def _server(config: Path) -> tuple[subprocess.Popen[str], str]:
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     assert proc.stdout is not None
-    for line in proc.stdout:
-        m = re.search(r"OpenAI\s+(http://127\.0\.0\.1:\d+/v1)", line)
-        if m:
-            return proc, m[1]
-    raise RuntimeError("the fake server printed no OpenAI URL")
+    try:
+        for line in proc.stdout:
+            m = re.search(r"OpenAI\s+(http://127\.0\.0\.1:\d+/v1)", line)
+            if m:
+                return proc, m[1]
+        raise RuntimeError("the fake server printed no OpenAI URL")
+    except BaseException:
+        proc.kill()
+        raise
 
 
 def _probe(url: str, slo: str, db: Path) -> dict[str, Any]:
