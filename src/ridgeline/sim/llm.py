@@ -26,7 +26,7 @@ from numpy.typing import NDArray
 
 from ridgeline.errors import ConfigError
 from ridgeline.sim.interference import Interference
-from ridgeline.sim.server import SimState, check_times
+from ridgeline.sim.server import SimState, check_run, check_times
 from ridgeline.synthetic.llm import LlmScheduler, output_length
 from ridgeline.synthetic.model import LatencyModel, LlmEngine
 from ridgeline.telemetry.records import Outcome, Records
@@ -64,10 +64,7 @@ def simulate_llm(
     n = int(t.shape[0])
     if len(shapes) != n:
         raise ConfigError(f"got {len(shapes)} shapes for {n} times; pass one shape per request")
-    if not (speed > 0.0 and math.isfinite(speed)):
-        raise ConfigError(f"speed must be a finite number > 0 (1: as measured), got {speed}")
-    if not timeout_s > 0.0:
-        raise ConfigError(f"timeout_s must be > 0 s, got {timeout_s}")
+    check_run(speed, timeout_s)
     run = _Run(engine, model.max_queue, n)
     at = t.tolist()
     prompts = [max(1, s.prompt_tokens) for s in shapes]

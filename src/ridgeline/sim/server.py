@@ -93,10 +93,7 @@ def simulate(
     state = state or SimState.fresh()
     t, n = check_times(times), int(np.shape(times)[0])
     cum = _cumulative_rows(model, shapes, n)
-    if not (speed > 0.0 and math.isfinite(speed)):
-        raise ConfigError(f"speed must be a finite number > 0 (1: as measured), got {speed}")
-    if not timeout_s > 0.0:
-        raise ConfigError(f"timeout_s must be > 0 s, got {timeout_s}")
+    check_run(speed, timeout_s)
     service = _service(model, state, seed, speed, interference, n)
     run = run_queue(t.tolist(), cum, model.batching, model.instances, model.max_queue, service)
     records = _records(model, t, run, seed, timeout_s)
@@ -105,6 +102,14 @@ def simulate(
     last = max(run.ends, default=0.0)
     after = SimState(state.server_time_s + max(last, span_s), state.served + run.served)
     return records, after
+
+
+def check_run(speed: float, timeout_s: float) -> None:
+    """The settings every simulation takes: a finite speed above 0, a timeout above 0."""
+    if not (speed > 0.0 and math.isfinite(speed)):
+        raise ConfigError(f"speed must be a finite number > 0 (1: as measured), got {speed}")
+    if not timeout_s > 0.0:
+        raise ConfigError(f"timeout_s must be > 0 s, got {timeout_s}")
 
 
 def check_times(times: NDArray[np.float64]) -> NDArray[np.float64]:
