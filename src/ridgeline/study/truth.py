@@ -35,7 +35,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -199,29 +199,6 @@ def broken_records(rec: Records, policy: SLOPolicy) -> str | None:
     return None
 
 
-def _pooled(runs: list[Records]) -> Records:
-    """The runs' records end to end, unordered (a plain judgement needs no order)."""
-    offsets = np.cumsum([0, *(r.gaps.shape[0] for r in runs[:-1])])
-    starts = [runs[0].gap_start[:1]]
-    starts += [r.gap_start[1:] + o for r, o in zip(runs, offsets, strict=True)]
-
-    def cat(column: str) -> Any:
-        return np.concatenate([getattr(r, column) for r in runs])
-
-    return Records(
-        scheduled=cat("scheduled"),
-        sent=cat("sent"),
-        done=cat("done"),
-        outcome=cat("outcome"),
-        first_token=cat("first_token"),
-        output_tokens=cat("output_tokens"),
-        errors={},
-        prompt_tokens=cat("prompt_tokens"),
-        gaps=cat("gaps"),
-        gap_start=np.concatenate(starts),
-    )
-
-
 def _warm(preset: SimPreset) -> SimPreset:
     return preset.model_copy(update={"model": preset.model.model_copy(update={"warmup": None})})
 
@@ -275,7 +252,7 @@ class _Judge:
                 interference=self.preset.interference,
             )
             runs.append(rec)
-        why = broken_records(_pooled(runs), self.policy)
+        why = broken_records(Records.concat(runs), self.policy)
         if why is not None and share == 1.0:
             self.broken[rate] = why
         return why is None

@@ -105,23 +105,24 @@ class Records:
         )
 
     @staticmethod
-    def merge(parts: Sequence[Records]) -> Records:
-        """Concatenate shards and order them by scheduled time (stable)."""
+    def concat(parts: Sequence[Records]) -> Records:
+        """The parts end to end, in the order given (no sort: a judgement over every
+        request needs none); errors and generator counts summed."""
         if not parts:
             raise ValueError("nothing to merge")
-        scheduled = np.concatenate([p.scheduled for p in parts])
-        order = np.argsort(scheduled, kind="stable")
         errors: dict[str, int] = {}
         for p in parts:
             for k, v in p.errors.items():
                 errors[k] = errors.get(k, 0) + v
-        gaps, gap_start = _take_gaps([p.gaps_of(i) for p in parts for i in range(len(p))], order)
+        offsets = np.cumsum([0, *(p.gaps.shape[0] for p in parts[:-1])])
+        starts = [parts[0].gap_start[:1]]
+        starts += [p.gap_start[1:] + o for p, o in zip(parts, offsets, strict=True)]
 
         def cat(column: str) -> Any:
-            return np.concatenate([getattr(p, column) for p in parts])[order]
+            return np.concatenate([getattr(p, column) for p in parts])
 
         return Records(
-            scheduled=scheduled[order],
+            scheduled=cat("scheduled"),
             sent=cat("sent"),
             done=cat("done"),
             outcome=cat("outcome"),
@@ -129,10 +130,31 @@ class Records:
             output_tokens=cat("output_tokens"),
             errors=errors,
             prompt_tokens=cat("prompt_tokens"),
-            gaps=gaps,
-            gap_start=gap_start,
+            gaps=cat("gaps"),
+            gap_start=np.concatenate(starts),
             outstanding_limited=sum(p.outstanding_limited for p in parts),
             client_failures=sum(p.client_failures for p in parts),
+        )
+
+    @staticmethod
+    def merge(parts: Sequence[Records]) -> Records:
+        """Concatenate shards and order them by scheduled time (stable)."""
+        cat = Records.concat(parts)
+        order = np.argsort(cat.scheduled, kind="stable")
+        gaps, gap_start = gaps_from([cat.gaps_of(j) for j in order.tolist()])
+        return Records(
+            scheduled=cat.scheduled[order],
+            sent=cat.sent[order],
+            done=cat.done[order],
+            outcome=cat.outcome[order],
+            first_token=cat.first_token[order],
+            output_tokens=cat.output_tokens[order],
+            errors=cat.errors,
+            prompt_tokens=cat.prompt_tokens[order],
+            gaps=gaps,
+            gap_start=gap_start,
+            outstanding_limited=cat.outstanding_limited,
+            client_failures=cat.client_failures,
         )
 
 
@@ -149,9 +171,3 @@ def gaps_from(
         else np.empty(0, dtype=np.float64)
     )
     return flat, start
-
-
-def _take_gaps(
-    per_request: list[NDArray[np.float64]], order: NDArray[np.intp]
-) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
-    return gaps_from([per_request[j] for j in order.tolist()])
