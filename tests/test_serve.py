@@ -563,9 +563,9 @@ async def test_the_example_plan_batches_at_load_and_drops_under_a_tight_slo(
 ) -> None:
     """detector → car and face classifiers, real ONNX on CPU. At a fixed rate the
     detector forms batches (mean > 1; dropping off, so every request counts); with a
-    tight SLO and dropping on, requests are dropped early, none fails, and of the
-    answered no more come late (from the send) than the drop decision's confidence
-    allows."""
+    tight SLO (the p75 of an undropped run) and dropping on, requests are dropped
+    early, none fails, and of the answered no more come late (from the send) than the
+    drop decision's confidence allows."""
     import aiohttp
 
     plan = load_plan(EXAMPLE)
@@ -592,19 +592,29 @@ async def test_the_example_plan_batches_at_load_and_drops_under_a_tight_slo(
     assert step.summary.errors == 0 and rows / batches > 1.0
 
     # frames go as binary tensors over gRPC, as an image client sends them: a 1.2 MB JSON
-    # frame would spend more of the SLO being parsed than being inferred
-    slo = 60.0
+    # frame would spend more of the SLO being parsed than being inferred.
+    # Tight is relative to the machine: a fixed 60 ms dropped 26 % here and 2.9 % on a
+    # faster CI host. So the plan is first served with an SLO nothing misses, and the
+    # tight SLO is the p75 of what that run answered: without dropping, one request in
+    # four would come late, and each task may spend half of it.
+    # Served as `ridgeline serve` serves it, in a process of its own: inside the test
+    # process its event loop shared the heap (and the collector's pauses) of the whole
+    # suite, and answered p99s of 67-75 ms came from that, not from the runtime
+    loose = plan.model_copy(update={"slo_ms": 10_000.0})
+    with serving_apart(loose, tmp_path, zoo) as url:
+        await load(url, 30.0, 2.0, 10_000.0, timed=False)  # warm-up, unjudged
+        step = await steady_load(url, 30.0, 6.0, 10_000.0)
+    assert step.summary.ok == step.summary.sent, step.summary
+    slo = float(np.ceil(np.percentile(step.records.latency_from_send, 75) * 1000))
     tight = plan.model_copy(
         update={
             "slo_ms": slo,
             "tasks": {
-                n: t.model_copy(update={"latency_budget_ms": 30.0}) for n, t in plan.tasks.items()
+                n: t.model_copy(update={"latency_budget_ms": slo / 2})
+                for n, t in plan.tasks.items()
             },
         }
     )
-    # served as `ridgeline serve` serves it, in a process of its own: inside the test
-    # process its event loop shared the heap (and the collector's pauses) of the whole
-    # suite, and answered p99s of 67-75 ms came from that, not from the runtime
     with serving_apart(tight, tmp_path, zoo) as url:
         await load(url, 30.0, 3.0, slo, timed=False)  # warm-up, as a probe runs one: unjudged
         # long enough that the answered p99 is a p99 (some 300 answers, the 4th slowest),
@@ -618,7 +628,10 @@ async def test_the_example_plan_batches_at_load_and_drops_under_a_tight_slo(
     # schedule (a quarter of the SLO), or the load is not the one asked for
     p99 = np.percentile(rec.latency_from_send[ok], 99) * 1000
     late = np.percentile(rec.lateness, 99) * 1000
-    seen = f"{step.summary}; answered p99 from the send {p99:.1f} ms, p99 lateness {late:.1f} ms"
+    seen = (
+        f"SLO {slo:.0f} ms: {step.summary}; answered p99 from the send {p99:.1f} ms,"
+        f" p99 lateness {late:.1f} ms"
+    )
     assert late <= slo / 4, seen
     assert step.summary.errors == 0, seen
     assert step.summary.dropped > 0.05 * step.summary.sent, seen
