@@ -41,7 +41,9 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/startup.py
 	$(BIN)/python benchmarks/plansim.py
 	$(BIN)/python benchmarks/llm.py
-	$(BIN)/python benchmarks/llm_capacity.py --loopback
+	$(BIN)/python benchmarks/llm_capacity.py --loopback --speed 4 --kv 16384
+	$(BIN)/python benchmarks/llm_capacity.py --cost
+	$(BIN)/python benchmarks/llm_goodput.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -120,6 +120,35 @@ def virtual() -> list[str]:
     return rows
 
 
+COST_HEADING = "## What a token-level probe costs (issue 15)"
+
+
+def cost() -> list[str]:
+    """The load each probe of the loopback cases sends, in virtual time (the same search
+    a loopback probe runs, without the host's noise): test-seconds and requests, seeds
+    1-3, for the `llm` engine at ×1 and ×4 speed and KV caches of 16,384 and 8,192."""
+    preset = load_sim_preset("llm")
+    rows = []
+    for speed in (1.0, 4.0):
+        slo = scaled_slo(preset.slo, speed)
+        for kv in (16384, 8192):
+            sim = faster(preset, speed, kv)
+            runs = []
+            for seed in SEEDS:
+                cfg = ProbeConfig(slo=slo, seed=seed, strategy_options=CLI_OPTIONS)
+                r = run_probe(SimDriver(sim, label=f"kv{kv}"), cfg)
+                runs.append((r.capacity_rps or 0.0, r.test_seconds, r.requests_sent, r.steps))
+            print(f"speed {speed:g} KV {kv}: {runs}", flush=True)
+            rows.append(
+                f"| {_today()} | ×{speed:g} | {kv} | `{slo}` | "
+                + ", ".join(f"{c:.2f}" for c, *_ in runs)
+                + " | "
+                + ", ".join(f"{t:,.0f} s ({n:,} requests, {k} steps)" for _, t, n, k in runs)
+                + " |"
+            )
+    return rows
+
+
 # --- loopback ------------------------------------------------------------------------
 
 
@@ -147,7 +176,7 @@ def _probe(url: str, slo: str, db: Path) -> dict[str, Any]:
          "--model", "fake-llm", "--slo", slo, "--prompt-tokens", "128", "--output-tokens",
          "64", "--metrics-url", url.removesuffix("/v1") + "/metrics", "--db", str(db),
          "--json"],
-        capture_output=True, text=True, timeout=3000, check=False,
+        capture_output=True, text=True, timeout=4500, check=False,
     )  # fmt: skip
     doc: dict[str, Any] = json.loads(out.stdout)
     doc["exit"] = out.returncode
@@ -171,36 +200,68 @@ def _long_run(url: str, rate: float, slo: str, seed: int) -> tuple[str, float, f
     return why or "holds", float(ttft or 0.0), float(itl or 0.0)
 
 
-def loopback() -> list[str]:
+def scaled_slo(slo: str, speed: float) -> str:
+    """``slo`` with every latency bound divided by ``speed``: the same SLO relative to a
+    server ``speed`` times faster (error bounds unchanged)."""
+
+    def scale(m: re.Match[str]) -> str:
+        return f"{float(m[1]) / speed:g}ms"
+
+    return re.sub(r"(\d+(?:\.\d+)?)ms", scale, slo)
+
+
+def faster(preset: SimPreset, speed: float, kv: int) -> SimPreset:
+    """The preset's engine with ``kv`` KV cache tokens and every cost divided by
+    ``speed`` (a faster GPU, on the real clock: the fake server has no speed factor)."""
+    llm = preset.model.llm
+    assert llm is not None
+    return _llm(
+        preset,
+        kv_cache_tokens=kv,
+        step_ms=llm.step_ms / speed,
+        prefill_ms_per_token=llm.prefill_ms_per_token / speed,
+        decode_ms_per_seq=llm.decode_ms_per_seq / speed,
+        attention_ms_per_kv_token=llm.attention_ms_per_kv_token / speed,
+    )
+
+
+def loopback(speed: float, kvs: list[int]) -> list[str]:
     preset = load_sim_preset("llm")
+    slo = scaled_slo(preset.slo, speed)
     rows = []
-    for kv in (16384, 8192):
-        sim = _llm(preset, kv_cache_tokens=kv)
+    for kv in kvs:
+        sim = faster(preset, speed, kv)
         with tempfile.TemporaryDirectory() as tmp:
             config = Path(tmp) / "llm.yaml"
             config.write_text(yaml.safe_dump(sim.model.model_dump(mode="json")))
             proc, url = _server(config)
             try:
                 t0 = time.perf_counter()
-                doc = _probe(url, preset.slo, Path(tmp) / "probe.sqlite")
+                doc = _probe(url, slo, Path(tmp) / "probe.sqlite")
                 probe_s = time.perf_counter() - t0
+                print(json.dumps({k: doc.get(k) for k in ("capacity_rps", "steps",
+                      "test_seconds", "confirmed", "reason", "exit")}), flush=True)  # fmt: skip
                 estimate = float(doc.get("capacity_rps") or 0.0)
-                low = _long_run(url, 0.95 * estimate, preset.slo, seed=11)
-                high = _long_run(url, 1.05 * estimate, preset.slo, seed=12)
+                low = _long_run(url, 0.95 * estimate, slo, seed=11)
+                print("0.95x", low, flush=True)
+                high = _long_run(url, 1.05 * estimate, slo, seed=12)
+                print("1.05x", high, flush=True)
             finally:
                 proc.terminate()
                 proc.wait(timeout=30)
-        sim_truth = true_capacity(sim, preset.slo, cfg=TRUTH).capacity_rps or 0.0
+        sim_truth = true_capacity(sim, slo, cfg=TRUTH).capacity_rps or 0.0
         within = low[0] == "holds" and high[0] != "holds"
         print(f"KV {kv}: probe {estimate} ({probe_s:.0f} s, exit {doc['exit']}), "
               f"0.95x {low}, 1.05x {high}, sim truth {sim_truth:.2f}")  # fmt: skip
+        engine = f"the `llm` engine{f' ×{speed:g} faster' if speed != 1 else ''}"
         rows.append(
             f"| {_today()} | loopback | {'dev' if kv == 16384 else 'held-out'} | "
-            f"KV cache {kv} | `{preset.slo}` | sim {sim_truth:.2f}; 0.95×: {low[0]} "
+            f"KV cache {kv} (`fake-server --config`, {engine}) | `{slo}` | "
+            f"sim {sim_truth:.2f}; 0.95×: {low[0]} "
             f"(TTFT p99 {low[1]:.0f}, ITL p99 {low[2]:.0f} ms), 1.05×: {high[0]} "
             f"(TTFT p99 {high[1]:.0f}, ITL p99 {high[2]:.0f} ms) | {estimate:.2f} "
-            f"(exit {doc['exit']}, {probe_s:.0f} s) | {estimate / sim_truth:.3f} vs sim | "
-            f"{'yes' if within else 'no'} |"
+            f"(exit {doc['exit']}, {probe_s:.0f} s, {doc.get('steps')} steps) | "
+            f"{estimate / sim_truth:.3f} vs sim | {'yes' if within else 'no'} |"
         )
     return rows
 
@@ -213,10 +274,34 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--loopback", action="store_true", help="also the loopback runs")
     parser.add_argument("--no-virtual", action="store_true", help="skip the virtual cases")
+    parser.add_argument("--cost", action="store_true", help="only the probes' cost table")
+    parser.add_argument(
+        "--speed", type=float, default=1.0, help="loopback engine speed (SLO scaled by it)"
+    )
+    parser.add_argument(
+        "--kv", type=int, nargs="+", default=[16384, 8192], help="loopback KV cache sizes"
+    )
     args = parser.parse_args()
+    if args.cost:
+        costs = cost()
+        print("\n".join(costs))
+        if os.environ.get("RIDGELINE_BENCH_NO_WRITE") != "1":
+            ensure_section(
+                COST_HEADING,
+                [
+                    "Command: `.venv/bin/python benchmarks/llm_capacity.py --cost`: the load",
+                    "`ridgeline probe` (CLI defaults) sends before it answers, in virtual",
+                    "time on the `llm` engine (scaled: costs ÷ speed, SLO bounds ÷ speed).",
+                    "",
+                    "| date | speed | KV cache | SLO | capacity (req/s) | load sent |",
+                    "|---|---|---|---|---|---|",
+                ],
+            )
+            add_rows(COST_HEADING, f"llm_capacity.py --cost, {_today()}, {machine()}", costs)
+        return
     rows = [] if args.no_virtual else virtual()
     if args.loopback:
-        rows += loopback()
+        rows += loopback(args.speed, args.kv)
     for row in rows:
         print(row)
     if os.environ.get("RIDGELINE_BENCH_NO_WRITE") == "1" or not rows:

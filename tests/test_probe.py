@@ -353,6 +353,21 @@ def test_probe_cli_prints_the_json_the_issue_asks_for(tmp_path: Path) -> None:
     assert out["ci_low"] <= out["capacity_rps"] <= out["ci_high"]
 
 
+@pytest.mark.timeout(180)
+def test_confirm_requests_sets_how_long_a_confirmation_lasts(tmp_path: Path) -> None:
+    """`--confirm-requests N`: the probe's confirmations last for N requests at their
+    rate (beyond the step length they start from), not the default 10,000 of a p99."""
+    res = ridgeline_cli(
+        tmp_path, "probe", "sim:vision", "--strategy", "binary", "--confirm-requests",
+        "40000", "--json", timeout=170,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    confirms = [t for t in json.loads(res.stdout)["trajectory"] if t["purpose"] == "confirm"]
+    assert confirms
+    for t in confirms:
+        assert t["rate"] * t["duration_s"] >= 40_000 * 0.999, t
+
+
 def test_a_malformed_slo_points_at_the_bad_part(tmp_path: Path) -> None:
     res = ridgeline_cli(tmp_path, "probe", "sim:vision", "--slo", "p99<100ms,errs<1", timeout=60)
     assert res.returncode == 2

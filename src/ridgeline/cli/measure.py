@@ -352,6 +352,14 @@ def probe(
             "its own noise sets); the majority of 3 decides"
         ),
     ] = 0.0,
+    confirm_requests: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="a confirmation lasts for this many requests (default: 100 beyond the "
+            "SLO's percentile, 10,000 for a p99): fewer finish sooner, less surely",
+        ),
+    ] = None,
     confidence: Annotated[
         float,
         typer.Option(
@@ -430,6 +438,7 @@ def probe(
                 "warmup_config": {"rate": warmup_rate, "requests": warmup_requests},
                 "confirm": confirm,
                 "confirm_margin": confirm_margin,
+                "confirm_requests": confirm_requests,
                 "confidence": confidence,
                 "max_step_s": max_step_s,
                 "seed": seed,
