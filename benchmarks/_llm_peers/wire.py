@@ -48,17 +48,18 @@ def packets(path: str) -> Iterator[tuple[float, int, int, bytes]]:
                 yield ts, sport, dport, payload
 
 
+def posted_to(path: str) -> list[int]:
+    """Every port a completion was POSTed to, in order of first use."""
+    seen: list[int] = []
+    for _, _, dport, pay in packets(path):
+        if pay.startswith(b"POST /v1/completions") and dport not in seen:
+            seen.append(dport)
+    return seen
+
+
 def main(path: str, servers: list[str]) -> None:
-    if not servers:  # every port a completion was POSTed to, in order of first use
-        seen: list[int] = []
-        for _, _, dport, pay in packets(path):
-            if pay.startswith(b"POST /v1/completions") and dport not in seen:
-                seen.append(dport)
-        servers = [str(p) for p in seen]
-    ports = [int(p) for p in servers]
-    start: dict[
-        tuple[int, int], float
-    ] = {}  # (client port, server port) -> ts of POST, waiting for first data
+    ports = [int(p) for p in servers] or posted_to(path)
+    start: dict[tuple[int, int], float] = {}  # (client, server port): its POST's time
     ttft: dict[int, list[float]] = defaultdict(list)
     for ts, sport, dport, pay in packets(path):
         if dport in ports and pay.startswith(b"POST "):
