@@ -58,3 +58,22 @@ async def start_fake() -> AsyncIterator[StartFake]:
 async def session() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession() as s:
         yield s
+
+
+@pytest.fixture(scope="session")
+def ray_local() -> Iterator[Any]:
+    """A local Ray cluster for the whole session (``ray.init(num_cpus=2)``, loopback only):
+    the distributed-load and Ray Serve tests share it (a start costs seconds). Skipped
+    where Ray is not installed (it is in the ``dev`` extra, so CI runs these)."""
+    ray = pytest.importorskip("ray")
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        _node_ip_address="127.0.0.1",
+        configure_logging=False,
+    )
+    try:
+        yield ray
+    finally:
+        ray.shutdown()

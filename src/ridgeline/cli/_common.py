@@ -52,7 +52,10 @@ ServerTokenOption = Annotated[
         help=f"require this bearer token (shown by ps: prefer --token-file or ${TOKEN_ENV})"
     ),
 ]
-ProcessesOption = Annotated[int, typer.Option(help="local generator processes")]
+ProcessesOption = Annotated[
+    int,
+    typer.Option(help="generator processes on this machine, or Ray actors with --workers"),
+]
 
 
 def emit(text: str) -> None:

@@ -169,6 +169,15 @@ def _workload(
     return workload  # inactive, it still makes a trace's prompts: unique, exact in tokens
 
 
+WorkersOption = Annotated[
+    str | None,
+    typer.Option(
+        help="send from generator actors on a Ray cluster, spread over its nodes: "
+        "ray://HOST:PORT (a Ray client address) or ray:auto (the cluster this machine "
+        "joined); --processes N actors (default: one per alive node); needs "
+        "`pip install 'ridgeline\\[ray]'` on every node"
+    ),
+]
 LatenessOption = Annotated[
     float | None,
     typer.Option(
@@ -199,6 +208,7 @@ def run(
     trace_start: Annotated[float, typer.Option(help="start of the trace window, s")] = 0.0,
     seed: Annotated[int, typer.Option(help="seed of the arrival schedule")] = 0,
     processes: ProcessesOption = 1,
+    workers: WorkersOption = None,
     timeout: Annotated[float, typer.Option(help="per-request timeout, s")] = 30.0,
     max_outstanding: Annotated[int, typer.Option(help="requests in flight at most")] = 10_000,
     lateness_bound_ms: LatenessOption = None,
@@ -252,6 +262,7 @@ def run(
         schedule = shaped(schedule, workload, seed)
         cfg = StepConfig(
             processes=processes,
+            workers=workers,
             window_s=window,
             metrics_url=metrics_url,
             store_requests=store_requests,
@@ -377,6 +388,7 @@ def probe(
         typer.Option(help="replay this trace in every step, time-scaled to the step's rate"),
     ] = None,
     processes: ProcessesOption = 1,
+    workers: WorkersOption = None,
     window: Annotated[float, typer.Option(help="health window, s")] = 1.0,
     metrics_url: Annotated[
         str | None, typer.Option(help="Prometheus endpoint of the server (batch sizes, queue, GPU)")
@@ -446,6 +458,7 @@ def probe(
         )
         step = StepConfig(
             processes=processes,
+            workers=workers,
             window_s=window,
             metrics_url=metrics_url,
             validity=_validity(lateness_bound_ms),

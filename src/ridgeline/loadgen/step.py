@@ -12,10 +12,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ridgeline.aio import run_coroutine, signal_name, stopping_on_signal
 from ridgeline.errors import RunInterrupted
+from ridgeline.loadgen.distributed import ray_address, replay_on_ray
 from ridgeline.loadgen.replayer import Progress, ReplayConfig, replay
 from ridgeline.loadgen.schedule import Schedule
 from ridgeline.loadgen.shard import replay_sharded
@@ -31,7 +32,18 @@ from ridgeline.telemetry.windows import Window, windows
 class StepConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    processes: int = Field(1, ge=1, le=64, description="local generator processes")
+    processes: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="generator processes: local ones, or Ray actors with workers (where 1 "
+        "means one per alive node)",
+    )
+    workers: str | None = Field(
+        None,
+        description="send from generator actors on a Ray cluster: ray://HOST:PORT (a Ray "
+        "client address) or ray:auto (the running cluster); None: from this machine",
+    )
     apart: bool = Field(
         False,
         description="send from a process of its own even with one generator: the caller's "
@@ -43,6 +55,13 @@ class StepConfig(BaseModel):
     metrics_url: str | None = Field(None, description="Prometheus endpoint to scrape beside")
     store_requests: bool = Field(False, description="keep one row per request in the store")
 
+    @field_validator("workers")
+    @classmethod
+    def _worker_address(cls, value: str | None) -> str | None:
+        if value is not None:
+            ray_address(value)  # ConfigError naming the accepted forms
+        return value
+
 
 @dataclass
 class StepResult:
@@ -52,6 +71,8 @@ class StepResult:
     interrupted: bool
     scrape_failures: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    worker_records: list[Records | None] | None = None
+    """Each Ray generator worker's own records (None: it was lost), when sent from Ray."""
 
 
 def joined(first: StepResult, then: StepResult) -> StepResult:
@@ -107,22 +128,40 @@ async def measure_step(
     progress: Progress | None = None,
 ) -> StepResult:
     """Replay ``schedule`` against ``target_url``; raises TargetUnreachableError before
-    sending anything if the endpoint does not answer its connect check."""
+    sending anything if the endpoint does not answer its connect check (made by every
+    worker, with ``cfg.workers``)."""
     opts = target_options or {}
     stop = stop or asyncio.Event()
-    target = make_target(target_url, **opts)
-    await target.connect(cfg.replay.max_outstanding)
+    sharded = cfg.processes > 1 or cfg.apart
+    target = None
+    if cfg.workers is None:
+        target = make_target(target_url, **opts)
+        await target.connect(cfg.replay.max_outstanding)
     scraper = Scraper(cfg.metrics_url, cfg.window_s) if cfg.metrics_url else None
     scrape_stop = asyncio.Event()
     scrape_task = None
+    spread = None
     try:
-        sharded = cfg.processes > 1 or cfg.apart
-        if sharded:
+        if target is not None and sharded:
             await target.close()
         t0 = time.perf_counter()
         if scraper is not None:
             scrape_task = asyncio.get_running_loop().create_task(scraper.run(t0, scrape_stop))
-        if not sharded:
+        if cfg.workers is not None:
+            spread = await replay_on_ray(
+                target_url,
+                opts,
+                schedule.times,
+                schedule.shapes,
+                cfg.replay,
+                workers=cfg.workers,
+                count=cfg.processes,
+                validity=cfg.validity,
+                stop=stop,
+                progress=progress,
+            )
+            records = spread.records
+        elif target is not None and not sharded:
             records = await replay(
                 target,
                 schedule.times,
@@ -147,25 +186,34 @@ async def measure_step(
         scrape_stop.set()
         if scrape_task is not None:
             await scrape_task
-        if cfg.processes == 1:
+        if target is not None and not sharded:
             await target.close()
     interrupted = stop.is_set()
-    valid, reason = assess_validity(records, cfg.validity, interrupted=interrupted)
+    judged = records if spread is None else spread.measured  # a lost worker's: not sent
+    valid, reason = assess_validity(judged, cfg.validity, interrupted=interrupted)
+    if spread is not None and spread.problems:
+        valid, reason = False, "; ".join([*spread.problems, *([reason] if reason else [])])
     summary = summarize(
         records,
         schedule.duration_s,
         valid=valid,
         invalid_reason=reason,
         interrupted=interrupted,
-        processes=cfg.processes,
-        warning=validity_warning(records, cfg.validity) if valid else None,
+        processes=cfg.processes if spread is None else len(spread.workers),
+        warning=validity_warning(judged, cfg.validity) if valid else None,
     )
+    summary.workers = None if spread is None else spread.workers
     wins = windows(records, schedule.duration_s, cfg.window_s)
     if scraper is not None:
         scraper.attach(wins)
         summary.server = scraper.summary()
     return StepResult(
-        summary, wins, records, interrupted, scraper.failures if scraper is not None else 0
+        summary,
+        wins,
+        records,
+        interrupted,
+        scraper.failures if scraper is not None else 0,
+        worker_records=None if spread is None else spread.parts,
     )
 
 

@@ -62,10 +62,9 @@ def assess_validity(
     not_sent = rec.count(Outcome.NOT_SENT)
     if not_sent and not interrupted:
         reasons.append(f"{not_sent} of {len(rec)} scheduled requests were never sent")
-    late = _lateness(rec, cfg)
-    if late is not None and late.measured_ms > late.limit_ms:
+    if (behind := fell_behind(rec, cfg)) is not None:
         reasons.append(
-            f"generator fell behind: {late.text} (lower the rate, add generator processes, "
+            f"generator fell behind: {behind} (lower the rate, add generator processes, "
             "or set the bound: --lateness-bound-ms)"
         )
     if rec.outstanding_limited:
@@ -82,6 +81,15 @@ def assess_validity(
     if not reasons:
         return True, None
     return False, "; ".join(reasons)
+
+
+def fell_behind(rec: Records, cfg: ValidityConfig) -> str | None:
+    """What the lateness rule measured, when ``rec``'s generator broke it; else None. A
+    step of many generators judges each one's records by it too (``distributed``)."""
+    late = _lateness(rec, cfg)
+    if late is None or late.measured_ms <= late.limit_ms:
+        return None
+    return late.text
 
 
 def validity_warning(rec: Records, cfg: ValidityConfig) -> str | None:

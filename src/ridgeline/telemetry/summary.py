@@ -16,7 +16,7 @@ an SLO (``good``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -48,6 +48,22 @@ class Percentiles(BaseModel):
     p999: float | None = None
     max: float | None = None
     mean: float | None = None
+
+
+class WorkerLoad(BaseModel):
+    """One generator worker of a step sent from a Ray cluster (``--workers``): where it
+    ran, its share of the schedule, and how late it sent it."""
+
+    worker: int = Field(description="its index: it sent arrivals worker, worker + N, ...")
+    node: str = Field(description="the address of the node it ran on")
+    scheduled: int
+    sent: int = Field(description="requests it sent (a lost worker: the last count it reported)")
+    lateness_p99_ms: float | None = Field(None, description="its own p99 send lateness")
+    lateness_max_ms: float | None = None
+    state: Literal["ok", "behind", "lost"] = Field(
+        "ok", description="ok | behind (its lateness broke the validity rule) | lost (died)"
+    )
+    reason: str | None = Field(None, description="why it is behind or lost")
 
 
 class StepSummary(BaseModel):
@@ -101,6 +117,9 @@ class StepSummary(BaseModel):
     step_id: int | None = None
     server: ServerMetrics | None = Field(
         None, description="the server's own metrics over the step, when --metrics-url was given"
+    )
+    workers: list[WorkerLoad] | None = Field(
+        None, description="each generator worker, when the step was sent from Ray (--workers)"
     )
 
 
