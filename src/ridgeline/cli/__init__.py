@@ -10,6 +10,7 @@ import typer
 
 from ridgeline._version import __version__
 from ridgeline.cli import (
+    export,
     fake,
     loop,
     measure,
@@ -67,6 +68,7 @@ app.command("simulate")(simulate.simulate)
 app.command("verify")(loop.verify)
 app.command("demo")(loop.demo)
 app.add_typer(study.app, name="study")
+app.add_typer(export.app, name="export")
 
 
 def main() -> None:

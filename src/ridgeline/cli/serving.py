@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
 from ridgeline.cli._common import (
     HostOption,
     ZooOption,
+    emit,
     failing,
     port_option,
     with_server_options,
@@ -43,12 +44,21 @@ def serve(
     gpus: Annotated[
         str, typer.Option(help="what a re-plan may use: COUNTxTYPE[,...] or Ncpu")
     ] = "",
+    engine: Annotated[
+        Literal["ridgeline", "ray"],
+        typer.Option(
+            help="ridgeline: this package's runtime; ray: the plan's Ray Serve export "
+            "(`ridgeline export ray-serve`) on a local Ray, v2 over HTTP on --port only "
+            "(no gRPC, dropping, --reconfigure, TLS or token)"
+        ),
+    ] = "ridgeline",
 ) -> None:
     """Serve a plan: a task-graph inference server with dynamic batching and early
     dropping, over the Open Inference Protocol v2 (HTTP and gRPC), until Ctrl-C. With
     --reconfigure the controller re-plans as demand moves and applies the change live.
     With a token (or $RIDGELINE_TOKEN) every route needs it; with --tls-cert/--tls-key
-    both serve TLS."""
+    both serve TLS. With --engine ray the plan runs on Ray Serve instead (needs
+    `pip install 'ridgeline[ray]'`)."""
     import os
 
     from ridgeline.serve.runtime import serve_plan_forever
@@ -62,6 +72,9 @@ def serve(
         **security,
     }
     with failing():
+        if engine == "ray":
+            _serve_on_ray(plan, host, port, zoo, reconfigure=reconfigure, **security)
+            return
         if not reconfigure:
             serve_plan_forever(plan, **options)
             return
@@ -78,3 +91,27 @@ def serve(
         pools = available_for(gpus or f"{os.cpu_count() or 1}cpu")
         replan = planner_replan(load_spec(spec), load_profiles(profiles), pools)
         serve_reconfiguring_forever(plan, replan, **options)
+
+
+def _serve_on_ray(
+    plan: Path, host: str, port: int, zoo: Path | None, *, reconfigure: bool, **security: Any
+) -> None:
+    """``serve --engine ray``: refuse what Ray Serve's export does not do, then deploy."""
+    from ridgeline.export.ray_serve import deploy
+    from ridgeline.pipeline.plan import load_plan
+
+    refused = [
+        flag
+        for flag, given in (
+            ("--reconfigure", reconfigure),
+            ("--tls-cert/--tls-key", security.get("tls") is not None),
+            ("--token (or --token-file, $RIDGELINE_TOKEN)", security.get("token") is not None),
+        )
+        if given
+    ]
+    if refused:
+        raise ConfigError(
+            f"--engine ray does not support {', '.join(refused)}; drop them, or serve with "
+            "--engine ridgeline"
+        )
+    deploy(load_plan(plan), plan_dir=plan.parent, zoo=zoo, host=host, port=port, announce=emit)

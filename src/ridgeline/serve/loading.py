@@ -63,7 +63,7 @@ def setup_plan(plan: Plan, plan_dir: Path, zoo: Path | None = None) -> dict[str,
     gpus = _MigDealer()
     out = {}
     for name, task in plan.tasks.items():
-        backend = _backend(name, task, plan_dir, zoo or zoo_dir())
+        backend = task_backend(name, task, plan_dir, zoo or zoo_dir())
         placements = []
         for k in range(task.instances):
             seg = task.segment
@@ -113,7 +113,9 @@ def check_cores(plan: Plan, host: list[int]) -> None:
         )
 
 
-def _backend(name: str, task: TaskPlan, plan_dir: Path, zoo: Path) -> BackendConfig:
+def task_backend(name: str, task: TaskPlan, plan_dir: Path, zoo: Path) -> BackendConfig:
+    """What runs ``task``: its synthetic model, Python class, ONNX artifact (relative to
+    ``plan_dir``) or zoo variant; the exporters resolve a plan's models by it too."""
     device = "cpu" if isinstance(task.segment, CpuSegment) else "cuda"
     if task.synthetic is not None:
         shared = task.synthetic.model_dump(include=set(BatchCost.model_fields))
