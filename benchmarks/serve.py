@@ -1,32 +1,44 @@
-"""Serving-runtime benchmark (issue: ridgeline serve vs MLServer vs Ray Serve, and
-perf_analyzer). Not a test: `.venv/bin/python benchmarks/serve.py`.
+"""Serving-runtime benchmark (issue: ridgeline serve vs MLServer, Ray Serve and Triton,
+and perf_analyzer). Not a test: `.venv/bin/python benchmarks/serve.py [--peers LIST]
+[--quick]`.
 
 1. The same ONNX model (efficientnet-b0 from the zoo) served by ridgeline serve, by
-   MLServer (a custom runtime on the same onnxruntime session) and by Ray Serve (a
-   deployment on the same session), one server up at a time, in the same run; each gets
-   one worker process running one session (CPU, 1 intra-op thread) and dynamic batching
-   of at most 8 requests within 5 ms (``_serve_peers/servers.py``).
+   MLServer (a custom runtime on the same onnxruntime session), by Ray Serve (a
+   deployment on the same session) and by Triton (``tritonserver`` 2.51 with a
+   Python-backend model on the same session, Triton's dynamic batcher), one server up at
+   a time, in the same run; each gets one worker process running one session (CPU, 1
+   intra-op thread) and dynamic batching of at most 8 requests within 5 ms
+   (``_serve_peers/servers.py``).
 2. For each: the maximum throughput at p99 ≤ 50 ms (from the schedule) and errors <
    0.1 %, found by ridgeline's probe (binary search, Poisson arrivals, warmup, a long
-   confirmation) over v2 HTTP with the same JSON request — goal: ridgeline ≥ 1.5× MLServer.
+   confirmation) over v2 HTTP with the same JSON request — goals: ridgeline ≥ 1.5×
+   MLServer, ridgeline ≥ Triton.
 3. perf_analyzer (tritonclient 2.48) driving ridgeline serve over HTTP and gRPC at the
    rate ridgeline's probe found, beside ridgeline's own step at that rate.
 
-The peers live in their own venv, `.bench-venv/`, made on first use
-(``_serve_peers/venv.py`` says what goes in and why); a peer that cannot be installed or
-started here is reported in the rows with the reason, and the others are still measured.
-Rows go to docs/benchmarks.md unless RIDGELINE_BENCH_NO_WRITE=1.
+The peers live in their own venvs, made on first use: `.bench-venv/` for MLServer, Ray
+Serve and perf_analyzer (``_serve_peers/venv.py`` says what goes in and why), and
+`.triton-venv/` for Triton (``_serve_peers/triton_env.py``: it needs numpy<2 and the base
+interpreter); a peer that cannot be installed or started here is reported in the rows
+with the reason, and the others are still measured. Rows go to docs/benchmarks.md unless
+RIDGELINE_BENCH_NO_WRITE=1 or ``--quick``.
+
+``--peers ridgeline,triton`` measures those only (default: all four, or
+RIDGELINE_BENCH_PEERS); ``--quick`` is a smoke pass, 1-3 min a server, not a measurement:
+3 s steps, 10 % precision, a confirmation of three steps, warmup ≤ 15 s, no
+perf_analyzer, nothing written.
 
 Settings: RIDGELINE_BENCH_DURATION (step length, s; default 10);
 RIDGELINE_BENCH_CONFIRM_REQUESTS (a confirmation's requests at least; default 3000, 0:
 three step lengths; the probe's own default is 10000); RIDGELINE_BENCH_WARMUP_MAX_S
-(default 90; 0: no warmup); RIDGELINE_BENCH_PEERS (default ridgeline,mlserver,ray);
+(default 90; 0: no warmup); RIDGELINE_BENCH_PEERS (default ridgeline,mlserver,ray,triton);
 RIDGELINE_BENCH_LOOP (ridgeline's event loop: uvloop, the default, as `ridgeline serve`
 runs, or asyncio).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -35,7 +47,7 @@ import tempfile
 import time
 from collections.abc import Callable, Coroutine
 from contextlib import AbstractContextManager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
@@ -46,6 +58,8 @@ from _serve_peers import servers
 from _serve_peers.perf_analyzer import PaResult, PerfAnalyzer, find_perf_analyzer, run_rate
 from _serve_peers.procs import PeerFailed, log_tail
 from _serve_peers.settle import SettlingDriver
+from _serve_peers.triton_env import GROUP as TRITON
+from _serve_peers.triton_env import TritonEnv, ensure_triton_venv
 from _serve_peers.venv import BenchEnv, ensure_bench_venv
 
 from ridgeline.aio import run_coroutine
@@ -72,11 +86,8 @@ SLO = "p99<50ms,errors<0.1%"
 BATCH, DELAY_MS, THREADS = 8, 5.0, 1
 MIN_RATE, MAX_RATE, PRECISION = 10.0, 2000.0, 0.03
 WARMUP_RATE = 20.0  # 20 requests a window: a steady p50 is seen as steady
-STEP_S = float(os.environ.get("RIDGELINE_BENCH_DURATION", "10"))
-CONFIRM_REQUESTS = int(os.environ.get("RIDGELINE_BENCH_CONFIRM_REQUESTS", "3000"))
 CONFIRM_RETRIES = 3
-WARMUP_MAX_S = float(os.environ.get("RIDGELINE_BENCH_WARMUP_MAX_S", "90"))
-PEERS = os.environ.get("RIDGELINE_BENCH_PEERS", "ridgeline,mlserver,ray").split(",")
+ALL_PEERS = "ridgeline,mlserver,ray,triton"
 LOOP = os.environ.get("RIDGELINE_BENCH_LOOP", "uvloop")
 PA_INTERVAL_MS = 3000
 PA_FRACTION = 0.8  # of ridgeline's capacity: at the edge perf_analyzer never stabilises
@@ -85,12 +96,65 @@ REPLAY = ReplayConfig(timeout_s=5.0)
 # not hold beside a server on the same 2 cores sending 395 kB bodies. Latency is timed
 # from the schedule, so lateness counts against the server measured, never for it.
 VALIDITY = ValidityConfig(lateness_p99_bound_s=0.005)
-LABELS = {"ridgeline": "ridgeline", "mlserver": "MLServer", "ray": "Ray Serve"}
+LABELS = {"ridgeline": "ridgeline", "mlserver": "MLServer", "ray": "Ray Serve", "triton": "Triton"}
+# peer → (its distribution in the versions, the issue's goal for ridgeline against it)
+GOALS = {
+    "mlserver": ("mlserver", " (goal ≥ 1.5×)"),
+    "ray": ("ray", ""),
+    "triton": ("tritonserver", " (goal ≥ 1×)"),
+}
+
+
+@dataclass(frozen=True)
+class Run:
+    """How long and how closely each server is measured, and what else is done."""
+
+    peers: tuple[str, ...]
+    step_s: float = float(os.environ.get("RIDGELINE_BENCH_DURATION", "10"))
+    confirm_requests: int = int(os.environ.get("RIDGELINE_BENCH_CONFIRM_REQUESTS", "3000"))
+    warmup_max_s: float = float(os.environ.get("RIDGELINE_BENCH_WARMUP_MAX_S", "90"))
+    precision: float = PRECISION
+    perf_analyzer: bool = True
+    write: bool = os.environ.get("RIDGELINE_BENCH_NO_WRITE") != "1"
+
+
+def parse_run(argv: list[str] | None = None) -> Run:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument(
+        "--peers",
+        default=os.environ.get("RIDGELINE_BENCH_PEERS", ALL_PEERS),
+        help=f"comma-separated servers to measure, of {ALL_PEERS} (default: all)",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke pass (3 s steps, 10%% precision, short confirmation, no"
+        " perf_analyzer, nothing written): shows every server answers and is probed",
+    )
+    args = p.parse_args(argv)
+    peers = tuple(k.strip() for k in args.peers.split(",") if k.strip())
+    unknown = [k for k in peers if k not in LABELS]
+    if unknown or not peers:
+        p.error(f"--peers: unknown {', '.join(unknown) or '(none given)'}; choose of {ALL_PEERS}")
+    run = Run(peers)
+    if args.quick:
+        run = replace(
+            run,
+            step_s=3.0,
+            confirm_requests=0,
+            warmup_max_s=15.0,
+            precision=0.1,
+            perf_analyzer=False,
+            write=False,
+        )
+    return run
+
 
 INTRO = [
     "Command: `.venv/bin/python benchmarks/serve.py` (on first use it builds the peers' own",
-    "virtual environment, `.bench-venv/`: MLServer, Ray Serve, onnxruntime, and perf_analyzer",
-    "from the tritonclient 2.48 wheel).",
+    "virtual environments: `.bench-venv/` with MLServer, Ray Serve, onnxruntime, and",
+    "perf_analyzer from the tritonclient 2.48 wheel; `.triton-venv/` with nvidia-pytriton 0.7,",
+    "whose `tritonserver` 2.51 runs on CPU, onnxruntime and numpy<2).",
     "",
     "- *Model*: efficientnet-b0 from the zoo (`build_zoo`, classifier family), input `images`",
     "  FP32 [-1, 3, 136, 136], output `logits` [-1, 1000]. Each request is one row, the v2",
@@ -104,7 +168,10 @@ INTRO = [
     "  `max_batch_time: 0.005`). Ray Serve: one replica (`num_cpus: 1`) with",
     "  `@serve.batch(max_batch_size=8, batch_wait_timeout_s=0.005)`, the batch run in a thread,",
     "  Ray's workers at nice 0 (`RAY_worker_niceness`; Ray's default is 15), behind a small",
-    "  adapter answering the v2 health, metadata and JSON infer routes.",
+    "  adapter answering the v2 health, metadata and JSON infer routes. Triton: `tritonserver`",
+    "  on a model repository of one Python-backend model running the session, one instance",
+    "  (`KIND_CPU`), `dynamic_batching { max_queue_delay_microseconds: 5000 }`,",
+    "  `max_batch_size: 8`; Triton's C++ front end parses the v2 JSON.",
     "- *Measured*: ridgeline's probe (`ProbeConfig`, binary strategy, precision 3 %, Poisson",
     "  arrivals, 10 s steps, warmup at 20/s, then a confirmation run of ≥ 3 steps and ≥ 3,000",
     "  requests with at most 3 back-offs; the probe's default of 10,000 requests would take",
@@ -158,7 +225,7 @@ def stoppable(make: Callable[[asyncio.Event], Coroutine[Any, Any, T]]) -> T:
     return run_coroutine(main())
 
 
-def capacity(url: str, inputs: tuple[TensorSpec, ...]) -> ProbeResult:
+def capacity(url: str, inputs: tuple[TensorSpec, ...], run: Run) -> ProbeResult:
     """The probe's highest sustainable rate under SLO, the same procedure for every server."""
     network = NetworkDriver(
         url,
@@ -174,20 +241,20 @@ def capacity(url: str, inputs: tuple[TensorSpec, ...]) -> ProbeResult:
         strategy_options={
             "min_rate": MIN_RATE,
             "max_rate": MAX_RATE,
-            "step_duration_s": STEP_S,
-            "precision": PRECISION,
+            "step_duration_s": run.step_s,
+            "precision": run.precision,
         },
-        warmup=WARMUP_MAX_S > 0,
-        warmup_config=WarmupConfig(rate=WARMUP_RATE, max_s=max(WARMUP_MAX_S, 1.0)),
-        confirm_requests=CONFIRM_REQUESTS,
+        warmup=run.warmup_max_s > 0,
+        warmup_config=WarmupConfig(rate=WARMUP_RATE, max_s=max(run.warmup_max_s, 1.0)),
+        confirm_requests=run.confirm_requests,
         confirm_retries=CONFIRM_RETRIES,
     )
     return stoppable(lambda stop: probe(driver, cfg, stop=stop, on_step=show_step))
 
 
-def at_rate(url: str, rate: float, inputs: tuple[TensorSpec, ...]) -> StepSummary:
+def at_rate(url: str, rate: float, inputs: tuple[TensorSpec, ...], step_s: float) -> StepSummary:
     """One ridgeline step at a constant ``rate`` (perf_analyzer's gaps are uniform too)."""
-    schedule = from_arrival(parse_arrival("constant", rate), STEP_S)
+    schedule = from_arrival(parse_arrival("constant", rate), step_s)
     cfg = StepConfig(replay=REPLAY, validity=VALIDITY)
     opts = {"inputs": inputs}
     step = stoppable(lambda stop: measure_step(url, schedule, cfg, target_options=opts, stop=stop))
@@ -195,7 +262,12 @@ def at_rate(url: str, rate: float, inputs: tuple[TensorSpec, ...]) -> StepSummar
 
 
 def versus_perf_analyzer(
-    pa: PerfAnalyzer, ep: servers.Endpoint, rate: float, inputs: tuple[TensorSpec, ...], out: Path
+    pa: PerfAnalyzer,
+    ep: servers.Endpoint,
+    rate: float,
+    inputs: tuple[TensorSpec, ...],
+    out: Path,
+    step_s: float,
 ) -> dict[str, tuple[StepSummary, PaResult | str]]:
     # the values ridgeline's target sends, one row: perf_analyzer sends the same tensor
     row = json_inputs(inputs, 1)[0]
@@ -208,7 +280,7 @@ def versus_perf_analyzer(
     found = {}
     for protocol in ("http", "grpc"):
         print(f"perf_analyzer vs ridgeline over {protocol}, {rate:,.0f}/s", flush=True)
-        ours = at_rate(urls[protocol], rate, inputs)
+        ours = at_rate(urls[protocol], rate, inputs, step_s)
         print(f"  ridgeline: {ours.achieved_rps:,.1f}/s, p99 {ours.latency_ms.p99} ms", flush=True)
         theirs = run_rate(pa, protocol, ports[protocol], ep.model, rate, data, PA_INTERVAL_MS, out)
         print(f"  perf_analyzer: {theirs}", flush=True)
@@ -232,17 +304,17 @@ def rate_of(result: ProbeResult | str | None) -> float | None:
 def rows_for(
     date: str,
     results: dict[str, ProbeResult | str],
-    bench: BenchEnv,
-    pa: PerfAnalyzer | str,
+    versions: dict[str, str],
+    pa: PerfAnalyzer | str | None,
     vs_pa: dict[str, tuple[StepSummary, PaResult | str]],
+    run: Run,
 ) -> list[str]:
-    v = bench.versions
     ours = rate_of(results.get("ridgeline"))
     peers = []
-    for key, dist, goal in (("mlserver", "mlserver", " (goal ≥ 1.5×)"), ("ray", "ray", "")):
+    for key, (dist, goal) in GOALS.items():
         if key not in results:
             continue
-        name = f"{LABELS[key]} {v[dist]}" if dist in v else LABELS[key]
+        name = f"{LABELS[key]} {versions[dist]}" if dist in versions else LABELS[key]
         if isinstance(results[key], str):
             peers.append(f"{name}: {outcome(results[key])}")
             continue
@@ -250,12 +322,14 @@ def rows_for(
         ratio = f": **{ours / theirs:.2f}×**{goal}" if ours and theirs else ""
         peers.append(f"{name} {outcome(results[key])}{ratio}")
     ort = version("onnxruntime")
-    if v.get("onnxruntime", ort) != ort:
-        ort = f"{ort} (ridgeline), {v['onnxruntime']} (peers)"
+    theirs_ort = sorted({v for k, v in versions.items() if k.startswith("onnxruntime")} - {ort})
+    if theirs_ort:
+        ort = f"{ort} (ridgeline), {', '.join(theirs_ort)} (peers)"
+    confirm = f"≥ {run.confirm_requests:,} requests" if run.confirm_requests else "3 steps"
     what = (
         f"{MODEL} (zoo), v2 HTTP/JSON, max throughput at `{SLO}` (probe: binary, Poisson,"
-        f" {STEP_S:g} s steps, confirmed by ≥ {CONFIRM_REQUESTS:,} requests); each server"
-        f" 1 worker × {THREADS} onnxruntime thread (onnxruntime {ort}), batches ≤ {BATCH}"
+        f" {run.step_s:g} s steps, confirmed by {confirm}); each"
+        f" server 1 worker × {THREADS} onnxruntime thread (onnxruntime {ort}), batches ≤ {BATCH}"
         f" within {DELAY_MS:g} ms"
     )
     ridgeline = outcome(results["ridgeline"]) if "ridgeline" in results else "not measured"
@@ -287,14 +361,40 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def main() -> None:
+def environments(run: Run) -> tuple[BenchEnv | None, TritonEnv | None, dict[str, str]]:
+    """The peers' environments that ``run`` needs (made or updated), and for each peer
+    that cannot run here, why."""
+    bench = triton = None
+    problems: dict[str, str] = {}
+    if {"mlserver", "ray"} & set(run.peers) or (run.perf_analyzer and "ridgeline" in run.peers):
+        bench = ensure_bench_venv(ROOT / ".bench-venv")
+        for key, group in (("mlserver", "MLServer"), ("ray", "Ray Serve")):
+            problem = bench.problems.get(group) or bench.problems.get("onnxruntime")
+            if problem is not None:
+                problems[key] = problem
+    if "triton" in run.peers:
+        triton = ensure_triton_venv(ROOT / ".triton-venv")
+        if TRITON in triton.problems:
+            problems["triton"] = triton.problems[TRITON]
+    for env in (bench, triton):
+        for group, why in (env.problems if env else {}).items():
+            print(f"{group}: {why}", flush=True)
+    return bench, triton, problems
+
+
+def main(argv: list[str] | None = None) -> None:
     started = time.time()
     signal.signal(signal.SIGTERM, _interrupt)  # as Ctrl-C: the servers are stopped
-    bench = ensure_bench_venv(ROOT / ".bench-venv")
-    for group, why in bench.problems.items():
-        print(f"{group}: {why}", flush=True)
-    pa = find_perf_analyzer(bench)
-    print(f"perf_analyzer: {pa if isinstance(pa, str) else pa.version}", flush=True)
+    run = parse_run(argv)
+    bench, triton, problems = environments(run)
+    versions = dict(bench.versions) if bench else {}
+    if triton:
+        versions["nvidia-pytriton"] = triton.versions.get("nvidia-pytriton", "?")
+        versions["onnxruntime (Triton)"] = triton.versions.get("onnxruntime", "?")
+    pa: PerfAnalyzer | str | None = None  # not run: --quick, or ridgeline not measured
+    if bench and run.perf_analyzer and "ridgeline" in run.peers:
+        pa = find_perf_analyzer(bench)
+        print(f"perf_analyzer: {pa if isinstance(pa, str) else pa.version}", flush=True)
     results: dict[str, ProbeResult | str] = {}
     vs_pa: dict[str, tuple[StepSummary, PaResult | str]] = {}
     with tempfile.TemporaryDirectory(prefix="rl-serve-") as tmp:
@@ -314,26 +414,29 @@ def main() -> None:
         )
         starters: dict[str, Callable[[], AbstractContextManager[servers.Endpoint]]] = {
             "ridgeline": lambda: servers.ridgeline(serving, LOOP),
-            "mlserver": lambda: servers.mlserver(serving, bench),
-            "ray": lambda: servers.ray_serve(serving, bench),
         }
-        needs = {"mlserver": "MLServer", "ray": "Ray Serve"}
-        for key in PEERS:
-            problem: str | None = bench.problems.get(needs.get(key, ""))
-            if problem is None and key != "ridgeline":
-                problem = bench.problems.get("onnxruntime")
-            if problem is not None:
-                results[key] = problem
+        if bench:
+            starters["mlserver"] = lambda: servers.mlserver(serving, bench)
+            starters["ray"] = lambda: servers.ray_serve(serving, bench)
+        if triton:
+            starters["triton"] = lambda: servers.triton(serving, triton)
+        for key in run.peers:
+            if key in problems:
+                results[key] = problems[key]
                 continue
             print(f"== {LABELS[key]}", flush=True)
             try:
                 with starters[key]() as ep:
                     print(f"  up: {ep.model_url} ({ep.config})", flush=True)
-                    results[key] = capacity(ep.model_url, inputs)
+                    if ep.version:
+                        versions[GOALS[key][0] if key in GOALS else key] = ep.version
+                    results[key] = capacity(ep.model_url, inputs, run)
                     rate = rate_of(results[key])
                     if key == "ridgeline" and isinstance(pa, PerfAnalyzer) and rate:
                         try:
-                            vs_pa = versus_perf_analyzer(pa, ep, PA_FRACTION * rate, inputs, work)
+                            vs_pa = versus_perf_analyzer(
+                                pa, ep, PA_FRACTION * rate, inputs, work, run.step_s
+                            )
                         except RidgelineError as e:
                             pa = f"run against ridgeline serve failed: {e}"
                     if ep.process.poll() is not None:
@@ -349,11 +452,11 @@ def main() -> None:
             spent = "" if isinstance(r, str) else f" ({r.steps} steps, {r.test_seconds:.0f} test-s)"
             print(f"  {LABELS[key]}: {outcome(r)}{spent}", flush=True)
     date = datetime.now(UTC).strftime("%Y-%m-%d")
-    rows = rows_for(date, results, bench, pa, vs_pa)
+    rows = rows_for(date, results, versions, pa, vs_pa, run)
     print("\n".join(rows))
-    print(json.dumps({k: outcome(r) for k, r in results.items()} | {"versions": bench.versions}))
+    print(json.dumps({k: outcome(r) for k, r in results.items()} | {"versions": versions}))
     print(f"took {time.time() - started:.0f} s")
-    if os.environ.get("RIDGELINE_BENCH_NO_WRITE") != "1" and DOC.exists():
+    if run.write and DOC.exists():
         ensure_section(HEADING, INTRO)
         add_rows(HEADING, f"benchmarks/serve.py, {date}, {machine()}", rows)
 

@@ -1,4 +1,4 @@
-"""The three servers, each as a context manager that starts it in its own process group,
+"""The four servers, each as a context manager that starts it in its own process group,
 waits until its model is ready, yields its endpoint, and stops it all on the way out.
 
 Every server gets the same work: the same ONNX file, one onnxruntime session (CPU,
@@ -15,11 +15,13 @@ import signal
 import subprocess
 import sys
 import tempfile
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from _serve_peers.procs import free_port, running
+from _serve_peers.triton_env import TritonEnv
 from _serve_peers.venv import BenchEnv
 
 HERE = Path(__file__).resolve().parent
@@ -57,6 +59,8 @@ class Endpoint:
     """How it was configured, in a few words."""
     process: subprocess.Popen[bytes]
     log: Path
+    version: str = ""
+    """The server's own version where it says it (Triton's ``GET /v2``)."""
 
     @property
     def model_url(self) -> str:
@@ -168,3 +172,57 @@ def ray_serve(s: Serving, bench: BenchEnv) -> Iterator[Endpoint]:
             )
     finally:
         shutil.rmtree(temp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def triton(s: Serving, env: TritonEnv) -> Iterator[Endpoint]:
+    """``tritonserver`` (2.51, from nvidia-pytriton) on a model repository of one
+    Python-backend model (``_serve_peers/triton_model.py``, beside ``session.py``: the
+    stub's interpreter ignores PYTHONPATH), one instance, Triton's dynamic batcher on.
+    Triton parses v2 HTTP/JSON and gRPC in its C++ front end."""
+    version = s.work / "triton" / s.model / "1"
+    version.mkdir(parents=True, exist_ok=True)
+    shutil.copy(HERE / "triton_model.py", version / "model.py")
+    shutil.copy(HERE / "session.py", version / "session.py")
+    (version.parent / "config.pbtxt").write_text(triton_config(s))
+    http, grpc, metrics = free_port(), free_port(), free_port()
+    cmd = env.command(version.parent.parent, http, grpc, metrics)
+    log = s.work / "triton.log"
+    with running(cmd, ready_url=_ready(http, s.model), log=log, env=s.env() | env.environ()) as p:
+        with urllib.request.urlopen(f"http://127.0.0.1:{http}/v2", timeout=5) as reply:
+            server = json.load(reply).get("version", "")
+        yield Endpoint(
+            "Triton",
+            http,
+            grpc,
+            s.model,
+            f"Python backend, 1 instance, max_batch_size {s.batch},"
+            f" max_queue_delay {s.delay_ms * 1000:g} µs",
+            p,
+            log,
+            server,
+        )
+
+
+def triton_config(s: Serving) -> str:
+    """config.pbtxt: the tensors without their batch dimension, the batcher's limits and
+    the ONNX file (the model parameter ``onnx``)."""
+
+    def tensors(specs: list[dict[str, object]]) -> str:
+        rows = []
+        for t in specs:
+            shape = t["shape"]
+            assert isinstance(shape, list | tuple), f"tensor {t['name']}: shape {shape!r}"
+            dims = ", ".join(str(d) for d in shape[1:])
+            rows.append(
+                f'{{ name: "{t["name"]}", data_type: TYPE_{t["datatype"]}, dims: [{dims}] }}'
+            )
+        return ", ".join(rows)
+
+    return (
+        f'name: "{s.model}"\nbackend: "python"\nmax_batch_size: {s.batch}\n'
+        f"input [{tensors(s.inputs)}]\noutput [{tensors(s.outputs)}]\n"
+        f"dynamic_batching {{ max_queue_delay_microseconds: {round(s.delay_ms * 1000)} }}\n"
+        "instance_group [{ count: 1, kind: KIND_CPU }]\n"
+        f'parameters: {{ key: "onnx" value: {{ string_value: "{s.onnx}" }} }}\n'
+    )

@@ -61,26 +61,39 @@ class BenchEnv:
 
 def ensure_bench_venv(root: Path) -> BenchEnv:
     """Create ``root`` if missing, install what is missing, and say what is unusable."""
-    env = BenchEnv(root)
+    return ensure_venv(BenchEnv(root), GROUPS, CHECKS, DISTRIBUTIONS, Path(sys.executable))
+
+
+def ensure_venv(
+    env: BenchEnv,
+    groups: dict[str, list[str]],
+    checks: dict[str, str],
+    distributions: tuple[str, ...],
+    python: Path,
+) -> BenchEnv:
+    """Make ``env.root`` a venv of ``python`` if missing, install ``groups`` (each group's
+    packages) when they changed, record the ``distributions``' versions and, in
+    ``env.problems``, every group that cannot be installed or whose check does not run."""
+    root = env.root
     if not env.python.exists():
-        print(f"creating {root} (the peers' virtual environment)", flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(root)], check=True)
+        print(f"creating {root} (a virtual environment for the peers, from {python})", flush=True)
+        subprocess.run([str(python), "-m", "venv", str(root)], check=True)
         (root / ".gitignore").write_text("# build output of benchmarks/serve.py\n*\n")
     stamp = root / ".installed"
-    wanted = json.dumps(GROUPS, sort_keys=True)
+    wanted = json.dumps(groups, sort_keys=True)
     if not stamp.exists() or stamp.read_text() != wanted:
-        failed = _install(env)
+        failed = _install(env, groups)
         env.problems.update(failed)
         if not failed:
             stamp.write_text(wanted)
-    for group, code in CHECKS.items():
+    for group, code in checks.items():
         if group in env.problems:
             continue
         check = subprocess.run([str(env.python), "-c", code], capture_output=True, text=True)
         if check.returncode != 0:
             why = (check.stderr.strip().splitlines() or ["(no message)"])[-1]
             env.problems[group] = f"installed but does not import: {why}"
-    env.versions = _versions(env)
+    env.versions = _versions(env, distributions)
     return env
 
 
@@ -89,13 +102,13 @@ def _pip(env: BenchEnv, packages: list[str]) -> subprocess.CompletedProcess[str]
     return subprocess.run([*cmd, *packages], capture_output=True, text=True, timeout=1800)
 
 
-def _install(env: BenchEnv) -> dict[str, str]:
-    everything = [p for group in GROUPS.values() for p in group]
+def _install(env: BenchEnv, groups: dict[str, list[str]]) -> dict[str, str]:
+    everything = [p for group in groups.values() for p in group]
     print(f"installing into {env.root}: {' '.join(everything)}", flush=True)
     if _pip(env, everything).returncode == 0:
         return {}
     failed = {}
-    for group, packages in GROUPS.items():
+    for group, packages in groups.items():
         done = _pip(env, packages)
         if done.returncode != 0:
             errors = [line for line in done.stderr.splitlines() if line.startswith("ERROR")]
@@ -106,11 +119,11 @@ def _install(env: BenchEnv) -> dict[str, str]:
     return failed
 
 
-def _versions(env: BenchEnv) -> dict[str, str]:
+def _versions(env: BenchEnv, distributions: tuple[str, ...]) -> dict[str, str]:
     code = (
         "import importlib.metadata as m, json\n"
         "out = {}\n"
-        f"for d in {DISTRIBUTIONS!r}:\n"
+        f"for d in {distributions!r}:\n"
         "    try: out[d] = m.version(d)\n"
         "    except m.PackageNotFoundError: pass\n"
         "print(json.dumps(out))"
