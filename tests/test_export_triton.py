@@ -22,9 +22,10 @@ import yaml
 
 from _cli import ridgeline
 from ridgeline.errors import PlanError
-from ridgeline.export._triton_model import adapt, fan_out, synthetic_outputs
+from ridgeline.export._triton_model import synthetic_outputs
 from ridgeline.export.triton import export_triton, parse_config
 from ridgeline.pipeline.plan import Plan, load_plan
+from ridgeline.policies.glue import adapt, fan_out
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "plans" / "traffic-cpu.yaml"
 REPO_ROOT = Path(__file__).parents[1]
@@ -162,13 +163,14 @@ def test_gpu_segments_map_to_one_process_per_mig_device(tmp_path: Path) -> None:
 def test_the_glue_fans_out_rows_carrying_the_fraction() -> None:
     carried, sent = 0.0, []
     for rows in (1, 1, 3, 1):
-        n, carried = fan_out(carried, rows, 1.5)
+        n, carried = fan_out(carried, rows, 1.5, at_least=1)
         sent.append(n)
     assert sent == [1, 2, 4, 2] and carried == 0.0
     # an ensemble runs every step: a factor below 1 still sends one row
-    assert fan_out(0.0, 1, 0.4) == (1, 0.0)
+    assert fan_out(0.0, 1, 0.4, at_least=1) == (1, 0.0)
+    assert fan_out(0.0, 1, 0.4) == (0, 0.4)  # the runtime sends none, and carries it
     parent = [np.arange(12, dtype=np.float32).reshape(2, 6)]
-    images, ids = adapt(parent, 4, [("x", np.float32, (2, 2)), ("ids", np.int64, (4,))])
+    images, ids = adapt(parent, 4, [(np.float32, (2, 2)), (np.int64, (4,))])
     assert images.shape == (4, 2, 2) and images.reshape(-1).tolist() == [*range(12), *range(4)]
     assert ids.dtype == np.int64 and set(ids.reshape(-1).tolist()) == {0, 1}
     (out,) = synthetic_outputs([np.ones((2, 8), np.float32)], [("OUT", np.float32, (8,))])

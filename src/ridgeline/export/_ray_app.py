@@ -2,9 +2,11 @@
 copies beside its ``serve_config.yaml`` (as ``ridgeline_serve_app.py``).
 
 Self-contained on purpose: it imports Ray Serve, Starlette, NumPy, onnxruntime and
-orjson, never ridgeline, so a Ray cluster without ridgeline runs it. ``build(args)`` is
-Serve's application builder (``import_path: ridgeline_serve_app:build``); ``args`` is
-what the exporter writes: the plan's name, each task's model and batching, the edges.
+orjson, and the graph's glue from ``ridgeline_glue.py`` (``policies/glue.py``, copied
+beside it), never the rest of ridgeline, so a Ray cluster without ridgeline runs it.
+``build(args)`` is Serve's application builder (``import_path:
+ridgeline_serve_app:build``); ``args`` is what the exporter writes: the plan's name,
+each task's model and batching, the edges.
 
 * One deployment per task: ``OnnxTask`` (an onnxruntime session with the segment's
   threads) or ``SyntheticTask`` (sleeps ``base_ms + per_item_ms·rows``, answers
@@ -18,8 +20,8 @@ what the exporter writes: the plan's name, each task's model and batching, the e
   ``ridgeline.serve.graph`` does: a request's rows split into chunks of at most the
   task's batch size, each edge turning a parent's rows into ``rows × factor`` child rows
   (the fraction carried to the next request), the child's input a deterministic
-  reshaping of the parent's outputs (``adapt``), the answer every sink task's outputs
-  named ``TASK.OUTPUT``.
+  reshaping of the parent's outputs (``adapt``; both from ``policies/glue.py``), the
+  answer every sink task's outputs named ``TASK.OUTPUT``.
 
 Not carried over from the runtime: early dropping (a request runs to the end however
 late) and per-task latency budgets; a full queue answers 503.
@@ -37,6 +39,11 @@ import numpy as np
 from ray import serve
 from starlette.requests import Request
 from starlette.responses import Response
+
+try:  # the exporter copies policies/glue.py beside this file
+    from ridgeline_glue import adapt, fan_out  # type: ignore[import-not-found]
+except ImportError:  # imported from the package (ridgeline serve --engine ray)
+    from ridgeline.policies.glue import adapt, fan_out
 
 try:
     import orjson
@@ -208,23 +215,6 @@ class SyntheticTask(_Batched):
 # --- the graph -----------------------------------------------------------------------
 
 
-def adapt(parent: Sequence[Array], rows: int, specs: Sequence[Spec]) -> list[Array]:
-    """``rows`` rows for each of ``specs`` from the parent's outputs, deterministically
-    (as ``ridgeline.serve.graph.adapt``): the parent's numbers tiled to size; integer
-    inputs get 0 or 1, valid for any vocabulary."""
-    numeric = [a.reshape(-1) for a in parent if a.dtype != np.object_ and a.size]
-    flat = np.concatenate(numeric) if numeric else np.zeros(1, dtype=np.float32)
-    out = []
-    for spec in specs:
-        shape = (rows, *(max(d, 1) for d in spec["shape"][1:]))
-        values = np.resize(flat, math.prod(shape))
-        dtype = np.dtype(DTYPES[spec["datatype"]])
-        if dtype.kind in "iub":
-            values = (np.abs(values) > 0.5).astype(dtype)
-        out.append(np.ascontiguousarray(values.astype(dtype).reshape(shape)))
-    return out
-
-
 def _decode(doc: Any, specs: Sequence[Spec]) -> tuple[int, list[Array]]:
     """The rows and arrays of a v2 JSON infer body, in the order of ``specs``."""
     if not isinstance(doc, dict) or not isinstance(doc.get("inputs"), list):
@@ -385,12 +375,11 @@ class Pipeline:
         for i, edge in enumerate(self.edges):
             if edge["source"] != task:
                 continue
-            carried = self._carry[i] + rows * float(edge["factor"])
-            n = math.floor(carried + 1e-9)
-            self._carry[i] = carried - n
+            n, self._carry[i] = fan_out(self._carry[i], rows, float(edge["factor"]))
             if n:
                 child = edge["target"]
-                adapted = adapt(outputs, n, sigs[child]["inputs"])
+                wanted = [(DTYPES[t["datatype"]], t["shape"][1:]) for t in sigs[child]["inputs"]]
+                adapted = adapt(outputs, n, wanted)
                 children.append(self._run(child, n, adapted, results))
         await asyncio.gather(*children)
 

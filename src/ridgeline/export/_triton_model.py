@@ -11,8 +11,10 @@ Self-contained on purpose: Triton's Python backend stub runs it with NumPy and i
   input) where the element counts agree, BYTES echo BYTES, anything else zeros.
 * ``kind: glue`` (the model ``PARENT_to_CHILD``): an edge of the plan's graph. A parent's
   answer of ``rows`` rows becomes ``rows × factor`` rows of the child's inputs, the
-  fraction carried to the next request (one instance, no batching, so requests pass in
-  order), each input a deterministic reshaping of the parent's outputs: what
+  fraction carried to the next request (at least one row: an ensemble runs every step
+  of every request, and Triton takes a tensor of no rows for a batch of one; one
+  instance, no batching, so requests pass in order), each input a deterministic
+  reshaping of the parent's outputs (``policies/glue.py``, copied beside it): what
   ``ridgeline.serve.graph.adapt`` stands in for (crop the boxes, tokenise a caption).
 """
 
@@ -26,35 +28,14 @@ from typing import Any
 
 import numpy as np
 
+try:  # the exporter copies policies/glue.py beside this file
+    from ridgeline_glue import adapt, fan_out  # type: ignore[import-not-found]
+except ImportError:  # imported from the package (the tests)
+    from ridgeline.policies.glue import adapt, fan_out
+
 Array = np.ndarray[Any, Any]
 Spec = tuple[str, Any, tuple[int, ...]]
 """An output as the config declares it: (name, NumPy dtype, dims after the batch dim)."""
-
-
-def fan_out(carried: float, rows: int, factor: float) -> tuple[int, float]:
-    """Child rows for ``rows`` parent rows, and the fraction carried to the next request.
-    At least one: an ensemble runs every step of every request, and Triton takes a
-    tensor of no rows for a batch of one (so a factor below 1 sends the child more than
-    planned)."""
-    total = carried + rows * factor
-    n = max(1, math.floor(total + 1e-9))
-    return n, max(0.0, total - n)
-
-
-def adapt(parent: Sequence[Array], rows: int, specs: Sequence[Spec]) -> list[Array]:
-    """``rows`` rows for each of ``specs`` from the parent's outputs, deterministically
-    (as ``ridgeline.serve.graph.adapt``): the parent's numbers tiled to size; integer
-    inputs get 0 or 1, valid for any vocabulary."""
-    numeric = [a.reshape(-1) for a in parent if a.dtype != np.object_ and a.size]
-    flat = np.concatenate(numeric) if numeric else np.zeros(1, dtype=np.float32)
-    out = []
-    for _, dtype, dims in specs:
-        shape = (rows, *(max(d, 1) for d in dims))
-        values = np.resize(flat, math.prod(shape))
-        if np.dtype(dtype).kind in "iub":
-            values = np.abs(values) > 0.5
-        out.append(np.ascontiguousarray(values.astype(dtype).reshape(shape)))
-    return out
 
 
 def synthetic_outputs(inputs: Sequence[Array], specs: Sequence[Spec]) -> list[Array]:
@@ -116,8 +97,10 @@ class TritonPythonModel:
         if self.kind == "glue":
             answers = []
             for parent in arrays:
-                n, self.carried = fan_out(self.carried, int(parent[0].shape[0]), self.factor)
-                answers.append(adapt(parent, n, self.outputs))
+                n, self.carried = fan_out(
+                    self.carried, int(parent[0].shape[0]), self.factor, at_least=1
+                )
+                answers.append(adapt(parent, n, [(d, dims) for _, d, dims in self.outputs]))
         else:
             rows = sum(int(a[0].shape[0]) for a in arrays)
             time.sleep(self.base_s + self.per_item_s * rows)

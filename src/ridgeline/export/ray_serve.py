@@ -44,6 +44,7 @@ from ridgeline.errors import ConfigError, PlanError
 from ridgeline.pipeline.gpu import COMPUTE_SLICES, gpu_type
 from ridgeline.pipeline.plan import Plan, TaskPlan
 from ridgeline.pipeline.segments import CpuSegment, GpuSegment, MigSegment, MpsSegment
+from ridgeline.policies import glue
 from ridgeline.serve.backends import OnnxBackendConfig, SyntheticBackendConfig
 from ridgeline.serve.loading import task_backend, zoo_dir
 
@@ -227,6 +228,8 @@ def export_ray_serve(
     text = _HEADER.format(rounds=QUEUE_ROUNDS, config=CONFIG)
     written[0].write_text(text + yaml.safe_dump(config, sort_keys=False))
     shutil.copyfile(Path(__file__).with_name("_ray_app.py"), written[1])
+    written.append(out_dir / f"{glue.COPIED_AS}.py")
+    shutil.copyfile(glue.__file__, written[-1])
     for name, path in files.items():
         if path is not None:
             (out_dir / "models").mkdir(exist_ok=True)

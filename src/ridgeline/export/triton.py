@@ -40,6 +40,7 @@ from typing import Any
 from ridgeline.errors import PlanError
 from ridgeline.pipeline.plan import Plan, TaskPlan
 from ridgeline.pipeline.segments import CpuSegment, GpuSegment
+from ridgeline.policies import glue
 from ridgeline.serve.backends import OnnxBackendConfig, SyntheticBackendConfig
 from ridgeline.serve.loading import task_backend, zoo_dir
 from ridgeline.v2.spec import TensorSpec
@@ -372,6 +373,9 @@ def export_triton(
         source = model if model is not None else Path(__file__).with_name("_triton_model.py")
         shutil.copyfile(source, target)
         written.append(target)
+        if model is None:  # the Python model's glue, beside it (``policies/glue.py``)
+            written.append(version / f"{glue.COPIED_AS}.py")
+            shutil.copyfile(glue.__file__, written[-1])
     parsed = {p.parent.name: parse_config(p) for p in written if p.name == "config.pbtxt"}
     check_ensemble(parsed[plan.name], parsed)
     return written

@@ -29,7 +29,6 @@ every task idle is never dropped, at any task (``dropping``).
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import numpy as np
@@ -37,6 +36,7 @@ import numpy as np
 from ridgeline.clock import Clock
 from ridgeline.errors import InferFailed
 from ridgeline.pipeline.plan import Edge, Plan
+from ridgeline.policies import glue
 from ridgeline.policies.dropping import DROP_MARGIN, Slack, should_drop
 from ridgeline.serve.batcher import TaskQueue
 from ridgeline.v2.spec import TensorSpec
@@ -44,20 +44,9 @@ from ridgeline.v2.tensors import NUMPY_DTYPES, Array
 
 
 def adapt(parent: Sequence[Array], rows: int, specs: Sequence[TensorSpec]) -> list[Array]:
-    """``rows`` rows for each of ``specs`` from the parent's outputs, deterministically:
-    the parent's numbers, tiled to size; integer inputs (token ids) get 0 or 1, valid
-    for any vocabulary."""
-    numeric = [a.reshape(-1) for a in parent if a.dtype != np.object_ and a.size]
-    flat = np.concatenate(numeric) if numeric else np.zeros(1, dtype=np.float32)
-    out = []
-    for spec in specs:
-        shape = (rows, *(max(d, 1) for d in spec.shape[1:]))
-        values = np.resize(flat, math.prod(shape))
-        dtype = np.dtype(NUMPY_DTYPES[spec.datatype])
-        if dtype.kind in "iub":
-            values = (np.abs(values) > 0.5).astype(dtype)
-        out.append(np.ascontiguousarray(values.astype(dtype).reshape(shape)))
-    return out
+    """``rows`` rows for each of ``specs`` from the parent's outputs: ``policies.glue``'s
+    deterministic reshaping, which the exported applications run too."""
+    return glue.adapt(parent, rows, [(NUMPY_DTYPES[s.datatype], s.shape[1:]) for s in specs])
 
 
 class GraphRunner:
@@ -161,9 +150,7 @@ class GraphRunner:
         await self._gather(children)
 
     def _fan_out(self, index: int, edge: Edge, rows: int) -> int:
-        carried = self._carry.get(index, 0.0) + rows * edge.factor
-        n = math.floor(carried + 1e-9)
-        self._carry[index] = carried - n
+        n, self._carry[index] = glue.fan_out(self._carry.get(index, 0.0), rows, edge.factor)
         return n
 
     @staticmethod
