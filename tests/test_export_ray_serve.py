@@ -95,7 +95,14 @@ def test_the_example_plan_exports_a_config_ray_accepts_with_its_models(
     written = export_ray_serve(load_plan(EXAMPLE), tmp_path, plan_dir=EXAMPLE.parent, zoo=zoo)
     names = sorted(str(p.relative_to(tmp_path)) for p in written)
     assert names == sorted(
-        [CONFIG, f"{MODULE}.py", "models/detect.onnx", "models/car.onnx", "models/face.onnx"]
+        [
+            CONFIG,
+            f"{MODULE}.py",
+            "ridgeline_glue.py",
+            "models/detect.onnx",
+            "models/car.onnx",
+            "models/face.onnx",
+        ]
     )
     assert (tmp_path / "models" / "detect.onnx").read_bytes() == (
         zoo / "detector" / "yolov5n.onnx"
