@@ -107,6 +107,8 @@ def test_the_example_plan_exports_a_config_ray_accepts_with_its_models(
     assert (tmp_path / "models" / "detect.onnx").read_bytes() == (
         zoo / "detector" / "yolov5n.onnx"
     ).read_bytes()
+    # Serve's proxy binds loopback unless the user asks for more (--host)
+    assert yaml.safe_load((tmp_path / CONFIG).read_text())["http_options"]["host"] == "127.0.0.1"
     app = config_of(tmp_path)
     assert app["import_path"] == f"{MODULE}:build" and app["route_prefix"] == "/"
     assert app["runtime_env"] == {"working_dir": f"local://{tmp_path.resolve()}"}

@@ -34,6 +34,9 @@ def ray_serve(
             "shared filesystem)"
         ),
     ] = None,
+    host: Annotated[
+        str, typer.Option(help="address Serve's HTTP proxy binds on each node (0.0.0.0: all)")
+    ] = "127.0.0.1",
 ) -> None:
     """Write a plan as a Ray Serve application: serve_config.yaml (a deployment per task
     with the plan's replicas, batching and resources; MIG slices as custom resources),
@@ -44,7 +47,7 @@ def ray_serve(
 
     with failing():
         written = export_ray_serve(
-            load_plan(plan), out, plan_dir=plan.parent, zoo=zoo, working_dir=working_dir
+            load_plan(plan), out, plan_dir=plan.parent, zoo=zoo, working_dir=working_dir, host=host
         )
     emit("\n".join(str(p) for p in written))
     emit(

@@ -175,6 +175,7 @@ def export_ray_serve(
     plan_dir: Path = Path("."),
     zoo: Path | None = None,
     working_dir: str | None = None,
+    host: str = "127.0.0.1",
 ) -> list[Path]:
     """Write ``serve_config.yaml``, ``ridgeline_serve_app.py`` and ``models/TASK.onnx``
     to ``out_dir``, validated by Ray's ``ServeDeploySchema``; the paths written.
@@ -203,7 +204,7 @@ def export_ray_serve(
     }
     config = {
         "proxy_location": "EveryNode",
-        "http_options": {"host": "0.0.0.0", "port": 8000},
+        "http_options": {"host": host, "port": 8000},  # 0.0.0.0: reachable from others
         "applications": [
             {
                 "name": plan.name,
