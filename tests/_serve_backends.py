@@ -83,3 +83,16 @@ def doubler_plan_doc() -> dict[str, Any]:
         "python": {"target": "_serve_backends:Doubler"},
     }
     return {"name": "p", "slo_ms": 1000, "tasks": {"double": task}}
+
+
+class Echo:
+    """Answers each input as it came (copied: the inputs are views of shared memory)."""
+
+    def load(self) -> None:
+        pass
+
+    def run(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        return {name: np.array(x, copy=True) for name, x in inputs.items()}
+
+    def describe(self) -> Signature:
+        return Signature((), ())

@@ -15,6 +15,7 @@ from multiprocessing.reduction import ForkingPickler
 
 from ridgeline.errors import BackendConfigError, RidgelineError
 from ridgeline.serve.affinity import Placement, apply_placement
+from ridgeline.serve.arena import ArenaView, Grown
 from ridgeline.serve.backend import Backend, Signature
 from ridgeline.serve.backends import BackendConfig
 
@@ -41,6 +42,7 @@ def child_main(conn: Connection, backend: BackendConfig, placement: Placement) -
 
 
 def _serve(conn: Connection, backend: Backend) -> None:
+    arena = ArenaView()
     while True:
         try:
             message = conn.recv()
@@ -48,9 +50,12 @@ def _serve(conn: Connection, backend: Backend) -> None:
             return
         if message is None:
             return
-        batch_id, inputs = message
+        if isinstance(message, Grown):  # a bigger buffer: its descriptor comes next
+            arena.take(conn, message)
+            continue
+        batch_id, layout = message
         try:
-            reply = ForkingPickler.dumps((batch_id, True, backend.run(inputs)))
+            reply = ForkingPickler.dumps((batch_id, True, backend.run(arena.unpack(layout))))
         except Exception as e:  # the backend's error, or outputs that cannot be pickled
             reply = ForkingPickler.dumps((batch_id, False, _error_text(e)))
         try:

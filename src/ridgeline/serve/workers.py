@@ -9,17 +9,20 @@ replaced by a fresh one.
 
 Messages on the duplex pipe::
 
-    parent → child   (batch_id, inputs)  |  None: stop
+    parent → child   Grown(size), then a memory file's descriptor  |  (batch_id, Layout)
+                     |  None: stop
     child → parent   ("ready", Signature)  |  ("failed", error)      once, after loading
                      (batch_id, True, outputs)  |  (batch_id, False, "Type: message")
 
-A batch is written to the pipe from a thread of its own per process, never from the event
-loop: a frame batch is megabytes and the pipe holds 64 KiB, so the write lasts until the
-child has read it all, and on a host with fewer cores than processes the child may wait
-several milliseconds for a core first. Written from the loop, that wait stalled every
-request in the server (its gRPC reads, the other tasks' batches, their answers): on the
-example plan at 20 req/s on two cores, a detector batch's write held the loop 12 ms at
-p99 and 47 ms at worst, some 4 s in a minute.
+A batch's arrays go through shared memory (``arena``): the parent copies them into the
+worker's buffer and writes only their layout to the pipe, from the event loop, since the
+socket's buffer takes it whole. Neither a pipe write nor a thread is in a batch's path:
+a frame batch is megabytes and the pipe holds 64 KiB, so written through the pipe the
+write lasted until the child had read it all (on the example plan at 20 req/s on two
+cores, from the loop, a detector batch's write held it 12 ms at p99 and 47 ms at worst),
+and from a thread each chunk of it waited for the GIL held by a loop parsing requests
+(efficientnet-b0 at 160 req/s: p99 62-337 ms). Only a message carrying BYTES tensors
+over 32 KiB is still written from a thread.
 
 The placement's environment is set in the child before its backend is built and loaded;
 a library the child imported before that (numpy's BLAS) keeps the thread count it read
@@ -42,6 +45,7 @@ from ridgeline.clock import Clock, MonotonicClock
 from ridgeline.errors import WorkerCrashed, WorkerError, WorkerStartError
 from ridgeline.serve._child import child_main
 from ridgeline.serve.affinity import Placement
+from ridgeline.serve.arena import Arena
 from ridgeline.serve.backend import Signature
 from ridgeline.serve.backends import BackendConfig
 from ridgeline.v2.tensors import Array
@@ -49,6 +53,8 @@ from ridgeline.v2.tensors import Array
 __all__ = ["Worker"]
 
 T = TypeVar("T")
+_ON_LOOP_BYTES = 32 << 10
+"""A message this small is written from the loop: the socket's buffer takes it whole."""
 
 
 class Worker:
@@ -178,6 +184,8 @@ class _Process:
         self._process.start()
         child_conn.close()
         self.pid = self._process.pid
+        assert self.pid is not None  # started
+        self._arena = Arena(self._conn, self.pid)
         self.ready: asyncio.Future[Signature] = self._loop.create_future()
         self.exited: asyncio.Future[int | None] = self._loop.create_future()
         self.ready.add_done_callback(_retrieve)
@@ -201,15 +209,19 @@ class _Process:
         self._batch_id = batch_id
         self._reply = reply = self._loop.create_future()
         reply.add_done_callback(_retrieve)
-        # off the event loop (see the module's docstring): the write blocks until the child
-        # has read the batch, and the child may be waiting for a core
-        sending = self._loop.run_in_executor(self._sender, self._send, (batch_id, dict(inputs)))
-        await asyncio.shield(sending)
+        try:
+            message = ForkingPickler.dumps((batch_id, self._arena.pack(inputs)))
+        except OSError:  # the process is gone (its pipe closed): _on_exit fails the reply
+            return await asyncio.shield(reply)
+        if len(message) <= _ON_LOOP_BYTES:
+            self._send(message)
+        else:  # BYTES tensors travel in the message: off the loop (the module's docstring)
+            await asyncio.shield(self._loop.run_in_executor(self._sender, self._send, message))
         return await asyncio.shield(reply)
 
-    def _send(self, message: object) -> None:
+    def _send(self, message: bytes | memoryview) -> None:
         with contextlib.suppress(OSError):  # a dead process (or its closed pipe): _on_exit
-            self._conn.send_bytes(ForkingPickler.dumps(message))
+            self._conn.send_bytes(message)
 
     async def close(self, timeout_s: float) -> None:
         """Fail what is pending, ask the process to exit, terminate it after ``timeout_s``,
@@ -218,7 +230,7 @@ class _Process:
         _fail(self._reply, self._stopped("a batch ran"))
         if self.exited.done():
             return
-        stop = self._loop.run_in_executor(self._sender, self._send, None)  # after any batch
+        stop = self._loop.run_in_executor(self._sender, self._send, ForkingPickler.dumps(None))
         await asyncio.wait([stop], timeout=timeout_s)
         if not await self._exits_within(timeout_s):
             self._process.terminate()
@@ -269,6 +281,7 @@ class _Process:
                 self._dispatch(self._conn.recv())
         self._loop.remove_reader(self._conn.fileno())
         self._conn.close()
+        self._arena.close()
         self._sender.shutdown(wait=False)
         self._process.join()  # at once: the sentinel says it has exited
         code = self._process.exitcode
