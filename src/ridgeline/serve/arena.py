@@ -63,8 +63,8 @@ class Grown:
     size: int
 
 
-def _aligned(n: int) -> int:
-    return -(-n // ALIGN) * ALIGN
+def _round_up(n: int, unit: int = ALIGN) -> int:
+    return -(-n // unit) * unit
 
 
 def _memory_file(size: int) -> int:
@@ -93,7 +93,7 @@ class Arena:
         offsets, end = {}, 0
         for name, a in shared.items():
             offsets[name] = end
-            end = _aligned(end + a.nbytes)
+            end = _round_up(end + a.nbytes)
         if end > (0 if self._map is None else len(self._map)):
             self._grow(end)
         slots = []
@@ -106,8 +106,7 @@ class Arena:
         return Layout(tuple(slots), inline)
 
     def _grow(self, needed: int) -> None:
-        size = max(needed, 2 * len(self._map) if self._map is not None else 0)
-        size = -(-size // GROW_TO) * GROW_TO
+        size = _round_up(max(needed, 2 * len(self._map) if self._map is not None else 0), GROW_TO)
         fd = _memory_file(size)
         try:
             new = mmap.mmap(fd, size)
