@@ -19,7 +19,10 @@ RAISE = 7.0
 
 
 class Doubler:
-    """Y = 2·X, except on the magic first elements above."""
+    """Y = 2·X, X of ``width`` columns, except on the magic first elements above."""
+
+    def __init__(self, width: int = 4) -> None:
+        self.width = width
 
     def load(self) -> None:
         pass
@@ -33,7 +36,7 @@ class Doubler:
         return {"Y": 2 * x}
 
     def describe(self) -> Signature:
-        spec = (-1, 4)
+        spec = (-1, self.width)
         return Signature((TensorSpec("X", "FP32", spec),), (TensorSpec("Y", "FP32", spec),))
 
 
@@ -66,6 +69,7 @@ class LoadsOnce(Doubler):
     """Loads the first time only: a second load (a restart) finds ``marker`` and fails."""
 
     def __init__(self, marker: str) -> None:
+        super().__init__()
         self.marker = marker
 
     def load(self) -> None:

@@ -583,8 +583,11 @@ async def test_the_example_plan_batches_at_load_and_drops_under_a_tight_slo(
             await client.close()
         # batch sizes and errors, not latency: a generator starved by the busy workers
         # changes when requests arrive, not whether the detector batches them
-        # 120 requests: a batch of more than one among them is all the mean needs
-        step = await load(server.model_url(), 60.0, 2.0, plan.slo_ms, timed=False)
+        # 120 requests: a batch of more than one among them is all the mean needs. Binary
+        # frames over gRPC, so they reach the batcher as sent: 1.2 MB JSON frames would go
+        # through one decoder process first, which spaces them out as a queue does
+        url = f"grpc://127.0.0.1:{server.grpc_port}/{plan.name}"
+        step = await load(url, 60.0, 2.0, plan.slo_ms, timed=False)
         async with aiohttp.ClientSession() as s, s.get(f"{server.http_url}/metrics") as r:
             text = await r.text()
     batches = metric_sum(text, "ridgeline_task_batch_size_count", "detect")

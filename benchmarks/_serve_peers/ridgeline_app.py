@@ -1,6 +1,7 @@
 """ridgeline's side: ``PlanServer`` serving a plan, in a process of its own.
 
-``python ridgeline_app.py PLAN.yaml --zoo DIR --port P --grpc-port G [--loop L] [--drop]``
+``python ridgeline_app.py PLAN.yaml --zoo DIR --port P --grpc-port G [--loop L] [--drop]
+[--decoders N]``
 prints READY once the plan is served and serves until SIGTERM or SIGINT. It is
 ``ridgeline serve`` less the CLI, with a choice of event loop (uvloop by default, as
 ``ridgeline serve`` runs).
@@ -30,6 +31,7 @@ async def serve(args: argparse.Namespace) -> None:
         grpc_port=args.grpc_port,
         zoo=Path(args.zoo),
         drop=args.drop,
+        decoders=args.decoders,
     )
     async with server:
         print("READY", flush=True)
@@ -44,6 +46,7 @@ def main() -> None:
     p.add_argument("--grpc-port", type=int, required=True)
     p.add_argument("--loop", choices=("asyncio", "uvloop"), default="uvloop")
     p.add_argument("--drop", action="store_true", help="early dropping (off: as the peers)")
+    p.add_argument("--decoders", type=int, help="decoder processes (default: ridgeline's)")
     args = p.parse_args()
     if args.loop == "uvloop":
         import uvloop

@@ -72,7 +72,7 @@ def _ready(port: int, model: str) -> str:
 
 
 @contextlib.contextmanager
-def ridgeline(s: Serving, loop: str = "asyncio") -> Iterator[Endpoint]:
+def ridgeline(s: Serving, loop: str = "asyncio", decoders: int | None = None) -> Iterator[Endpoint]:
     """``PlanServer`` on a one-task plan (``_serve_peers/ridgeline_app.py``), early
     dropping off (neither peer drops), its worker pinned to one core."""
     plan = s.work / "ridgeline-plan.yaml"
@@ -86,6 +86,8 @@ def ridgeline(s: Serving, loop: str = "asyncio") -> Iterator[Endpoint]:
     http, grpc = free_port(), free_port()
     cmd = [sys.executable, str(HERE / "ridgeline_app.py"), str(plan), "--zoo", str(s.zoo)]
     cmd += ["--port", str(http), "--grpc-port", str(grpc), "--loop", loop]
+    if decoders is not None:
+        cmd += ["--decoders", str(decoders)]
     log = s.work / "ridgeline.log"
     with running(cmd, ready_url=_ready(http, s.model), log=log, env=s.env()) as proc:
         yield Endpoint(

@@ -52,6 +52,14 @@ def serve(
             "(no gRPC, dropping, --reconfigure, TLS or token)"
         ),
     ] = "ridgeline",
+    decoders: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="processes that parse large v2 JSON bodies beside the event loop (default: "
+            "one for two cores, 1 to 4); 0 parses every body on the loop",
+        ),
+    ] = None,
 ) -> None:
     """Serve a plan: a task-graph inference server with dynamic batching and early
     dropping, over the Open Inference Protocol v2 (HTTP and gRPC), until Ctrl-C. With
@@ -69,11 +77,14 @@ def serve(
         "grpc_port": grpc_port,
         "zoo": zoo,
         "drop": drop,
+        "decoders": decoders,
         **security,
     }
     with failing():
         if engine == "ray":
-            _serve_on_ray(plan, host, port, zoo, reconfigure=reconfigure, **security)
+            _serve_on_ray(
+                plan, host, port, zoo, reconfigure=reconfigure, decoders=decoders, **security
+            )
             return
         if not reconfigure:
             serve_plan_forever(plan, **options)
@@ -94,7 +105,14 @@ def serve(
 
 
 def _serve_on_ray(
-    plan: Path, host: str, port: int, zoo: Path | None, *, reconfigure: bool, **security: Any
+    plan: Path,
+    host: str,
+    port: int,
+    zoo: Path | None,
+    *,
+    reconfigure: bool,
+    decoders: int | None,
+    **security: Any,
 ) -> None:
     """``serve --engine ray``: refuse what Ray Serve's export does not do, then deploy."""
     from ridgeline.export.ray_serve import deploy
@@ -104,6 +122,7 @@ def _serve_on_ray(
         flag
         for flag, given in (
             ("--reconfigure", reconfigure),
+            ("--decoders", decoders is not None),
             ("--tls-cert/--tls-key", security.get("tls") is not None),
             ("--token (or --token-file, $RIDGELINE_TOKEN)", security.get("token") is not None),
         )

@@ -36,12 +36,11 @@ from ridgeline.v2.http_codec import (
     HEADER_LENGTH,
     Answer,
     InferRequest,
+    decode_body,
     error_answer,
     infer_answer,
-    parse_infer,
 )
 from ridgeline.v2.server import add_routes, auth_middleware
-from ridgeline.v2.tensors import decode_inputs
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -152,12 +151,11 @@ class InferCore:
     def begin(self, body: bytes, header_length: str | None, began: float) -> Answer | InFlight:
         """An answer at once (a bad request), or the request in flight."""
         try:
-            req = parse_infer(self.model, body, header_length)
-            rows, arrays = decode_inputs(self.model, req.inputs, self.max_body)
+            d = decode_body(self.model, body, header_length, self.max_body)
         except InvalidRequest as e:
             self.stats.finish("invalid")
             return error_answer(str(e), 400)
-        return InFlight(req, rows, arrays, began, self.engine.submit_nowait(rows))
+        return InFlight(d.request, d.rows, d.arrays, began, self.engine.submit_nowait(d.rows))
 
     def finish(self, flight: InFlight, outcome: Outcome) -> Answer:
         """The answer once the engine has decided ``outcome``."""

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import pickle
 import signal
-import traceback
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 
 from ridgeline.errors import BackendConfigError, RidgelineError
+from ridgeline.serve._futures import error_text
 from ridgeline.serve.affinity import Placement, apply_placement
-from ridgeline.serve.arena import ArenaView, Grown
+from ridgeline.serve.arena import ArenaView
 from ridgeline.serve.backend import Backend, Signature
 from ridgeline.serve.backends import BackendConfig
 
@@ -43,31 +43,16 @@ def child_main(conn: Connection, backend: BackendConfig, placement: Placement) -
 
 def _serve(conn: Connection, backend: Backend) -> None:
     arena = ArenaView()
-    while True:
-        try:
-            message = conn.recv()
-        except EOFError:  # the parent is gone
-            return
-        if message is None:
-            return
-        if isinstance(message, Grown):  # a bigger buffer: its descriptor comes next
-            arena.take(conn, message)
-            continue
+    while (message := arena.receive(conn)) is not None:
         batch_id, layout = message
         try:
             reply = ForkingPickler.dumps((batch_id, True, backend.run(arena.unpack(layout))))
         except Exception as e:  # the backend's error, or outputs that cannot be pickled
-            reply = ForkingPickler.dumps((batch_id, False, _error_text(e)))
+            reply = ForkingPickler.dumps((batch_id, False, error_text(e)))
         try:
             conn.send_bytes(reply)
         except OSError:  # the parent is gone
             return
-
-
-def _error_text(error: BaseException) -> str:
-    frames = traceback.extract_tb(error.__traceback__)
-    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
-    return f"{type(error).__name__}: {error}{where}"
 
 
 def _portable(error: Exception) -> Exception | str:
@@ -76,6 +61,6 @@ def _portable(error: Exception) -> Exception | str:
         try:
             pickle.loads(pickle.dumps(error))
         except Exception:
-            return _error_text(error)
+            return error_text(error)
         return error
-    return _error_text(error)
+    return error_text(error)

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import recv_handle, send_handle
+from typing import Any
 
 import numpy as np
 
@@ -138,6 +139,18 @@ class ArenaView:
         _release(self._map)
         self._map = new
 
+    def receive(self, conn: Connection) -> Any:
+        """The next message that is not a new buffer (those it maps); None when the
+        parent says stop (None) or is gone."""
+        while True:
+            try:
+                message = conn.recv()
+            except EOFError:  # the parent is gone
+                return None
+            if not isinstance(message, Grown):
+                return message
+            self.take(conn, message)  # a bigger buffer: its descriptor comes next
+
     def unpack(self, layout: Layout) -> dict[str, Array]:
         """The batch's inputs (views of the buffer: valid until the answer is sent)."""
         arrays = {
@@ -145,6 +158,10 @@ class ArenaView:
             for s in layout.slots
         }
         return arrays | layout.inline
+
+    def close(self) -> None:
+        _release(self._map)
+        self._map = None
 
 
 def _release(buffer: mmap.mmap | None) -> None:

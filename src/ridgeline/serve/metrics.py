@@ -121,6 +121,18 @@ class ServeMetrics:
             ["quantile"],
             registry=r,
         )
+        self.bodies = Gauge(
+            "ridgeline_request_bodies_decoded",
+            "Infer bodies decoded since start, by where: a decoder process (large v2 JSON "
+            "bodies) or the event loop (small ones, and all with --decoders 0)",
+            ["where"],
+            registry=r,
+        )
+        self.decoder_restarts = Gauge(
+            "ridgeline_decoder_restarts",
+            "Decoder processes replaced after they died",
+            registry=r,
+        )
         self._instances = _Instances(uptime_s)
         r.register(self._instances)
 

@@ -20,12 +20,13 @@ import numpy as np
 
 from ridgeline.aio import AsyncService, LoopLag
 from ridgeline.clock import Clock, MonotonicClock
-from ridgeline.errors import PlanError, RidgelineError
+from ridgeline.errors import ConfigError, PlanError, RidgelineError
 from ridgeline.pipeline.plan import Plan, TaskPlan
 from ridgeline.policies.batching import BatchingConfig
 from ridgeline.policies.dropping import DROP_MARGIN, ExecModel, Slack
 from ridgeline.serve.backend import Signature
 from ridgeline.serve.batcher import TaskQueue
+from ridgeline.serve.decoders import DecoderPool, default_decoders
 from ridgeline.serve.graph import GraphRunner
 from ridgeline.serve.loading import setup_plan
 from ridgeline.serve.metrics import InstanceView, ServeMetrics
@@ -180,8 +181,16 @@ class PlanServer(AsyncService):
         limits: ConnectionLimits | None = None,
         tls: TlsFiles | None = None,
         clock: Clock | None = None,
+        decoders: int | None = None,
     ) -> None:
         self.plan, self.plan_dir, self.host = plan, Path(plan_dir), host
+        if decoders is not None and decoders < 0:
+            raise ConfigError(
+                f"decoders is {decoders}; give 0 (decode request bodies on the event loop) "
+                "or the number of decoder processes"
+            )
+        self.decoders = DecoderPool(default_decoders() if decoders is None else decoders)
+        """Processes decoding large v2 JSON bodies beside the event loop (``decoders``)."""
         self.limits, self.tls = limits or ConnectionLimits(), tls
         self.token, self.zoo, self.drop, self.max_body = token, zoo, drop, max_body_bytes
         self.drop_margin = drop_margin
@@ -208,6 +217,10 @@ class PlanServer(AsyncService):
         waits for the loop on its way in and on its way out)."""
         for q in (0.5, 0.99):
             self.metrics.loop_lag.labels(f"{q:g}").set_function(partial(self.loop_lag.quantile, q))
+        pool = self.decoders
+        self.metrics.bodies.labels("decoder").set_function(lambda: pool.decoded_off_loop)
+        self.metrics.bodies.labels("loop").set_function(lambda: pool.decoded_inline)
+        self.metrics.decoder_restarts.set_function(lambda: pool.restarts)
 
     def _frontend_s(self) -> float:
         return 2 * self.loop_lag.quantile(0.99)
@@ -222,7 +235,10 @@ class PlanServer(AsyncService):
                 self.workers[name] = [
                     Worker(setup.backend, p, name=f"{name}#{i}") for i, p in enumerate(placed[name])
                 ]
-            await asyncio.gather(*(w.start() for ws in self.workers.values() for w in ws))
+            await asyncio.gather(
+                self.decoders.start(),
+                *(w.start() for ws in self.workers.values() for w in ws),
+            )
             self._build()
             await asyncio.gather(*(self._warm(name) for name in self.plan.tasks))
             await self._listen()
@@ -436,6 +452,7 @@ class PlanServer(AsyncService):
             max_body_bytes=self.max_body,
             metrics=self.metrics.render,
             guard=http.guard,
+            decode=self.decoders,
         )
         self.http_port = await http.start(app, self._want_http)
         if self._want_grpc is not None:
@@ -460,7 +477,9 @@ class PlanServer(AsyncService):
             await self._http.stop()
             self._http = None
         await asyncio.gather(
-            *(w.stop() for ws in self.workers.values() for w in ws), return_exceptions=True
+            self.decoders.stop(),
+            *(w.stop() for ws in self.workers.values() for w in ws),
+            return_exceptions=True,
         )
         self._mps.stop()  # after its clients
         await self.loop_lag.stop()

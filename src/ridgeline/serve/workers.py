@@ -35,15 +35,15 @@ import asyncio
 import contextlib
 import multiprocessing
 import os
-import signal
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.reduction import ForkingPickler
-from typing import Any, TypeVar
+from typing import Any
 
 from ridgeline.clock import Clock, MonotonicClock
 from ridgeline.errors import WorkerCrashed, WorkerError, WorkerStartError
 from ridgeline.serve._child import child_main
+from ridgeline.serve._futures import exit_text, fail, resolve, retrieve
 from ridgeline.serve.affinity import Placement
 from ridgeline.serve.arena import Arena
 from ridgeline.serve.backend import Signature
@@ -52,7 +52,6 @@ from ridgeline.v2.tensors import Array
 
 __all__ = ["Worker"]
 
-T = TypeVar("T")
 _ON_LOOP_BYTES = 32 << 10
 """A message this small is written from the loop: the socket's buffer takes it whole."""
 
@@ -188,7 +187,7 @@ class _Process:
         self._arena = Arena(self._conn, self.pid)
         self.ready: asyncio.Future[Signature] = self._loop.create_future()
         self.exited: asyncio.Future[int | None] = self._loop.create_future()
-        self.ready.add_done_callback(_retrieve)
+        self.ready.add_done_callback(retrieve)
         self._reply: asyncio.Future[dict[str, Array]] | None = None
         self._batch_id = -1
         self._loop.add_reader(self._conn.fileno(), self._on_readable)
@@ -202,13 +201,13 @@ class _Process:
             await asyncio.wait([self._reply])  # a cancelled caller's batch is still running
         if self.exited.done():
             raise WorkerCrashed(
-                f"worker {self.name!r} had died ({_exit_text(self.exited.result())}) before "
+                f"worker {self.name!r} had died ({exit_text(self.exited.result())}) before "
                 "a batch was sent; it is restarting, so retry the batch",
                 self.exited.result(),
             )
         self._batch_id = batch_id
         self._reply = reply = self._loop.create_future()
-        reply.add_done_callback(_retrieve)
+        reply.add_done_callback(retrieve)
         try:
             message = ForkingPickler.dumps((batch_id, self._arena.pack(inputs)))
         except OSError:  # the process is gone (its pipe closed): _on_exit fails the reply
@@ -226,8 +225,8 @@ class _Process:
     async def close(self, timeout_s: float) -> None:
         """Fail what is pending, ask the process to exit, terminate it after ``timeout_s``,
         kill it a second later."""
-        _fail(self.ready, self._stopped("it loaded its backend"))
-        _fail(self._reply, self._stopped("a batch ran"))
+        fail(self.ready, self._stopped("it loaded its backend"))
+        fail(self._reply, self._stopped("a batch ran"))
         if self.exited.done():
             return
         stop = self._loop.run_in_executor(self._sender, self._send, ForkingPickler.dumps(None))
@@ -259,14 +258,14 @@ class _Process:
     def _dispatch(self, message: Any) -> None:
         match message:
             case ("ready", Signature() as signature):
-                _resolve(self.ready, signature)
+                resolve(self.ready, signature)
             case ("failed", error):
-                _fail(self.ready, self._start_error(error))
+                fail(self.ready, self._start_error(error))
             case (int() as batch_id, True, outputs) if batch_id == self._batch_id:
-                _resolve(self._reply, outputs)
+                resolve(self._reply, outputs)
             case (int() as batch_id, False, text) if batch_id == self._batch_id:
                 problem = f"worker {self.name!r}: its backend failed on a batch: {text}"
-                _fail(self._reply, WorkerError(problem))
+                fail(self._reply, WorkerError(problem))
 
     def _start_error(self, error: Any) -> BaseException:
         if isinstance(error, BaseException):
@@ -286,8 +285,8 @@ class _Process:
         self._process.join()  # at once: the sentinel says it has exited
         code = self._process.exitcode
         self._process.close()
-        how = _exit_text(code)
-        _fail(
+        how = exit_text(code)
+        fail(
             self.ready,
             WorkerStartError(
                 f"worker {self.name!r} exited with {how} while loading its backend; its "
@@ -295,7 +294,7 @@ class _Process:
             ),
         )
         if self._reply is not None:
-            _fail(
+            fail(
                 self._reply,
                 WorkerCrashed(
                     f"worker {self.name!r} died with a batch in flight: {how}; "
@@ -303,32 +302,5 @@ class _Process:
                     code,
                 ),
             )
-        _resolve(self.exited, code)
+        resolve(self.exited, code)
         self._on_exit_callback(self)
-
-
-def _resolve(future: asyncio.Future[T] | None, value: T) -> None:
-    if future is not None and not future.done():
-        future.set_result(value)
-
-
-def _fail(future: asyncio.Future[Any] | None, error: BaseException) -> None:
-    if future is not None and not future.done():
-        future.set_exception(error)
-
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    """Mark a future's error as seen though its awaiter may be gone (no asyncio warning)."""
-    if not future.cancelled():
-        future.exception()
-
-
-def _exit_text(code: int | None) -> str:
-    if code is None or code >= 0:
-        return f"exit code {code}"
-    try:
-        name = signal.Signals(-code).name
-    except ValueError:
-        name = f"signal {-code}"
-    hint = " (often the kernel's out-of-memory killer: check memory)" if name == "SIGKILL" else ""
-    return f"exit code {code}, killed by {name}{hint}"

@@ -7,14 +7,22 @@ per output). Independent of the server library; errors are ``{"error": "..."}``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Awaitable
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
 import orjson
 
 from ridgeline.errors import InvalidRequest
 from ridgeline.v2.spec import ModelSpec
-from ridgeline.v2.tensors import WireTensor, describe_value, to_elements, to_raw
+from ridgeline.v2.tensors import (
+    Array,
+    WireTensor,
+    decode_inputs,
+    describe_value,
+    to_elements,
+    to_raw,
+)
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
@@ -41,11 +49,47 @@ class Answer:
         return "application/json" if self.header_length is None else "application/octet-stream"
 
 
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """An infer request's body, decoded: what to answer (``request``, its inputs' wire
+    form dropped) and the input arrays, in the model's order, of ``rows`` rows."""
+
+    request: InferRequest
+    rows: int
+    arrays: list[Array]
+
+
+Body = bytes | memoryview
+
+
+class BodyDecoder(Protocol):
+    """Decodes an infer request's body for a model (``decode_body``, or a pool of
+    processes doing it off the event loop); raises ``InvalidRequest`` for a bad body."""
+
+    def __call__(
+        self, model: ModelSpec, body: bytes, header_length: str | None, max_bytes: int
+    ) -> Awaitable[Decoded]: ...
+
+
+def decode_body(model: ModelSpec, body: Body, header_length: str | None, max_bytes: int) -> Decoded:
+    """``parse_infer`` then ``decode_inputs``: the body as arrays, every field checked."""
+    req = parse_infer(model, body, header_length)
+    rows, arrays = decode_inputs(model, req.inputs, max_bytes)
+    return Decoded(replace(req, inputs=[]), rows, arrays)
+
+
+async def decode_inline(
+    model: ModelSpec, body: bytes, header_length: str | None, max_bytes: int
+) -> Decoded:
+    """``decode_body`` on the event loop: a ``BodyDecoder`` for small bodies and tests."""
+    return decode_body(model, body, header_length, max_bytes)
+
+
 def error_answer(message: str, status: int) -> Answer:
     return Answer(status, orjson.dumps({"error": message}))
 
 
-def parse_infer(model: ModelSpec, body: bytes, header_length: str | None) -> InferRequest:
+def parse_infer(model: ModelSpec, body: Body, header_length: str | None) -> InferRequest:
     """The request in ``body``, every field checked for its type (``InvalidRequest``
     naming the field otherwise); the tensors' contents are checked by ``decode_inputs``."""
     head, tail = body, memoryview(b"")

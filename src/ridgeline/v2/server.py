@@ -37,11 +37,18 @@ from ridgeline.errors import ConfigError, InferFailed, InvalidRequest
 from ridgeline.v2.connections import ConnectionGuard, guard_middleware, read_body
 from ridgeline.v2.describe import VERSION
 from ridgeline.v2.grpc_codec import decode_request, encode_response
-from ridgeline.v2.http_codec import HEADER_LENGTH, Answer, error_answer, infer_answer, parse_infer
+from ridgeline.v2.http_codec import (
+    HEADER_LENGTH,
+    Answer,
+    BodyDecoder,
+    decode_inline,
+    error_answer,
+    infer_answer,
+)
 from ridgeline.v2.limits import ConnectionLimits
 from ridgeline.v2.security import TlsFiles, check_token
 from ridgeline.v2.spec import ModelSpec
-from ridgeline.v2.tensors import Array, decode_inputs
+from ridgeline.v2.tensors import Array
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -124,8 +131,10 @@ class _Routes:
         name: str,
         max_body: int,
         guard: ConnectionGuard | None,
+        decode: BodyDecoder = decode_inline,
     ) -> None:
         self.models, self.name, self.max_body, self.guard = models, name, max_body, guard
+        self.decode = decode
 
     def _model(self, request: web.Request) -> V2Model:
         name = request.match_info["name"]
@@ -175,15 +184,18 @@ class _Routes:
         if isinstance(body, Answer):
             return _web(body)
         try:
-            req = parse_infer(model, body, request.headers.get(HEADER_LENGTH))
-            rows, arrays = decode_inputs(model, req.inputs, self.max_body)
+            decoded = await self.decode(
+                model, body, request.headers.get(HEADER_LENGTH), self.max_body
+            )
         except InvalidRequest as e:
             return _web(error_answer(str(e), 400))
+        except InferFailed as e:  # the decoder could not (its process died)
+            return _web(error_answer(str(e), _HTTP_STATUS[e.kind]))
         try:
-            outputs = await model.infer(rows, arrays)
+            outputs = await model.infer(decoded.rows, decoded.arrays)
         except InferFailed as e:
             return _web(error_answer(str(e), _HTTP_STATUS[e.kind]))
-        return _web(infer_answer(model, req, outputs, VERSION))
+        return _web(infer_answer(model, decoded.request, outputs, VERSION))
 
 
 class RouteHandlers(Protocol):
@@ -248,14 +260,16 @@ def build_http_app(
     max_body_bytes: int,
     metrics: Callable[[], tuple[bytes, str]] | None = None,
     guard: ConnectionGuard | None = None,
+    decode: BodyDecoder = decode_inline,
 ) -> web.Application:
     """The aiohttp app serving ``models``; ``metrics`` renders (body, content type);
-    ``guard`` times its connections (``v2.connections``)."""
+    ``guard`` times its connections (``v2.connections``); ``decode`` turns infer bodies
+    into arrays (on the loop unless given a pool, ``serve.decoders``)."""
     middlewares = [] if guard is None else [guard_middleware(guard)]
     if token is not None:
         middlewares.append(auth_middleware(token))
     app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares)
-    add_routes(app.router, _Routes(models, name, max_body_bytes, guard))
+    add_routes(app.router, _Routes(models, name, max_body_bytes, guard, decode))
     add = app.router
     if metrics is not None:
         render = metrics

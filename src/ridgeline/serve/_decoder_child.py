@@ -1,0 +1,65 @@
+"""What runs inside a decoder process: turn infer bodies into arrays, one at a time.
+
+The parent (``decoders._Decoder``) spawns ``decoder_main``; the messages::
+
+    parent → child   Grown(size), then a memory file's descriptor  |  None: stop
+                     (seq, ModelShape, header_length, max_bytes, Layout of {"body": uint8})
+    child → parent   "ready"  (once)
+                     Grown(size), then a memory file's descriptor (the answers' buffer)
+                     (seq, "ok", Decoded with no arrays, Layout of the arrays by position)
+                     (seq, "invalid", message)  |  (seq, "failed", "Type: message")
+
+The body arrives in the parent's buffer, the arrays go back in the child's own: each
+side copies once, and only layouts cross the pipe.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass, replace
+from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
+
+from ridgeline.errors import InvalidRequest
+from ridgeline.serve._futures import error_text
+from ridgeline.serve.arena import Arena, ArenaView, Layout
+from ridgeline.v2.http_codec import decode_body
+from ridgeline.v2.spec import TensorSpec
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    """A model's tensors and largest batch: what decoding its requests needs to know."""
+
+    name: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    max_batch_size: int
+
+
+Job = tuple[int, ModelShape, str | None, int, Layout]
+
+
+def decoder_main(conn: Connection) -> None:
+    """The decoder process: say it is ready, then decode until told to stop (None) or
+    the parent is gone."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it stops us
+    bodies, answers = ArenaView(), Arena(conn, os.getppid())
+    conn.send("ready")
+    while (message := bodies.receive(conn)) is not None:
+        seq, model, header_length, max_bytes, layout = message
+        reply: tuple[object, ...]
+        try:
+            body = bodies.unpack(layout)["body"]
+            decoded = decode_body(model, body.data, header_length, max_bytes)
+            arrays = answers.pack({str(i): a for i, a in enumerate(decoded.arrays)})
+            reply = (seq, "ok", replace(decoded, arrays=[]), arrays)
+        except InvalidRequest as e:
+            reply = (seq, "invalid", str(e))
+        except Exception as e:  # a fault of ours: the request is answered 500 with it
+            reply = (seq, "failed", error_text(e))
+        try:
+            conn.send_bytes(ForkingPickler.dumps(reply))
+        except OSError:  # the parent is gone
+            return

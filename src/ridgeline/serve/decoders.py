@@ -1,0 +1,257 @@
+"""Decoder processes: infer bodies parsed into arrays beside the event loop, not on it.
+
+A v2 JSON body of an image is hundreds of kilobytes of numbers: parsing it (orjson) and
+making the array (numpy) hold the GIL for milliseconds (efficientnet-b0's 395 kB body:
+about 3 ms on this project's 2-core machine). On the one event loop every request of a
+Poisson burst waited behind the others' parsing, and the loop could use one core at
+most. ``DecoderPool`` hands each large body to one of N processes: the loop copies the
+body into the decoder's shared buffer (``arena``), the decoder parses and checks it
+exactly as the loop would (``v2.http_codec.decode_body``: the same errors), copies the
+arrays into its own buffer and answers with their layout; the loop copies them out. The
+loop's share of a request is two copies and two small messages.
+
+A body under ``inline_below`` bytes is decoded on the loop (the round trip would cost
+more than the parse). A decoder that dies fails its request (503, ``unavailable``) and
+is replaced; ``decoders=0`` decodes everything on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing
+import os
+from multiprocessing.reduction import ForkingPickler
+from typing import Any
+
+import numpy as np
+
+from ridgeline.errors import InferFailed, InvalidRequest, WorkerStartError
+from ridgeline.serve._decoder_child import ModelShape, decoder_main
+from ridgeline.serve._futures import exit_text, fail, resolve, retrieve
+from ridgeline.serve.arena import Arena, ArenaView, Grown
+from ridgeline.v2.http_codec import Decoded, decode_body
+from ridgeline.v2.spec import ModelSpec
+
+__all__ = ["DEFAULT_INLINE_BELOW", "DecoderPool", "default_decoders"]
+
+DEFAULT_INLINE_BELOW = 64 << 10
+"""Bodies smaller than this are decoded on the event loop."""
+
+
+def default_decoders() -> int:
+    """One decoder for two cores, 1 to 4: the workers and the loop need cores too (on two
+    cores one decoder held the same rates as two, at less CPU a request)."""
+    return max(1, min(4, (os.cpu_count() or 1) // 2))
+
+
+class DecoderPool:
+    """``await pool(model, body, header_length, max_bytes)`` → ``Decoded``, a
+    ``v2.http_codec.BodyDecoder``; ``start``/``stop`` (or ``async with``) its processes.
+    ``decoded_off_loop`` and ``decoded_inline`` count the bodies each way."""
+
+    def __init__(self, decoders: int, inline_below: int = DEFAULT_INLINE_BELOW) -> None:
+        if decoders < 0:
+            raise ValueError(f"decoders is {decoders}; give 0 (decode on the loop) or more")
+        self.size, self.inline_below = decoders, inline_below
+        self._idle: asyncio.Queue[_Decoder] = asyncio.Queue()
+        self._all: set[_Decoder] = set()
+        self._spawning: set[asyncio.Task[None]] = set()
+        self._stopped = False
+        self.decoded_off_loop = 0
+        self.decoded_inline = 0
+        self.restarts = 0
+
+    async def start(self) -> None:
+        """Spawn the decoders and wait until each has said it is ready."""
+        started = await asyncio.gather(
+            *(_Decoder.spawn(f"decoder#{i}") for i in range(self.size)), return_exceptions=True
+        )
+        for d in started:
+            if isinstance(d, _Decoder):
+                self._all.add(d)
+                self._idle.put_nowait(d)
+        errors = [e for e in started if isinstance(e, BaseException)]
+        if errors:
+            await self.stop()
+            raise errors[0]
+
+    async def stop(self) -> None:
+        """Stop every decoder (a body in decoding fails with 503); safe to call twice."""
+        self._stopped = True
+        for t in self._spawning:
+            t.cancel()
+        await asyncio.gather(*self._spawning, return_exceptions=True)
+        await asyncio.gather(*(d.close() for d in self._all))
+        self._all.clear()
+
+    async def __aenter__(self) -> DecoderPool:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    async def __call__(
+        self, model: ModelSpec, body: bytes, header_length: str | None, max_bytes: int
+    ) -> Decoded:
+        if self.size == 0 or len(body) < self.inline_below or self._stopped:
+            self.decoded_inline += 1
+            return decode_body(model, body, header_length, max_bytes)
+        decoder = await self._idle.get()
+        while decoder.exited.done():  # it died idle: replace it, take the next
+            self._release(decoder)
+            decoder = await self._idle.get()
+        job = decoder.submit(_shape(model), body, header_length, max_bytes)
+        job.add_done_callback(lambda _: self._release(decoder))
+        self.decoded_off_loop += 1
+        return await asyncio.shield(job)  # a cancelled caller's body is still decoding
+
+    def _release(self, decoder: _Decoder) -> None:
+        if not decoder.exited.done():
+            self._idle.put_nowait(decoder)
+            return
+        self._all.discard(decoder)
+        if self._stopped:
+            return
+        self.restarts += 1
+        task = asyncio.get_running_loop().create_task(self._replace(decoder.name))
+        self._spawning.add(task)
+        task.add_done_callback(self._spawning.discard)
+
+    async def _replace(self, name: str) -> None:
+        try:
+            fresh = await _Decoder.spawn(name)
+        except WorkerStartError:  # the next body finds one fewer decoder; the others serve
+            return
+        self._all.add(fresh)
+        self._idle.put_nowait(fresh)
+
+
+def _shape(model: ModelSpec) -> ModelShape:
+    return ModelShape(model.name, tuple(model.inputs), tuple(model.outputs), model.max_batch_size)
+
+
+class _Decoder:
+    """The parent's handle on one decoder process: its pipe, its exit, its body in flight."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._loop = asyncio.get_running_loop()
+        context = multiprocessing.get_context("spawn")
+        self._conn, child_conn = context.Pipe()
+        self._process = context.Process(
+            target=decoder_main, args=(child_conn,), name=name, daemon=True
+        )
+        self._process.start()
+        child_conn.close()
+        assert self._process.pid is not None
+        self.pid: int = self._process.pid
+        self._bodies = Arena(self._conn, self.pid)
+        self._answers = ArenaView()
+        self.ready: asyncio.Future[None] = self._loop.create_future()
+        self.ready.add_done_callback(retrieve)
+        self.exited: asyncio.Future[int | None] = self._loop.create_future()
+        self._job: asyncio.Future[Decoded] | None = None
+        self._seq = 0
+        self._loop.add_reader(self._conn.fileno(), self._on_readable)
+        self._loop.add_reader(self._process.sentinel, self._on_exit)
+        os.set_blocking(self._conn.fileno(), True)  # as workers: uvloop made it non-blocking
+
+    @classmethod
+    async def spawn(cls, name: str) -> _Decoder:
+        d = cls(name)
+        try:
+            await d.ready
+        except BaseException:
+            await d.close()
+            raise
+        return d
+
+    def submit(
+        self, model: ModelShape, body: bytes, header_length: str | None, max_bytes: int
+    ) -> asyncio.Future[Decoded]:
+        """Send one body; the future is its decoding (or the decoder's death)."""
+        self._seq += 1
+        self._job = job = self._loop.create_future()
+        job.add_done_callback(retrieve)
+        if self.exited.done():
+            fail(job, self._died())
+            return job
+        try:
+            layout = self._bodies.pack({"body": np.frombuffer(body, np.uint8)})
+            self._conn.send_bytes(
+                ForkingPickler.dumps((self._seq, model, header_length, max_bytes, layout))
+            )
+        except OSError:  # the process is gone: _on_exit fails the job
+            pass
+        return job
+
+    def _on_readable(self) -> None:
+        if not self._read_one():  # the process is gone; _on_exit says how
+            self._loop.remove_reader(self._conn.fileno())
+
+    def _read_one(self) -> bool:
+        """Take one message; False when the pipe is closed."""
+        try:
+            message = self._conn.recv()
+            if isinstance(message, Grown):
+                self._answers.take(self._conn, message)
+                return True
+        except (EOFError, OSError):
+            return False
+        self._dispatch(message)
+        return True
+
+    def _dispatch(self, message: Any) -> None:
+        match message:
+            case "ready":
+                resolve(self.ready, None)
+            case (int() as seq, "ok", Decoded() as decoded, layout) if seq == self._seq:
+                views = self._answers.unpack(layout)
+                arrays = [np.array(views[str(i)]) for i in range(len(views))]  # copies out
+                resolve(self._job, Decoded(decoded.request, decoded.rows, arrays))
+            case (int() as seq, "invalid", str() as text) if seq == self._seq:
+                fail(self._job, InvalidRequest(text))
+            case (int() as seq, "failed", str() as text) if seq == self._seq:
+                fail(self._job, InferFailed("internal", f"decoding the body failed: {text}"))
+
+    def _died(self) -> InferFailed:
+        code = self.exited.result() if self.exited.done() else None
+        return InferFailed(
+            "unavailable",
+            f"{self.name} died decoding the body ({exit_text(code)}); it is replaced, so "
+            "retry the request",
+        )
+
+    def _on_exit(self) -> None:
+        self._loop.remove_reader(self._process.sentinel)
+        with contextlib.suppress(EOFError, OSError):  # answers sent just before it exited
+            while self._conn.poll() and self._read_one():
+                pass
+        self._loop.remove_reader(self._conn.fileno())
+        self._conn.close()
+        self._bodies.close()
+        self._answers.close()
+        self._process.join()
+        code = self._process.exitcode
+        self._process.close()
+        resolve(self.exited, code)
+        fail(
+            self.ready,
+            WorkerStartError(f"{self.name} exited with {exit_text(code)} before it was ready"),
+        )
+        fail(self._job, self._died())
+
+    async def close(self, timeout_s: float = 2.0) -> None:
+        """Ask the process to exit; terminate it after ``timeout_s``, kill it a second later."""
+        if self.exited.done():
+            return
+        with contextlib.suppress(OSError):
+            self._conn.send(None)
+        for stop in (None, self._process.terminate, self._process.kill):
+            if stop is not None:
+                stop()
+            done, _ = await asyncio.wait([self.exited], timeout=timeout_s if stop is None else 1)
+            if done:
+                return
