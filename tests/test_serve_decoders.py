@@ -112,6 +112,22 @@ async def test_bodies_come_back_as_the_arrays_they_were_made_from() -> None:
         assert pool.decoded_off_loop == 5 and pool.decoded_inline == 0
 
 
+async def test_bodies_in_flight_together_each_get_their_own_arrays() -> None:
+    """One decoder holds two bodies at a time, each in its own pair of buffers; a burst
+    of differing bodies (some growing the buffers) each comes back as its own."""
+    rng = np.random.default_rng(5)
+    frames = [
+        rng.standard_normal((rows, 3, 64, 64)).astype(np.float32) for rows in (1, 4, 2, 8, 1, 3)
+    ]
+    bodies = [_json_body({"images": f}, {"images": "FP32"}) for f in frames]
+    async with DecoderPool(1, inline_below=0) as pool:
+        got = await asyncio.wait_for(
+            asyncio.gather(*(pool(IMAGE, b, None, MAX_BYTES) for b in bodies)), 60
+        )
+    for frame, decoded in zip(frames, got, strict=True):
+        assert np.array_equal(decoded.arrays[0], frame)
+
+
 async def test_a_bad_body_is_refused_with_the_loops_own_message() -> None:
     bad = [
         b"{not json",

@@ -57,7 +57,7 @@ def serve(
         typer.Option(
             min=0,
             help="processes that parse large v2 JSON bodies beside the event loop (default: "
-            "one for two cores, 1 to 4); 0 parses every body on the loop",
+            "one a core, at most 4); 0 parses every body on the loop",
         ),
     ] = None,
 ) -> None:

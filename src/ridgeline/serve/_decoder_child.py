@@ -2,15 +2,15 @@
 
 The parent (``decoders._Decoder``) spawns ``decoder_main``; the messages::
 
-    parent → child   Grown(size), then a memory file's descriptor  |  None: stop
+    parent → child   Grown(size, k), then a memory file's descriptor  |  None: stop
                      (seq, ModelShape, header_length, max_bytes, Layout of {"body": uint8})
     child → parent   "ready"  (once)
-                     Grown(size), then a memory file's descriptor (the answers' buffer)
+                     Grown(size, k), then a memory file's descriptor (answer buffer k)
                      (seq, "ok", Decoded with no arrays, Layout of the arrays by position)
                      (seq, "invalid", message)  |  (seq, "failed", "Type: message")
 
-The body arrives in the parent's buffer, the arrays go back in the child's own: each
-side copies once, and only layouts cross the pipe.
+The body arrives in the parent's buffer k, the arrays go back in the child's buffer k
+(k < depth: the bodies in flight): each side copies once, only layouts cross the pipe.
 """
 
 from __future__ import annotations
@@ -41,11 +41,13 @@ class ModelShape:
 Job = tuple[int, ModelShape, str | None, int, Layout]
 
 
-def decoder_main(conn: Connection) -> None:
+def decoder_main(conn: Connection, depth: int) -> None:
     """The decoder process: say it is ready, then decode until told to stop (None) or
-    the parent is gone."""
+    the parent is gone. Up to ``depth`` bodies are in flight, each in its own pair of
+    buffers (the body's ``Layout.buffer`` names the pair), so the next body is here
+    while the parent is still taking the last one's arrays."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it stops us
-    bodies, answers = ArenaView(), Arena(conn, os.getppid())
+    bodies, answers = ArenaView(), [Arena(conn, os.getppid(), i) for i in range(depth)]
     conn.send("ready")
     while (message := bodies.receive(conn)) is not None:
         seq, model, header_length, max_bytes, layout = message
@@ -53,7 +55,7 @@ def decoder_main(conn: Connection) -> None:
         try:
             body = bodies.unpack(layout)["body"]
             decoded = decode_body(model, body.data, header_length, max_bytes)
-            arrays = answers.pack({str(i): a for i, a in enumerate(decoded.arrays)})
+            arrays = answers[layout.buffer].pack({str(i): a for i, a in enumerate(decoded.arrays)})
             reply = (seq, "ok", replace(decoded, arrays=[]), arrays)
         except InvalidRequest as e:
             reply = (seq, "invalid", str(e))

@@ -55,13 +55,17 @@ class Layout:
 
     slots: tuple[Slot, ...]
     inline: dict[str, Array]
+    buffer: int = 0
+    """Which of the sender's buffers holds them (a sender may keep several in flight)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Grown:
-    """The message before a new buffer's descriptor: map ``size`` bytes of it."""
+    """The message before a new buffer's descriptor: map ``size`` bytes of it as buffer
+    number ``buffer``."""
 
     size: int
+    buffer: int = 0
 
 
 def _round_up(n: int, unit: int = ALIGN) -> int:
@@ -84,9 +88,10 @@ class Arena:
     """The parent's side: ``pack`` copies a batch in and says where each array lies,
     first sending the child a bigger buffer when the batch does not fit."""
 
-    def __init__(self, conn: Connection, child_pid: int) -> None:
+    def __init__(self, conn: Connection, child_pid: int, buffer: int = 0) -> None:
         self._conn = conn
         self._pid = child_pid
+        self._buffer = buffer
         self._map: mmap.mmap | None = None
 
     def pack(self, inputs: Mapping[str, Array]) -> Layout:
@@ -104,14 +109,14 @@ class Arena:
                 np.copyto(view, a, casting="no")
             slots.append(Slot(name, a.dtype.str, a.shape, offsets[name]))
         inline = {k: a for k, a in inputs.items() if k not in shared}
-        return Layout(tuple(slots), inline)
+        return Layout(tuple(slots), inline, self._buffer)
 
     def _grow(self, needed: int) -> None:
         size = _round_up(max(needed, 2 * len(self._map) if self._map is not None else 0), GROW_TO)
         fd = _memory_file(size)
         try:
             new = mmap.mmap(fd, size)
-            self._conn.send(Grown(size))
+            self._conn.send(Grown(size, self._buffer))
             send_handle(self._conn, fd, self._pid)
         finally:
             os.close(fd)
@@ -127,7 +132,7 @@ class ArenaView:
     """The child's side: maps each buffer the parent sends, and reads batches from it."""
 
     def __init__(self) -> None:
-        self._map: mmap.mmap | None = None
+        self._maps: dict[int, mmap.mmap] = {}
 
     def take(self, conn: Connection, grown: Grown) -> None:
         """Map the buffer whose descriptor follows ``grown`` on ``conn``."""
@@ -136,8 +141,8 @@ class ArenaView:
             new = mmap.mmap(fd, grown.size)
         finally:
             os.close(fd)
-        _release(self._map)
-        self._map = new
+        _release(self._maps.get(grown.buffer))
+        self._maps[grown.buffer] = new
 
     def receive(self, conn: Connection) -> Any:
         """The next message that is not a new buffer (those it maps); None when the
@@ -153,15 +158,17 @@ class ArenaView:
 
     def unpack(self, layout: Layout) -> dict[str, Array]:
         """The batch's inputs (views of the buffer: valid until the answer is sent)."""
+        mapped = self._maps.get(layout.buffer)
         arrays = {
-            s.name: np.ndarray(s.shape, np.dtype(s.dtype), buffer=self._map, offset=s.offset)
+            s.name: np.ndarray(s.shape, np.dtype(s.dtype), buffer=mapped, offset=s.offset)
             for s in layout.slots
         }
         return arrays | layout.inline
 
     def close(self) -> None:
-        _release(self._map)
-        self._map = None
+        for mapped in self._maps.values():
+            _release(mapped)
+        self._maps.clear()
 
 
 def _release(buffer: mmap.mmap | None) -> None:
