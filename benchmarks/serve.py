@@ -382,6 +382,23 @@ def environments(run: Run) -> tuple[BenchEnv | None, TritonEnv | None, dict[str,
     return bench, triton, problems
 
 
+def serving_in(work: Path) -> tuple[servers.Serving, tuple[TensorSpec, ...]]:
+    """What every server serves (the zoo's model built under ``work``), and its inputs."""
+    variant = build_zoo(work / "zoo", ["classifier"]).variant(MODEL)
+    serving = servers.Serving(
+        model=MODEL,
+        onnx=work / "zoo" / variant.path,
+        zoo=work / "zoo",
+        inputs=[asdict(t) for t in variant.inputs],
+        outputs=[asdict(t) for t in variant.outputs],
+        batch=BATCH,
+        delay_ms=DELAY_MS,
+        threads=THREADS,
+        work=work,
+    )
+    return serving, variant.inputs
+
+
 def main(argv: list[str] | None = None) -> None:
     started = time.time()
     signal.signal(signal.SIGTERM, _interrupt)  # as Ctrl-C: the servers are stopped
@@ -399,19 +416,7 @@ def main(argv: list[str] | None = None) -> None:
     vs_pa: dict[str, tuple[StepSummary, PaResult | str]] = {}
     with tempfile.TemporaryDirectory(prefix="rl-serve-") as tmp:
         work = Path(tmp)
-        variant = build_zoo(work / "zoo", ["classifier"]).variant(MODEL)
-        inputs = variant.inputs
-        serving = servers.Serving(
-            model=MODEL,
-            onnx=work / "zoo" / variant.path,
-            zoo=work / "zoo",
-            inputs=[asdict(t) for t in variant.inputs],
-            outputs=[asdict(t) for t in variant.outputs],
-            batch=BATCH,
-            delay_ms=DELAY_MS,
-            threads=THREADS,
-            work=work,
-        )
+        serving, inputs = serving_in(work)
         starters: dict[str, Callable[[], AbstractContextManager[servers.Endpoint]]] = {
             "ridgeline": lambda: servers.ridgeline(serving, LOOP),
         }

@@ -19,18 +19,16 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
-from dataclasses import asdict
 from pathlib import Path
 
 from _serve_peers import servers
 from _serve_peers.triton_env import ensure_triton_venv
-from serve import BATCH, DELAY_MS, MODEL, REPLAY, ROOT, THREADS, VALIDITY
+from serve import REPLAY, ROOT, VALIDITY, serving_in
 
 from ridgeline.aio import run_coroutine
 from ridgeline.loadgen.schedule import from_arrival
 from ridgeline.loadgen.step import StepConfig, measure_step
 from ridgeline.workload.arrivals import parse_arrival
-from ridgeline.zoo import build_zoo
 
 
 def _tree(pid: int) -> list[int]:
@@ -92,18 +90,7 @@ def main() -> None:
     rates = [float(r) for r in args.rates.split(",")]
     with tempfile.TemporaryDirectory(prefix="rl-interleaved-") as tmp:
         work = Path(tmp)
-        variant = build_zoo(work / "zoo", ["classifier"]).variant(MODEL)
-        serving = servers.Serving(
-            model=MODEL,
-            onnx=work / "zoo" / variant.path,
-            zoo=work / "zoo",
-            inputs=[asdict(t) for t in variant.inputs],
-            outputs=[asdict(t) for t in variant.outputs],
-            batch=BATCH,
-            delay_ms=DELAY_MS,
-            threads=THREADS,
-            work=work,
-        )
+        serving, inputs = serving_in(work)
         triton = ensure_triton_venv(ROOT / ".triton-venv") if "triton" in args.peers else None
         for round_ in range(1, args.rounds + 1):
             for key in args.peers.split(","):
@@ -113,9 +100,7 @@ def main() -> None:
                     else servers.ridgeline(serving, "uvloop")
                 )
                 with server as ep:
-                    for line in _steps(
-                        ep.model_url, ep.process.pid, rates, args.step_s, variant.inputs
-                    ):
+                    for line in _steps(ep.model_url, ep.process.pid, rates, args.step_s, inputs):
                         print(f"round {round_} {key} {line}", flush=True)
 
 
