@@ -23,7 +23,7 @@ from multiprocessing.reduction import ForkingPickler
 
 from ridgeline.errors import InvalidRequest
 from ridgeline.serve._futures import error_text
-from ridgeline.serve.arena import Arena, ArenaView, Layout
+from ridgeline.serve.arena import Arena, ArenaView
 from ridgeline.v2.http_codec import decode_body
 from ridgeline.v2.spec import TensorSpec
 
@@ -36,9 +36,6 @@ class ModelShape:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     max_batch_size: int
-
-
-Job = tuple[int, ModelShape, str | None, int, Layout]
 
 
 def decoder_main(conn: Connection, depth: int) -> None:

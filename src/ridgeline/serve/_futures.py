@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import traceback
+from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -42,3 +43,15 @@ def error_text(error: BaseException) -> str:
     frames = traceback.extract_tb(error.__traceback__)
     where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
     return f"{type(error).__name__}: {error}{where}"
+
+
+async def end_process(process: BaseProcess, exited: asyncio.Future[Any], timeout_s: float) -> None:
+    """Wait ``timeout_s`` for a process asked to exit, then terminate it, then kill it a
+    second later; ``exited`` resolves when it has gone."""
+    for stop in (None, process.terminate, process.kill):
+        if stop is not None:
+            stop()
+        done, _ = await asyncio.wait([exited], timeout=timeout_s if stop is None else 1.0)
+        if done:
+            return
+    await asyncio.shield(exited)

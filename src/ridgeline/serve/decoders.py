@@ -31,7 +31,7 @@ import numpy as np
 
 from ridgeline.errors import InferFailed, InvalidRequest, WorkerStartError
 from ridgeline.serve._decoder_child import ModelShape, decoder_main
-from ridgeline.serve._futures import exit_text, fail, resolve, retrieve
+from ridgeline.serve._futures import end_process, exit_text, fail, resolve, retrieve
 from ridgeline.serve.arena import Arena, ArenaView, Grown
 from ridgeline.v2.http_codec import Decoded, decode_body
 from ridgeline.v2.spec import ModelSpec
@@ -271,9 +271,4 @@ class _Decoder:
             return
         with contextlib.suppress(OSError):
             self._conn.send(None)
-        for stop in (None, self._process.terminate, self._process.kill):
-            if stop is not None:
-                stop()
-            done, _ = await asyncio.wait([self.exited], timeout=timeout_s if stop is None else 1)
-            if done:
-                return
+        await end_process(self._process, self.exited, timeout_s)

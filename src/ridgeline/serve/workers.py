@@ -43,7 +43,7 @@ from typing import Any
 from ridgeline.clock import Clock, MonotonicClock
 from ridgeline.errors import WorkerCrashed, WorkerError, WorkerStartError
 from ridgeline.serve._child import child_main
-from ridgeline.serve._futures import exit_text, fail, resolve, retrieve
+from ridgeline.serve._futures import end_process, exit_text, fail, resolve, retrieve
 from ridgeline.serve.affinity import Placement
 from ridgeline.serve.arena import Arena
 from ridgeline.serve.backend import Signature
@@ -231,15 +231,7 @@ class _Process:
             return
         stop = self._loop.run_in_executor(self._sender, self._send, ForkingPickler.dumps(None))
         await asyncio.wait([stop], timeout=timeout_s)
-        if not await self._exits_within(timeout_s):
-            self._process.terminate()
-            if not await self._exits_within(1.0):
-                self._process.kill()
-                await asyncio.shield(self.exited)
-
-    async def _exits_within(self, timeout_s: float) -> bool:
-        done, _ = await asyncio.wait([self.exited], timeout=timeout_s)
-        return bool(done)
+        await end_process(self._process, self.exited, timeout_s)
 
     def _stopped(self, during: str) -> WorkerError:
         return WorkerError(
