@@ -24,7 +24,10 @@ with the reason, and the others are still measured. Rows go to docs/benchmarks.m
 RIDGELINE_BENCH_NO_WRITE=1 or ``--quick``.
 
 ``--peers ridgeline,triton`` measures those only (default: all four, or
-RIDGELINE_BENCH_PEERS); ``--quick`` is a smoke pass, 1-3 min a server, not a measurement:
+RIDGELINE_BENCH_PEERS); ``--in-turn`` starts them all at once and runs their probes
+together, one step at a time in rotation (``_serve_peers/turns.py``), so that the host's
+drift over minutes charges every server alike (no perf_analyzer then); ``--quick`` is a
+smoke pass, 1-3 min a server, not a measurement:
 3 s steps, 10 % precision, a confirmation of three steps, warmup ≤ 15 s, no
 perf_analyzer, nothing written.
 
@@ -46,7 +49,7 @@ import signal
 import tempfile
 import time
 from collections.abc import Callable, Coroutine
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from importlib.metadata import version
@@ -60,6 +63,7 @@ from _serve_peers.procs import PeerFailed, log_tail
 from _serve_peers.settle import SettlingDriver
 from _serve_peers.triton_env import GROUP as TRITON
 from _serve_peers.triton_env import TritonEnv, ensure_triton_venv
+from _serve_peers.turns import InTurn
 from _serve_peers.venv import BenchEnv, ensure_bench_venv
 
 from ridgeline.aio import run_coroutine
@@ -116,6 +120,8 @@ class Run:
     precision: float = PRECISION
     perf_analyzer: bool = True
     write: bool = os.environ.get("RIDGELINE_BENCH_NO_WRITE") != "1"
+    in_turn: bool = False
+    """All servers up at once, their probes' steps taking turns (no perf_analyzer)."""
 
 
 def parse_run(argv: list[str] | None = None) -> Run:
@@ -131,12 +137,19 @@ def parse_run(argv: list[str] | None = None) -> Run:
         help="a smoke pass (3 s steps, 10%% precision, short confirmation, no"
         " perf_analyzer, nothing written): shows every server answers and is probed",
     )
+    p.add_argument(
+        "--in-turn",
+        action="store_true",
+        help="start every server at once and probe them together, their steps taking"
+        " turns (A B A B), so that a host whose speed drifts charges all alike; no"
+        " perf_analyzer",
+    )
     args = p.parse_args(argv)
     peers = tuple(k.strip() for k in args.peers.split(",") if k.strip())
     unknown = [k for k in peers if k not in LABELS]
     if unknown or not peers:
         p.error(f"--peers: unknown {', '.join(unknown) or '(none given)'}; choose of {ALL_PEERS}")
-    run = Run(peers)
+    run = Run(peers, in_turn=args.in_turn, perf_analyzer=not args.in_turn)
     if args.quick:
         run = replace(
             run,
@@ -193,14 +206,19 @@ INTRO = [
 ]
 
 
-def show_step(index: int, plan: StepPlan, v: StepVerdict) -> None:
+def show_step(index: int, plan: StepPlan, v: StepVerdict, label: str = "") -> None:
     p99 = f"{v.p99_ms:.1f} ms" if v.p99_ms is not None else "-"
     print(
-        f"  {plan.purpose or 'step'} {plan.rate:,.1f}/s for {plan.duration_s:.0f} s: "
+        f"  {label}{plan.purpose or 'step'} {plan.rate:,.1f}/s for {plan.duration_s:.0f} s: "
         f"{v.state.value}, p99 {p99}, achieved {v.achieved_rps:,.1f}/s, score {v.score:.2f}"
         + ("" if v.valid else f" (invalid: {v.reason})"),
         flush=True,
     )
+
+
+def shown(key: str) -> Callable[[int, StepPlan, StepVerdict], None]:
+    """``show_step`` naming the server: steps of servers in turn interleave in the log."""
+    return lambda index, plan, v: show_step(index, plan, v, f"{LABELS[key]}: ")
 
 
 def stoppable(make: Callable[[asyncio.Event], Coroutine[Any, Any, T]]) -> T:
@@ -225,17 +243,9 @@ def stoppable(make: Callable[[asyncio.Event], Coroutine[Any, Any, T]]) -> T:
     return run_coroutine(main())
 
 
-def capacity(url: str, inputs: tuple[TensorSpec, ...], run: Run) -> ProbeResult:
-    """The probe's highest sustainable rate under SLO, the same procedure for every server."""
-    network = NetworkDriver(
-        url,
-        StepConfig(replay=REPLAY, validity=VALIDITY),
-        arrival="poisson",
-        target_options={"inputs": inputs},
-        batching_delay_s=DELAY_MS / 1000,  # the same windows for all (peers have no config)
-    )
-    driver = SettlingDriver(network, inputs)
-    cfg = ProbeConfig(
+def probe_config(run: Run) -> ProbeConfig:
+    """The probe's settings, the same for every server."""
+    return ProbeConfig(
         slo=SLO,
         strategy="binary",
         strategy_options={
@@ -249,7 +259,47 @@ def capacity(url: str, inputs: tuple[TensorSpec, ...], run: Run) -> ProbeResult:
         confirm_requests=run.confirm_requests,
         confirm_retries=CONFIRM_RETRIES,
     )
+
+
+def settling(url: str, inputs: tuple[TensorSpec, ...]) -> SettlingDriver:
+    """The driver every server is probed through."""
+    network = NetworkDriver(
+        url,
+        StepConfig(replay=REPLAY, validity=VALIDITY),
+        arrival="poisson",
+        target_options={"inputs": inputs},
+        batching_delay_s=DELAY_MS / 1000,  # the same windows for all (peers have no config)
+    )
+    return SettlingDriver(network, inputs)
+
+
+def capacity(url: str, inputs: tuple[TensorSpec, ...], run: Run) -> ProbeResult:
+    """The probe's highest sustainable rate under SLO, the same procedure for every server."""
+    driver, cfg = settling(url, inputs), probe_config(run)
     return stoppable(lambda stop: probe(driver, cfg, stop=stop, on_step=show_step))
+
+
+def capacities_in_turn(
+    urls: dict[str, str], inputs: tuple[TensorSpec, ...], run: Run
+) -> dict[str, ProbeResult | str]:
+    """Every server's probe at once, their steps taking turns (``_serve_peers/turns.py``):
+    each server is measured in the same minutes as the others."""
+    turn = asyncio.Lock()
+    cfg = probe_config(run)
+
+    async def one(key: str, url: str, stop: asyncio.Event) -> ProbeResult | str:
+        try:
+            return await probe(
+                InTurn(settling(url, inputs), turn), cfg, stop=stop, on_step=shown(key)
+            )
+        except RidgelineError as e:  # the server stopped answering: the others go on
+            return f"failed during the run: {e}"
+
+    async def all_of(stop: asyncio.Event) -> dict[str, ProbeResult | str]:
+        found = await asyncio.gather(*(one(key, url, stop) for key, url in urls.items()))
+        return dict(zip(urls, found, strict=True))
+
+    return stoppable(all_of)
 
 
 def at_rate(url: str, rate: float, inputs: tuple[TensorSpec, ...], step_s: float) -> StepSummary:
@@ -331,6 +381,11 @@ def rows_for(
         f" {run.step_s:g} s steps, confirmed by {confirm}); each"
         f" server 1 worker × {THREADS} onnxruntime thread (onnxruntime {ort}), batches ≤ {BATCH}"
         f" within {DELAY_MS:g} ms"
+        + (
+            "; all servers up at once, their probes' steps in turn (`--in-turn`)"
+            if run.in_turn
+            else ""
+        )
     )
     ridgeline = outcome(results["ridgeline"]) if "ridgeline" in results else "not measured"
     rows = [f"| {date} | serve | {what} | {ridgeline} | {'; '.join(peers) or '-'} |"]
@@ -399,6 +454,55 @@ def serving_in(work: Path) -> tuple[servers.Serving, tuple[TensorSpec, ...]]:
     return serving, variant.inputs
 
 
+def up(key: str, ep: servers.Endpoint, versions: dict[str, str]) -> None:
+    print(f"  up: {ep.model_url} ({ep.config})", flush=True)
+    if ep.version:
+        versions[GOALS[key][0] if key in GOALS else key] = ep.version
+
+
+def unless_exited(ep: servers.Endpoint, result: ProbeResult | str) -> ProbeResult | str:
+    """``result``, unless the server exited during the run: then why."""
+    if ep.process.poll() is None:
+        return result
+    return f"the server exited (code {ep.process.returncode}) during the run: {log_tail(ep.log)}"
+
+
+def told(key: str, r: ProbeResult | str) -> None:
+    spent = "" if isinstance(r, str) else f" ({r.steps} steps, {r.test_seconds:.0f} test-s)"
+    print(f"  {LABELS[key]}: {outcome(r)}{spent}", flush=True)
+
+
+def in_turn(
+    starters: dict[str, Callable[[], AbstractContextManager[servers.Endpoint]]],
+    keys: list[str],
+    run: Run,
+    inputs: tuple[TensorSpec, ...],
+    versions: dict[str, str],
+    work: Path,
+) -> dict[str, ProbeResult | str]:
+    """The servers ``keys`` up at once, probed together, steps in turn."""
+    results: dict[str, ProbeResult | str] = {}
+    with ExitStack() as stack:
+        eps: dict[str, servers.Endpoint] = {}
+        for key in keys:
+            print(f"== {LABELS[key]}", flush=True)
+            try:
+                eps[key] = stack.enter_context(starters[key]())
+            except PeerFailed as e:
+                results[key] = f"failed to start here: {e}"
+                continue
+            up(key, eps[key], versions)
+        print("== probing " + ", ".join(LABELS[k] for k in eps) + ", steps in turn", flush=True)
+        found = capacities_in_turn({k: ep.model_url for k, ep in eps.items()}, inputs, run)
+        for key, ep in eps.items():
+            r = unless_exited(ep, found[key])
+            if isinstance(r, str) and r.startswith("failed during"):
+                r = f"{r}; {log_tail(work / f'{key}.log')}"
+            results[key] = r
+            told(key, r)
+    return results
+
+
 def main(argv: list[str] | None = None) -> None:
     started = time.time()
     signal.signal(signal.SIGTERM, _interrupt)  # as Ctrl-C: the servers are stopped
@@ -425,37 +529,31 @@ def main(argv: list[str] | None = None) -> None:
             starters["ray"] = lambda: servers.ray_serve(serving, bench)
         if triton:
             starters["triton"] = lambda: servers.triton(serving, triton)
-        for key in run.peers:
-            if key in problems:
-                results[key] = problems[key]
-                continue
-            print(f"== {LABELS[key]}", flush=True)
-            try:
-                with starters[key]() as ep:
-                    print(f"  up: {ep.model_url} ({ep.config})", flush=True)
-                    if ep.version:
-                        versions[GOALS[key][0] if key in GOALS else key] = ep.version
-                    results[key] = capacity(ep.model_url, inputs, run)
-                    rate = rate_of(results[key])
-                    if key == "ridgeline" and isinstance(pa, PerfAnalyzer) and rate:
-                        try:
-                            vs_pa = versus_perf_analyzer(
-                                pa, ep, PA_FRACTION * rate, inputs, work, run.step_s
-                            )
-                        except RidgelineError as e:
-                            pa = f"run against ridgeline serve failed: {e}"
-                    if ep.process.poll() is not None:
-                        results[key] = (
-                            f"the server exited (code {ep.process.returncode}) during the run:"
-                            f" {log_tail(ep.log)}"
-                        )
-            except PeerFailed as e:
-                results[key] = f"failed to start here: {e}"
-            except RidgelineError as e:  # the server stopped answering mid-run
-                results[key] = f"failed during the run: {e}; {log_tail(work / f'{key}.log')}"
-            r = results[key]
-            spent = "" if isinstance(r, str) else f" ({r.steps} steps, {r.test_seconds:.0f} test-s)"
-            print(f"  {LABELS[key]}: {outcome(r)}{spent}", flush=True)
+        results |= {k: problems[k] for k in run.peers if k in problems}
+        keys = [k for k in run.peers if k not in problems]
+        if run.in_turn:
+            results |= in_turn(starters, keys, run, inputs, versions, work)
+        else:
+            for key in keys:
+                print(f"== {LABELS[key]}", flush=True)
+                try:
+                    with starters[key]() as ep:
+                        up(key, ep, versions)
+                        results[key] = capacity(ep.model_url, inputs, run)
+                        rate = rate_of(results[key])
+                        if key == "ridgeline" and isinstance(pa, PerfAnalyzer) and rate:
+                            try:
+                                vs_pa = versus_perf_analyzer(
+                                    pa, ep, PA_FRACTION * rate, inputs, work, run.step_s
+                                )
+                            except RidgelineError as e:
+                                pa = f"run against ridgeline serve failed: {e}"
+                        results[key] = unless_exited(ep, results[key])
+                except PeerFailed as e:
+                    results[key] = f"failed to start here: {e}"
+                except RidgelineError as e:  # the server stopped answering mid-run
+                    results[key] = f"failed during the run: {e}; {log_tail(work / f'{key}.log')}"
+                told(key, results[key])
     date = datetime.now(UTC).strftime("%Y-%m-%d")
     rows = rows_for(date, results, versions, pa, vs_pa, run)
     print("\n".join(rows))

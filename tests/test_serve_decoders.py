@@ -6,6 +6,7 @@ is replaced."""
 from __future__ import annotations
 
 import asyncio
+import multiprocessing.spawn
 import os
 import signal
 from dataclasses import dataclass
@@ -201,6 +202,35 @@ async def test_a_decoder_that_died_idle_costs_no_request() -> None:
         await asyncio.wait_for(asyncio.shield(decoder.exited), 30)
         got = await asyncio.wait_for(pool(IMAGE, body, None, MAX_BYTES), 60)
         assert got.rows == 1 and pool.restarts == 1
+
+
+async def test_with_no_decoder_left_the_loop_decodes_even_the_bodies_waiting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The one decoder holds two bodies (stopped, SIGSTOP) and a third waits for it; it
+    is killed and its replacement cannot start (the interpreter path is gone). The two
+    it held fail with ``unavailable``; the waiting body and the next are decoded on the
+    loop, exactly, instead of waiting forever for a decoder."""
+    x = np.arange(3 * 64 * 64, dtype=np.float32).reshape(1, 3, 64, 64)
+    body = _json_body({"images": x}, {"images": "FP32"})
+    async with DecoderPool(1, inline_below=0) as pool:
+        (pid,) = _pids(pool)
+        os.kill(pid, signal.SIGSTOP)
+        calls = [asyncio.ensure_future(pool(IMAGE, body, None, MAX_BYTES)) for _ in range(3)]
+        await asyncio.sleep(0)  # two bodies are sent, the third waits for a place
+        assert pool.decoded_off_loop == 2 and not any(c.done() for c in calls)
+        monkeypatch.setattr(multiprocessing.spawn, "_python_exe", os.fsencode("/nonexistent/py"))
+        os.kill(pid, signal.SIGKILL)
+        for held in calls[:2]:
+            with pytest.raises(InferFailed) as died:
+                await asyncio.wait_for(held, 30)
+            assert died.value.kind == "unavailable"
+        waited = await asyncio.wait_for(calls[2], 30)
+        after = await asyncio.wait_for(pool(IMAGE, body, None, MAX_BYTES), 30)
+        for got in (waited, after):
+            assert np.array_equal(got.arrays[0], x)
+        assert (pool.restarts, pool.failed_starts, pool.alive) == (1, 1, 0)
+        assert (pool.decoded_off_loop, pool.decoded_inline) == (2, 2)
 
 
 async def test_a_cancelled_caller_leaves_its_decoder_to_finish_and_serve_the_next() -> None:

@@ -15,7 +15,10 @@ a body's round trip was 4.4 ms at the median for 3.2 ms of decoding).
 
 A body under ``inline_below`` bytes is decoded on the loop (the round trip would cost
 more than the parse). A decoder that dies fails the bodies it held (503,
-``unavailable``) and is replaced; ``decoders=0`` decodes everything on the loop.
+``unavailable``) and is replaced; a replacement that cannot start is not tried again,
+and once no decoder is left (none alive, none starting) every body, those already
+waiting for a decoder included, is decoded on the loop: slower, never stuck.
+``decoders=0`` decodes everything on the loop.
 """
 
 from __future__ import annotations
@@ -61,14 +64,26 @@ class DecoderPool:
         if decoders < 0:
             raise ValueError(f"decoders is {decoders}; give 0 (decode on the loop) or more")
         self.size, self.inline_below = decoders, inline_below
-        self._idle: asyncio.Queue[tuple[_Decoder, int]] = asyncio.Queue()
-        """Free places: (decoder, buffer), each decoder's first buffers first."""
+        self._idle: asyncio.Queue[tuple[_Decoder, int] | None] = asyncio.Queue()
+        """Free places: (decoder, buffer), each decoder's first buffers first; None once
+        no decoder is left (``_none_left``), for every waiter in turn."""
         self._all: set[_Decoder] = set()
         self._spawning: set[asyncio.Task[None]] = set()
         self._stopped = False
         self.decoded_off_loop = 0
         self.decoded_inline = 0
         self.restarts = 0
+        """Decoders that died and were sent for a replacement."""
+        self.failed_starts = 0
+        """Replacements that could not start (not tried again)."""
+
+    @property
+    def alive(self) -> int:
+        """Decoders running now."""
+        return len(self._all)
+
+    def _none_left(self) -> bool:
+        return self.size > 0 and not self._all and not self._spawning
 
     async def start(self) -> None:
         """Spawn the decoders and wait until each has said it is ready."""
@@ -104,13 +119,21 @@ class DecoderPool:
     async def __call__(
         self, model: ModelSpec, body: bytes, header_length: str | None, max_bytes: int
     ) -> Decoded:
-        if self.size == 0 or len(body) < self.inline_below or self._stopped:
+        place = None
+        if self.size > 0 and len(body) >= self.inline_below and not self._stopped:
+            while not self._none_left():
+                place = await self._idle.get()
+                if place is None:  # no decoder left: pass the word to the next waiter
+                    self._idle.put_nowait(None)
+                    break
+                if not place[0].exited.done():
+                    break
+                self._release(*place)  # it died idle: replace it, take the next place
+                place = None
+        if place is None:
             self.decoded_inline += 1
             return decode_body(model, body, header_length, max_bytes)
-        decoder, slot = await self._idle.get()
-        while decoder.exited.done():  # it died idle: replace it, take the next
-            self._release(decoder, slot)
-            decoder, slot = await self._idle.get()
+        decoder, slot = place
         job = decoder.submit(slot, _shape(model), body, header_length, max_bytes)
         job.add_done_callback(lambda _: self._release(decoder, slot))
         self.decoded_off_loop += 1
@@ -131,7 +154,13 @@ class DecoderPool:
     async def _replace(self, name: str) -> None:
         try:
             fresh = await _Decoder.spawn(name)
-        except WorkerStartError:  # the next body finds one fewer decoder; the others serve
+        except Exception:  # could not start, however: the others serve; none left, the loop
+            self.failed_starts += 1
+            task = asyncio.current_task()
+            if task is not None:  # it is spawning no longer: _none_left must see that
+                self._spawning.discard(task)
+            if self._none_left():
+                self._idle.put_nowait(None)
             return
         self._all.add(fresh)
         for slot in range(DEPTH):
@@ -153,8 +182,12 @@ class _Decoder:
         self._process = context.Process(
             target=decoder_main, args=(child_conn, DEPTH), name=name, daemon=True
         )
-        self._process.start()
-        child_conn.close()
+        try:
+            self._process.start()
+        finally:  # a process that could not start leaves no pipe open behind it
+            child_conn.close()
+            if self._process.pid is None:
+                self._conn.close()
         assert self._process.pid is not None
         self.pid: int = self._process.pid
         self._bodies = [Arena(self._conn, self.pid, slot) for slot in range(DEPTH)]

@@ -133,6 +133,12 @@ class ServeMetrics:
             "Decoder processes replaced after they died",
             registry=r,
         )
+        self.decoders = Gauge(
+            "ridgeline_decoders",
+            "Decoder processes running now: fewer than started once a replacement could "
+            "not start; at 0 the event loop decodes every body",
+            registry=r,
+        )
         self._instances = _Instances(uptime_s)
         r.register(self._instances)
 

@@ -221,6 +221,7 @@ class PlanServer(AsyncService):
         self.metrics.bodies.labels("decoder").set_function(lambda: pool.decoded_off_loop)
         self.metrics.bodies.labels("loop").set_function(lambda: pool.decoded_inline)
         self.metrics.decoder_restarts.set_function(lambda: pool.restarts)
+        self.metrics.decoders.set_function(lambda: pool.alive)
 
     def _frontend_s(self) -> float:
         return 2 * self.loop_lag.quantile(0.99)
