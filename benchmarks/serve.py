@@ -280,24 +280,23 @@ def capacity(url: str, inputs: tuple[TensorSpec, ...], run: Run) -> ProbeResult:
 
 
 def capacities_in_turn(
-    urls: dict[str, str], inputs: tuple[TensorSpec, ...], run: Run
+    eps: dict[str, servers.Endpoint], inputs: tuple[TensorSpec, ...], run: Run
 ) -> dict[str, ProbeResult | str]:
     """Every server's probe at once, their steps taking turns (``_serve_peers/turns.py``):
     each server is measured in the same minutes as the others."""
     turn = asyncio.Lock()
     cfg = probe_config(run)
 
-    async def one(key: str, url: str, stop: asyncio.Event) -> ProbeResult | str:
+    async def one(key: str, ep: servers.Endpoint, stop: asyncio.Event) -> ProbeResult | str:
+        driver = InTurn(settling(ep.model_url, inputs), turn)
         try:
-            return await probe(
-                InTurn(settling(url, inputs), turn), cfg, stop=stop, on_step=shown(key)
-            )
+            return await probe(driver, cfg, stop=stop, on_step=shown(key))
         except RidgelineError as e:  # the server stopped answering: the others go on
-            return f"failed during the run: {e}"
+            return f"failed during the run: {e}; {log_tail(ep.log)}"
 
     async def all_of(stop: asyncio.Event) -> dict[str, ProbeResult | str]:
-        found = await asyncio.gather(*(one(key, url, stop) for key, url in urls.items()))
-        return dict(zip(urls, found, strict=True))
+        found = await asyncio.gather(*(one(key, ep, stop) for key, ep in eps.items()))
+        return dict(zip(eps, found, strict=True))
 
     return stoppable(all_of)
 
@@ -478,7 +477,6 @@ def in_turn(
     run: Run,
     inputs: tuple[TensorSpec, ...],
     versions: dict[str, str],
-    work: Path,
 ) -> dict[str, ProbeResult | str]:
     """The servers ``keys`` up at once, probed together, steps in turn."""
     results: dict[str, ProbeResult | str] = {}
@@ -493,13 +491,10 @@ def in_turn(
                 continue
             up(key, eps[key], versions)
         print("== probing " + ", ".join(LABELS[k] for k in eps) + ", steps in turn", flush=True)
-        found = capacities_in_turn({k: ep.model_url for k, ep in eps.items()}, inputs, run)
+        found = capacities_in_turn(eps, inputs, run)
         for key, ep in eps.items():
-            r = unless_exited(ep, found[key])
-            if isinstance(r, str) and r.startswith("failed during"):
-                r = f"{r}; {log_tail(work / f'{key}.log')}"
-            results[key] = r
-            told(key, r)
+            results[key] = unless_exited(ep, found[key])
+            told(key, results[key])
     return results
 
 
@@ -532,7 +527,7 @@ def main(argv: list[str] | None = None) -> None:
         results |= {k: problems[k] for k in run.peers if k in problems}
         keys = [k for k in run.peers if k not in problems]
         if run.in_turn:
-            results |= in_turn(starters, keys, run, inputs, versions, work)
+            results |= in_turn(starters, keys, run, inputs, versions)
         else:
             for key in keys:
                 print(f"== {LABELS[key]}", flush=True)

@@ -83,7 +83,7 @@ class DecoderPool:
         return len(self._all)
 
     def _none_left(self) -> bool:
-        return self.size > 0 and not self._all and not self._spawning
+        return not self._all and not self._spawning
 
     async def start(self) -> None:
         """Spawn the decoders and wait until each has said it is ready."""
@@ -121,15 +121,7 @@ class DecoderPool:
     ) -> Decoded:
         place = None
         if self.size > 0 and len(body) >= self.inline_below and not self._stopped:
-            while not self._none_left():
-                place = await self._idle.get()
-                if place is None:  # no decoder left: pass the word to the next waiter
-                    self._idle.put_nowait(None)
-                    break
-                if not place[0].exited.done():
-                    break
-                self._release(*place)  # it died idle: replace it, take the next place
-                place = None
+            place = await self._take_place()
         if place is None:
             self.decoded_inline += 1
             return decode_body(model, body, header_length, max_bytes)
@@ -138,6 +130,18 @@ class DecoderPool:
         job.add_done_callback(lambda _: self._release(decoder, slot))
         self.decoded_off_loop += 1
         return await asyncio.shield(job)  # a cancelled caller's body is still decoding
+
+    async def _take_place(self) -> tuple[_Decoder, int] | None:
+        """A free (decoder, buffer), waiting for one; None once no decoder is left."""
+        while not self._none_left():
+            place = await self._idle.get()
+            if place is None:  # no decoder left: pass the word to the next waiter
+                self._idle.put_nowait(None)
+                return None
+            if not place[0].exited.done():
+                return place
+            self._release(*place)  # it died idle: replace it, take the next place
+        return None
 
     def _release(self, decoder: _Decoder, slot: int) -> None:
         if not decoder.exited.done():
@@ -149,18 +153,19 @@ class DecoderPool:
         self.restarts += 1
         task = asyncio.get_running_loop().create_task(self._replace(decoder.name))
         self._spawning.add(task)
-        task.add_done_callback(self._spawning.discard)
+        task.add_done_callback(self._spawned)
+
+    def _spawned(self, task: asyncio.Task[None]) -> None:
+        """A replacement started, or could not: with none left, waiters decode on the loop."""
+        self._spawning.discard(task)
+        if self._none_left():
+            self._idle.put_nowait(None)
 
     async def _replace(self, name: str) -> None:
         try:
             fresh = await _Decoder.spawn(name)
-        except Exception:  # could not start, however: the others serve; none left, the loop
+        except Exception:  # could not start, however: the others serve (``_spawned``)
             self.failed_starts += 1
-            task = asyncio.current_task()
-            if task is not None:  # it is spawning no longer: _none_left must see that
-                self._spawning.discard(task)
-            if self._none_left():
-                self._idle.put_nowait(None)
             return
         self._all.add(fresh)
         for slot in range(DEPTH):
