@@ -1,15 +1,21 @@
-"""A schedule: every send time (and request size) of a step, made before it runs."""
+"""A schedule: every send time (and request size) of a step, made before it runs.
+
+``build_schedule`` is the one way from what a user gives (an arrival spec at a rate, or
+a recorded trace brought to a rate) to a schedule: ``ridgeline run``, the probe's steps
+and ``ridgeline simulate`` all make theirs through it.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ridgeline.errors import ConfigError
-from ridgeline.workload.arrivals import ArrivalSpec
+from ridgeline.workload.arrivals import ArrivalSpec, parse_arrival
 from ridgeline.workload.llm import LlmWorkload
 from ridgeline.workload.payloads import RequestShape, shapes_from_trace
 from ridgeline.workload.traces import Trace, read_trace
@@ -27,6 +33,46 @@ class Schedule:
     @property
     def rate(self) -> float:
         return len(self.times) / self.duration_s if self.duration_s > 0 else 0.0
+
+
+TraceScale = Literal["overlay", "speed", "window"]
+"""How a recorded trace is brought to a rate: copies of it overlaid, each at its own pace
+(``trace_overlaid``: that many times its users); the one trace sped up to hold the rate
+from its first arrival (``trace_at_rate``: every burst shortened in proportion, the
+stress case, as a probe's steps replay a trace); or the whole trace time-scaled and a
+window of it cut out (``from_trace``, as ``ridgeline run`` replays one: at its own pace
+when no rate is given)."""
+
+
+def build_schedule(
+    arrival: str = "poisson",
+    *,
+    rate: float | None = None,
+    duration_s: float,
+    seed: int = 0,
+    trace: Trace | Path | str | None = None,
+    target_rate: float | None = None,
+    trace_scale: TraceScale = "overlay",
+    trace_start_s: float = 0.0,
+) -> Schedule:
+    """``duration_s`` of arrivals: the arrival spec ``arrival`` at ``rate``
+    (``parse_arrival``), or, given a ``trace``, the trace brought to ``target_rate``
+    (``rate`` when no target rate is given) as ``trace_scale`` says; a ``window`` starts
+    ``trace_start_s`` into the scaled trace. ``seed`` draws the arrivals, and an overlaid
+    trace's starting points."""
+    if trace is None:
+        return from_arrival(parse_arrival(arrival, rate), duration_s, seed)
+    target = rate if target_rate is None else target_rate
+    if trace_scale == "window":
+        return from_trace(trace, target_rate=target, start_s=trace_start_s, duration_s=duration_s)
+    if target is None:
+        raise ConfigError("a trace needs --target-rate, the mean rate to scale it to (requests/s)")
+    if trace_scale not in ("speed", "overlay"):
+        raise ConfigError(f"--trace-scale must be overlay, speed or window, got {trace_scale!r}")
+    recorded = trace if isinstance(trace, Trace) else read_trace(trace)
+    if trace_scale == "speed":
+        return trace_at_rate(recorded, target, duration_s)
+    return trace_overlaid(recorded, target, duration_s, seed)
 
 
 def shaped(

@@ -28,6 +28,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ridgeline._fields import Count
+from ridgeline._registry import Registry
 from ridgeline.errors import PlanError
 from ridgeline.pipeline.gpu import MEMORY_SLICES, NO_MIG, gpu_type
 
@@ -163,7 +164,11 @@ class GpuSegment(_Frozen):
 
 
 Segment = Annotated[CpuSegment | MigSegment | MpsSegment | GpuSegment, Field(discriminator="kind")]
-"""Any segment of a plan; its ``kind`` field selects the class."""
+"""Any segment of a plan; its ``kind`` field selects the class. The one declaration of the
+segment kinds: ``SEGMENT_KINDS`` is read from it."""
+
+SEGMENT_KINDS: Registry[type[BaseModel]] = Registry.of_union("segment kind", Segment)
+"""Each plan segment class by its kind, from the union above."""
 
 
 def plan_segment(pool: str, label: str) -> CpuSegment | MigSegment | MpsSegment | GpuSegment:

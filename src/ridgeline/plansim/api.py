@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field
 
 from ridgeline.errors import ConfigError
-from ridgeline.loadgen.schedule import Schedule, from_arrival, trace_at_rate, trace_overlaid
+from ridgeline.loadgen.schedule import Schedule, build_schedule
+from ridgeline.loadgen.schedule import TraceScale as TraceScale  # how simulate scales a trace
 from ridgeline.pipeline.plan import Plan
 from ridgeline.pipeline.profiles import ProfileTable
 from ridgeline.plansim.engine import Engine
@@ -24,8 +24,6 @@ from ridgeline.plansim.result import PlanSimResult, summarise
 from ridgeline.plansim.service import service_times
 from ridgeline.policies.dropping import DROP_MARGIN, SLACK_QUANTILE
 from ridgeline.synthetic.model import NoiseCv
-from ridgeline.workload.arrivals import parse_arrival
-from ridgeline.workload.traces import read_trace
 
 
 class SimConfig(BaseModel):
@@ -73,12 +71,6 @@ class SimConfig(BaseModel):
     )
 
 
-TraceScale = Literal["overlay", "speed"]
-"""How a recorded trace is brought to a higher rate: copies of it overlaid, each at its
-own pace (``loadgen.schedule.trace_overlaid``), or the one trace sped up
-(``trace_at_rate``: every burst shortened in proportion, the stress case)."""
-
-
 def arrival_schedule(
     arrival: str = "poisson",
     *,
@@ -95,24 +87,22 @@ def arrival_schedule(
     traffic, copies of it overlaid at their own pace from ``seed``'s random starting
     points (``trace_overlaid``); with ``trace_scale="speed"`` its first ``target_rate ×
     duration_s`` arrivals time-scaled to hold the rate, as a probe's steps replay a trace
-    (``trace_at_rate``)."""
-    if trace is not None:
-        target = target_rate if target_rate is not None else rate
-        if target is None:
-            raise ConfigError(
-                "a trace needs --target-rate, the mean rate to scale it to (requests/s)"
-            )
-        if trace_scale == "speed":
-            return trace_at_rate(read_trace(trace), target, duration_s)
-        if trace_scale == "overlay":
-            return trace_overlaid(read_trace(trace), target, duration_s, seed)
-        raise ConfigError(f"--trace-scale must be overlay or speed, got {trace_scale!r}")
-    if rate is None:
+    (``trace_at_rate``). ``loadgen.schedule.build_schedule`` makes it; here a rate or a
+    trace must be given."""
+    if trace is None and rate is None:
         raise ConfigError(
             "give the arrivals: --rate R (with --arrival, default poisson), or --trace FILE "
             "with --target-rate R"
         )
-    return from_arrival(parse_arrival(arrival, rate), duration_s, seed)
+    return build_schedule(
+        arrival,
+        rate=rate,
+        duration_s=duration_s,
+        seed=seed,
+        trace=trace,
+        target_rate=target_rate,
+        trace_scale=trace_scale,
+    )
 
 
 def through_frontend(times: NDArray[np.float64], each_s: float) -> NDArray[np.float64]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ridgeline.loadgen.replayer import Progress
-from ridgeline.loadgen.schedule import Schedule, from_arrival, shaped, trace_at_rate
+from ridgeline.loadgen.schedule import Schedule, build_schedule, shaped
 from ridgeline.loadgen.step import StepConfig, StepResult, measure_step
 from ridgeline.loadgen.validity import assess_validity
 from ridgeline.probe.batching import batching_delay_s, window_for
@@ -17,7 +17,6 @@ from ridgeline.search.base import StepPlan
 from ridgeline.sim import SimPreset, SimState, shapes_for, simulate, simulate_llm
 from ridgeline.telemetry.summary import summarize
 from ridgeline.telemetry.windows import windows
-from ridgeline.workload.arrivals import parse_arrival
 from ridgeline.workload.llm import LlmWorkload
 from ridgeline.workload.traces import Trace
 
@@ -25,9 +24,14 @@ from ridgeline.workload.traces import Trace
 def step_schedule(plan: StepPlan, seed: int, arrival: str, trace: Trace | None) -> Schedule:
     """A step's schedule: the arrival process at the step's rate, or the trace's opening
     arrivals time-scaled to hold it (``trace_at_rate``: its gaps and sizes kept)."""
-    if trace is not None:
-        return trace_at_rate(trace, plan.rate, plan.duration_s)
-    return from_arrival(parse_arrival(arrival, plan.rate), plan.duration_s, seed)
+    return build_schedule(
+        arrival,
+        rate=plan.rate,
+        duration_s=plan.duration_s,
+        seed=seed,
+        trace=trace,
+        trace_scale="speed",
+    )
 
 
 class Driver(Protocol):

@@ -6,8 +6,9 @@ orchestrator runs the step — over the network in real time or against a simula
 in virtual time — and the health engine assesses it.
 
 Strategies register themselves by kind (``@register("adaptive")`` on the class, whose
-constructor takes its config); ``create`` builds the one a config's ``kind`` names. This
-module never imports a strategy: ``ridgeline.search`` imports them, so they register.
+constructor takes its config) in ``STRATEGIES``, a ``Registry``; ``create`` builds the
+one a config's ``kind`` names. This module never imports a strategy: ``ridgeline.search``
+imports them, so they register.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from ridgeline.errors import UnknownKindError
+from ridgeline._registry import Registry
 from ridgeline.health.state import HealthState
 
 
@@ -118,7 +119,8 @@ class _Configured(Protocol):
     def kind(self) -> str: ...
 
 
-_REGISTRY: dict[str, Callable[[Any], Strategy]] = {}
+STRATEGIES: Registry[Callable[[Any], Strategy]] = Registry("search strategy")
+"""Each strategy class (built from its config) by its kind."""
 _T = TypeVar("_T", bound=Callable[[Any], Strategy])
 
 
@@ -126,9 +128,7 @@ def register(kind: str) -> Callable[[_T], _T]:
     """Register a strategy class (built from its config) under ``kind``."""
 
     def add(cls: _T) -> _T:
-        if kind in _REGISTRY:
-            raise ValueError(f"search strategy {kind!r} is registered twice")
-        _REGISTRY[kind] = cls
+        STRATEGIES.add(kind, cls)
         return cls
 
     return add
@@ -136,13 +136,9 @@ def register(kind: str) -> Callable[[_T], _T]:
 
 def registered() -> tuple[str, ...]:
     """The kinds of every registered strategy, sorted."""
-    return tuple(sorted(_REGISTRY))
+    return STRATEGIES.names()
 
 
 def create(cfg: _Configured) -> Strategy:
     """A fresh strategy for ``cfg``, the one registered under ``cfg.kind``."""
-    try:
-        factory = _REGISTRY[cfg.kind]
-    except KeyError:
-        raise UnknownKindError("search strategy", cfg.kind, _REGISTRY) from None
-    return factory(cfg)
+    return STRATEGIES.get(cfg.kind)(cfg)

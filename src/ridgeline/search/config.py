@@ -24,13 +24,14 @@ adaptive    max_growth, explore_duration_s,            steps sized by the score,
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, ClassVar, Literal, Self, get_args
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from ridgeline._fields import Rate, Seconds
+from ridgeline._registry import Registry
 from ridgeline._yaml_config import own_errors
-from ridgeline.errors import ConfigError, UnknownKindError
+from ridgeline.errors import ConfigError
 from ridgeline.search._driver import Budget
 from ridgeline.search.base import Strategy, create
 from ridgeline.search.confirmation import DEFAULT_MARGIN, ConfirmMargin
@@ -244,11 +245,10 @@ StrategyConfig = Annotated[
     SweepConfig | BinaryConfig | StabilityConfig | AdaptiveConfig,
     Field(discriminator="kind"),
 ]
-"""Any strategy config; its ``kind`` field selects the class."""
+"""Any strategy config; its ``kind`` field selects the class. The one declaration of the
+strategy kinds: ``STRATEGY_KINDS`` (errors, help) is read from it."""
 
-STRATEGY_KINDS: Mapping[str, type[SearchConfig]] = {
-    cls.model_fields["kind"].default: cls for cls in get_args(get_args(StrategyConfig)[0])
-}
+STRATEGY_KINDS: Registry[type[SearchConfig]] = Registry.of_union("search strategy", StrategyConfig)
 """Each config class by its kind, from the union above."""
 
 _ADAPTER: TypeAdapter[StrategyConfig] = TypeAdapter(StrategyConfig)
@@ -261,8 +261,7 @@ def strategy_from_config(cfg: StrategyConfig) -> Strategy:
 
 def strategy_config(name: str, **fields: Any) -> StrategyConfig:
     """Validate ``fields`` as the config of strategy ``name``; errors name the field."""
-    if name not in STRATEGY_KINDS:
-        raise UnknownKindError("search strategy", name, STRATEGY_KINDS)
+    STRATEGY_KINDS.get(name)  # an unknown name lists the valid ones
     try:
         return _ADAPTER.validate_python({**fields, "kind": name})
     except ValidationError as exc:
@@ -276,7 +275,7 @@ def parse_strategy(name: str, **fields: Any) -> Strategy:
 
 def _describe(kind: str, error: Mapping[str, Any]) -> str:
     """One pydantic error as a sentence naming the field and what is valid."""
-    cls = STRATEGY_KINDS[kind]
+    cls = STRATEGY_KINDS.get(kind)
     loc = [str(part) for part in error["loc"][1:]]
     field = loc[0] if loc else ""
     message = str(error["msg"]).removeprefix("Value error, ")

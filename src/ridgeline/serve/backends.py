@@ -25,6 +25,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ridgeline._registry import Registry
 from ridgeline.serve._python import load_python_backend
 from ridgeline.serve._synthetic import SyntheticBackend
 from ridgeline.serve.backend import Backend
@@ -91,4 +92,8 @@ BackendConfig = Annotated[
     OnnxBackendConfig | SyntheticBackendConfig | PythonBackendConfig,
     Field(discriminator="kind"),
 ]
-"""Any backend config; its ``kind`` field selects the class."""
+"""Any backend config; its ``kind`` field selects the class. The one declaration of the
+backend kinds: ``BACKEND_KINDS`` is read from it."""
+
+BACKEND_KINDS: Registry[type[BaseModel]] = Registry.of_union("backend kind", BackendConfig)
+"""Each backend config class by its kind, from the union above."""

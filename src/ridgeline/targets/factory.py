@@ -1,6 +1,7 @@
 """One URL names a target: the scheme (and, for HTTP, the path) picks the adapter.
 
-Each scheme has a builder in ``_BUILDERS``; an unknown scheme lists the valid ones.
+Each scheme has a builder registered in ``TARGET_SCHEMES`` (``@_scheme("http",
+"https")``); an unknown scheme lists the valid ones.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import SplitResult, urlsplit
 
-from ridgeline.errors import ConfigError, UnknownKindError
+from ridgeline._registry import Registry
+from ridgeline.errors import ConfigError
 from ridgeline.targets._http import with_token
 from ridgeline.targets.base import Target
 from ridgeline.targets.http import HttpTarget
@@ -62,14 +64,30 @@ def make_target(
         against the system's CAs and ``ca_file``'s (PEM). ``ignore_eos`` and ``tokenizer`` (the
     one that counts output tokens a server's ``usage`` does not) are the OpenAI target's."""
     scheme = url.partition("://")[0].lower() if "://" in url else ""
-    builder = _BUILDERS.get(scheme)
-    if builder is None:
-        raise UnknownKindError("target scheme", scheme or url, _BUILDERS)
+    if not scheme:
+        raise TARGET_SCHEMES.unknown(url)
+    builder = TARGET_SCHEMES.get(scheme)
     headers = with_token(headers, token)
     options = _Options(
         model, headers, inputs, openai_api, stream, method, body, ca_file, ignore_eos, tokenizer
     )
     return builder(url, options)
+
+
+_Builder = Callable[[str, _Options], Target]
+TARGET_SCHEMES: Registry[_Builder] = Registry("target scheme")
+"""The builder of each URL scheme's target."""
+
+
+def _scheme(*names: str) -> Callable[[_Builder], _Builder]:
+    """Register a builder under each of ``names``."""
+
+    def add(builder: _Builder) -> _Builder:
+        for name in names:
+            TARGET_SCHEMES.add(name, builder)
+        return builder
+
+    return add
 
 
 def describe_target_urls() -> str:
@@ -99,6 +117,7 @@ def _split(url: str, form: str) -> SplitResult:
     return parts
 
 
+@_scheme("http", "https")
 def _http(url: str, options: _Options) -> Target:
     parts = _split(url, "http://HOST:PORT/PATH")
     if options.body is not None:  # a body template asks for the generic target
@@ -141,6 +160,7 @@ def _generic(url: str, options: _Options) -> Target:
     )
 
 
+@_scheme("grpc", "grpcs")
 def _grpc(url: str, options: _Options) -> Target:
     form = "grpc://HOST:PORT/MODEL[/versions/V] (or grpc://HOST:PORT/v2/models/MODEL)"
     parts = _split(url, form)
@@ -164,6 +184,7 @@ def _grpc(url: str, options: _Options) -> Target:
     )
 
 
+@_scheme("openai+http", "openai+https")
 def _openai(url: str, options: _Options) -> Target:
     plain = url.split("+", 1)[1]
     parts = _split(plain, "openai+http://HOST:PORT[/v1]")
@@ -180,25 +201,16 @@ def _openai(url: str, options: _Options) -> Target:
     )
 
 
+@_scheme("python")
 def _python(url: str, options: _Options) -> Target:
     spec = url.split("://", 1)[1]
     return InProcessTarget(load_callable(spec), name=spec)
 
 
+@_scheme("null")
 def _null(url: str, options: _Options) -> Target:
     return null_target()
 
-
-_BUILDERS: dict[str, Callable[[str, _Options], Target]] = {
-    "http": _http,
-    "https": _http,
-    "grpc": _grpc,
-    "grpcs": _grpc,
-    "openai+http": _openai,
-    "openai+https": _openai,
-    "python": _python,
-    "null": _null,
-}
 
 _DESCRIPTION = """\
 Target URLs:

@@ -27,7 +27,8 @@ from typing import Annotated, Any, Protocol
 
 from pydantic import AliasChoices, Field, TypeAdapter, ValidationError
 
-from ridgeline.errors import ConfigError, UnknownKindError
+from ridgeline._registry import Registry
+from ridgeline.errors import ConfigError
 from ridgeline.workload._unit import Floats
 from ridgeline.workload.stationary import (
     ConstantArrivals,
@@ -59,16 +60,11 @@ ArrivalSpec = Annotated[
     | DiurnalArrivals,
     Field(discriminator="kind"),
 ]
-"""Any arrival spec; its ``kind`` field selects the class."""
+"""Any arrival spec; its ``kind`` field selects the class. The one declaration of the
+arrival kinds: ``ARRIVAL_KINDS`` and ``arrival_help`` are read from it."""
 
-ARRIVAL_KINDS: Mapping[str, type[SpecModel]] = {
-    "constant": ConstantArrivals,
-    "poisson": PoissonArrivals,
-    "gamma": GammaArrivals,
-    "ramp": RampArrivals,
-    "steps": StepArrivals,
-    "diurnal": DiurnalArrivals,
-}
+ARRIVAL_KINDS: Registry[type[SpecModel]] = Registry.of_union("arrival kind", ArrivalSpec)
+"""Each spec class by its kind, from the union above."""
 
 _ADAPTER: TypeAdapter[ArrivalSpec] = TypeAdapter(ArrivalSpec)
 
@@ -108,13 +104,19 @@ def parse_arrival(text: str, rate: float | None = None) -> ArrivalSpec:
     return _validate(kind, params)
 
 
+def arrival_help() -> str:
+    """Every arrival kind as the command line writes it, for help text:
+    ``constant | poisson | gamma:cv=2 | ...``."""
+    return " | ".join(cls.example for _, cls in ARRIVAL_KINDS.items())
+
+
 def arrival_from_dict(spec: Mapping[str, Any]) -> ArrivalSpec:
     """Validate a mapping (from YAML or JSON) such as ``{"kind": "poisson", "rate": 20}``."""
     if not isinstance(spec, Mapping):
         raise ConfigError(f"an arrival spec must be a mapping with a 'kind', got {spec!r}")
     if "kind" not in spec:
         raise ConfigError(
-            f"an arrival spec needs a 'kind', one of: {', '.join(sorted(ARRIVAL_KINDS))}; "
+            f"an arrival spec needs a 'kind', one of: {', '.join(ARRIVAL_KINDS.names())}; "
             f"got only {', '.join(map(str, spec)) or 'no keys'}"
         )
     kind = str(spec["kind"])
@@ -123,16 +125,14 @@ def arrival_from_dict(spec: Mapping[str, Any]) -> ArrivalSpec:
 
 
 def _kind_class(kind: str) -> type[SpecModel]:
-    if kind not in ARRIVAL_KINDS:
-        raise UnknownKindError("arrival kind", kind, ARRIVAL_KINDS)
-    return ARRIVAL_KINDS[kind]
+    return ARRIVAL_KINDS.get(kind)
 
 
 def _validate(kind: str, params: dict[str, Any]) -> ArrivalSpec:
     try:
         return _ADAPTER.validate_python(params)
     except ValidationError as exc:
-        cls = ARRIVAL_KINDS[kind]
+        cls = ARRIVAL_KINDS.get(kind)
         raise ConfigError("; ".join(_describe(kind, cls, e) for e in exc.errors())) from None
 
 
