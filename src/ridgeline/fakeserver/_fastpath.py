@@ -3,8 +3,9 @@
 A load generator spends most of a benchmark on one route, ``POST .../infer``, and a
 general-purpose server's routing, request and response objects cost more per request
 than the fake model itself. This asyncio protocol parses HTTP/1.1 with httptools
-(llhttp), answers infer requests for the served model through the same ``InferCore``
-as the aiohttp route, and hands every other request (metadata, metrics, OpenAI, a bad
+(llhttp), answers infer requests for the served model (the same ``FakeModel`` the v2
+routes of ``v2.server`` serve, in its two steps, with their decoding, counts and error
+answers), and hands every other request (metadata, metrics, OpenAI, a bad
 token, a body over the bound, chunked bodies) to aiohttp: the connection's protocol
 is swapped for aiohttp's and the request's bytes are replayed into it, so from then on
 aiohttp serves that connection with every route and check it has.
@@ -21,15 +22,26 @@ import hmac
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import cast
 
 import httptools
 
+from ridgeline.errors import InferFailed, InvalidRequest
 from ridgeline.fakeserver.engine import SHUT_DOWN, Outcome
-from ridgeline.fakeserver.http import InferCore, InFlight
+from ridgeline.fakeserver.model import FakeModel
 from ridgeline.v2.connections import GuardedConnection
-from ridgeline.v2.http_codec import HEADER_LENGTH, Answer, error_answer
-from ridgeline.v2.server import RequestLog
+from ridgeline.v2.describe import VERSION
+from ridgeline.v2.http_codec import (
+    HEADER_LENGTH,
+    Answer,
+    InferRequest,
+    decode_body,
+    error_answer,
+    infer_answer,
+)
+from ridgeline.v2.server import RequestLog, Served, failure_answer
+from ridgeline.v2.tensors import Array
 
 _REASONS = {
     200: b"OK",
@@ -40,6 +52,42 @@ _REASONS = {
     503: b"Service Unavailable",
 }
 _HEADER_LENGTH = HEADER_LENGTH.lower().encode()
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """An infer request handed to the engine, waiting for its batch."""
+
+    req: InferRequest
+    rows: int
+    arrays: list[Array]
+    began: float
+    waiting: Outcome | asyncio.Future[Outcome]
+
+
+class InferCore:
+    """The v2 infer route without a server library, as ``v2.server``'s: a body decoded
+    (or refused and counted), the model's request submitted, its outcome answered."""
+
+    def __init__(self, model: FakeModel, served: Served) -> None:
+        self.model, self.served, self.max_body = model, served, served.max_bytes
+
+    def begin(self, body: bytes, header_length: str | None, began: float) -> Answer | InFlight:
+        """An answer at once (a bad request), or the request in flight."""
+        try:
+            d = decode_body(self.model, body, header_length, self.max_body)
+        except InvalidRequest as e:
+            self.served.refused("invalid")
+            return error_answer(str(e), 400)
+        return InFlight(d.request, d.rows, d.arrays, began, self.model.submit(d.rows))
+
+    def finish(self, flight: InFlight, outcome: Outcome) -> Answer:
+        """The answer once the engine has decided ``outcome``."""
+        try:
+            outputs = self.model.answer(flight.rows, flight.arrays, outcome, flight.began)
+        except InferFailed as e:
+            return failure_answer(e)
+        return infer_answer(self.model, flight.req, outputs, VERSION)
 
 
 class _HandOff(Exception):

@@ -362,8 +362,9 @@ def add_routes(
     guard: ConnectionGuard | None = None,
     llm: LlmRunner | None = None,
 ) -> None:
-    """Register the OpenAI routes for ``model`` on ``app`` (``guard``: see ``build_app``;
-    ``llm``: the LLM engine that answers them, when the model has one)."""
+    """Register the OpenAI routes for ``model`` on ``app`` (``guard``: times their
+    connections, as the v2 routes'; ``llm``: the LLM engine that answers them, when the
+    model has one)."""
     r = _OpenAIRoutes(model, engine, guard, llm)
     app.router.add_get("/health", r.health)
     app.router.add_get("/v1/models", r.models)

@@ -22,17 +22,25 @@ from typing import Any, TypedDict, Unpack
 from ridgeline.aio import AsyncService, new_event_loop, run_coroutine, serve_until_signal
 from ridgeline.clock import Clock
 from ridgeline.errors import RidgelineError
-from ridgeline.fakeserver._fastpath import FastV2Protocol
+from ridgeline.fakeserver import openai
+from ridgeline.fakeserver._fastpath import FastV2Protocol, InferCore
 from ridgeline.fakeserver.engine import BatchingEngine
-from ridgeline.fakeserver.grpc import Servicer
-from ridgeline.fakeserver.http import InferCore, build_app
 from ridgeline.fakeserver.llm import LlmRunner
-from ridgeline.fakeserver.metrics import LlmStats, MetricsExporter
+from ridgeline.fakeserver.metrics import METRICS_CONTENT_TYPE, LlmStats, MetricsExporter
+from ridgeline.fakeserver.model import SERVER_NAME, FakeModel
 from ridgeline.synthetic.model import LatencyModel
 from ridgeline.v2.connections import Front, GuardedConnection, HttpListener
 from ridgeline.v2.limits import ConnectionLimits, check_port
 from ridgeline.v2.security import TlsFiles
-from ridgeline.v2.server import DEFAULT_MAX_BODY_BYTES, RequestLog, request_log, serve_grpc
+from ridgeline.v2.server import (
+    DEFAULT_MAX_BODY_BYTES,
+    EXTENSIONS,
+    RequestLog,
+    Served,
+    build_http_app,
+    request_log,
+    serve_grpc,
+)
 
 SHUTDOWN_GRACE_S = 0.25
 
@@ -120,37 +128,41 @@ class FakeServer(AsyncService):
             return engine.queue_length + waiting, engine.pending + waiting + running
 
         exporter = MetricsExporter(self.model.name, engine.stats, queued, llm_stats)
+        fake = FakeModel(self.model, engine)
+        served = Served(
+            {fake.name: fake},
+            SERVER_NAME,
+            self.max_body_bytes,
+            (*EXTENSIONS, "openai"),
+            engine.stats.finish,
+        )
         log = request_log()
         http = self._http = HttpListener(self.host, self.limits, self.tls, SHUTDOWN_GRACE_S, log)
-        app = build_app(
-            self.model,
-            engine,
-            exporter,
+        app = build_http_app(
+            served,
             token=self.token,
-            max_body_bytes=self.max_body_bytes,
+            metrics=lambda: (exporter.render(), METRICS_CONTENT_TYPE),
             guard=http.guard,
-            llm=self._llm,
         )
+        openai.add_routes(app, self.model, engine, http.guard, llm)
         try:
-            self._http_port = await http.start(app, self._want_http, self._fast_path(engine, log))
+            front = self._fast_path(InferCore(fake, served), log)
+            self._http_port = await http.start(app, self._want_http, front)
             if self._want_grpc is not None:
                 self._grpc, self._grpc_port = await serve_grpc(
-                    Servicer(self.model, engine, self.max_body_bytes),
+                    served,
                     host=self.host,
                     port=self._want_grpc,
                     token=self.token,
-                    max_bytes=self.max_body_bytes,
                     limits=self.limits,
                     tls=self.tls,
-                    on_deny=engine.stats.finish,
                 )
         except BaseException:
             await self.stop()
             raise
 
-    def _fast_path(self, engine: BatchingEngine, log: RequestLog) -> Front:
+    def _fast_path(self, core: InferCore, log: RequestLog) -> Front:
         """Infer requests on the fast path, the rest handed to aiohttp."""
-        core = InferCore(self.model, engine, self.max_body_bytes)
         base = f"/v2/models/{self.model.name}"
         paths = frozenset(p.encode() for p in (f"{base}/infer", f"{base}/versions/1/infer"))
 

@@ -39,8 +39,8 @@ from ridgeline.v2.limits import ConnectionLimits, check_port
 from ridgeline.v2.security import TlsFiles
 from ridgeline.v2.server import (
     DEFAULT_MAX_BODY_BYTES,
+    Served,
     build_http_app,
-    grpc_servicer,
     request_log,
     serve_grpc,
 )
@@ -446,11 +446,10 @@ class PlanServer(AsyncService):
 
     async def _listen(self) -> None:
         http = self._http = HttpListener(self.host, self.limits, self.tls, 0.25, request_log())
+        served = Served(self.models, SERVER_NAME, self.max_body)
         app = build_http_app(
-            self.models,
-            name=SERVER_NAME,
+            served,
             token=self.token,
-            max_body_bytes=self.max_body,
             metrics=self.metrics.render,
             guard=http.guard,
             decode=self.decoders,
@@ -458,11 +457,10 @@ class PlanServer(AsyncService):
         self.http_port = await http.start(app, self._want_http)
         if self._want_grpc is not None:
             self._grpc, self.grpc_port = await serve_grpc(
-                grpc_servicer(self.models, SERVER_NAME, self.max_body),
+                served,
                 host=self.host,
                 port=self._want_grpc,
                 token=self.token,
-                max_bytes=self.max_body,
                 limits=self.limits,
                 tls=self.tls,
             )

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hmac
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import grpc
@@ -70,6 +71,48 @@ class V2Model(ModelSpec, Protocol):
         ...
 
 
+EXTENSIONS = ("binary_tensor_data", "model_configuration", "statistics")
+"""The v2 extensions a server names in its metadata."""
+
+Refused = Callable[[str], None]
+"""Told of each request refused before a model saw it: ``"unauthorized"``,
+``"not_found"``, ``"invalid"`` or ``"too_large"`` (what the fake server counts)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """What a v2 server serves, as its HTTP routes and its gRPC service both see it."""
+
+    models: Mapping[str, V2Model]
+    name: str
+    """The server's name in its metadata."""
+    max_bytes: int = DEFAULT_MAX_BODY_BYTES
+    """The largest request body (HTTP) or message (gRPC) taken."""
+    extensions: tuple[str, ...] = EXTENSIONS
+    on_refusal: Refused | None = None
+
+    def metadata(self) -> dict[str, Any]:
+        return {"name": self.name, "version": __version__, "extensions": list(self.extensions)}
+
+    def index(self) -> list[dict[str, Any]]:
+        return [{"name": n, "version": VERSION, "state": "READY"} for n in self.models]
+
+    def model(self, name: str, version: str) -> V2Model | str:
+        """The model of that name and version, or why there is none (counted)."""
+        model = self.models.get(name)
+        if model is not None and version == VERSION:
+            return model
+        self.refused("not_found")
+        return (
+            f"unknown model {name!r} version {version}; this server serves "
+            f"{sorted(self.models)} version {VERSION}"
+        )
+
+    def refused(self, why: str) -> None:
+        if self.on_refusal is not None:
+            self.on_refusal(why)
+
+
 _HTTP_STATUS = {"dropped": 503, "unavailable": 503, "internal": 500}
 _GRPC_CODE = {
     "dropped": grpc.StatusCode.UNAVAILABLE,
@@ -89,9 +132,10 @@ def _web(answer: Answer) -> web.Response:
     return resp
 
 
-def server_metadata(name: str) -> dict[str, Any]:
-    extensions = ["binary_tensor_data", "model_configuration", "statistics"]
-    return {"name": name, "version": __version__, "extensions": extensions}
+def failure_answer(error: InferFailed) -> Answer:
+    """The HTTP answer to a request its model could not answer: 503 dropped or
+    unavailable, 500 internal."""
+    return error_answer(str(error), _HTTP_STATUS[error.kind])
 
 
 class RequestLog(logging.LoggerAdapter[logging.Logger]):
@@ -126,29 +170,16 @@ def request_log() -> RequestLog:
 
 class _Routes:
     def __init__(
-        self,
-        models: Mapping[str, V2Model],
-        name: str,
-        max_body: int,
-        guard: ConnectionGuard | None,
-        decode: BodyDecoder = decode_inline,
+        self, served: Served, guard: ConnectionGuard | None, decode: BodyDecoder = decode_inline
     ) -> None:
-        self.models, self.name, self.max_body, self.guard = models, name, max_body, guard
-        self.decode = decode
+        self.served, self.models, self.guard, self.decode = served, served.models, guard, decode
 
     def _model(self, request: web.Request) -> V2Model:
         name = request.match_info["name"]
-        version = request.match_info.get("version", VERSION)
-        model = self.models.get(name)
-        if model is None or version != VERSION:
+        model = self.served.model(name, request.match_info.get("version", VERSION))
+        if isinstance(model, str):
             raise web.HTTPNotFound(
-                body=orjson.dumps(
-                    {
-                        "error": f"unknown model {name!r} version {version}; this server "
-                        f"serves {sorted(self.models)} version {VERSION}"
-                    }
-                ),
-                content_type="application/json",
+                text=orjson.dumps({"error": model}).decode(), content_type="application/json"
             )
         return model
 
@@ -159,10 +190,10 @@ class _Routes:
         return _json({"ready": True})
 
     async def server(self, request: web.Request) -> web.Response:
-        return _json(server_metadata(self.name))
+        return _json(self.served.metadata())
 
     async def index(self, request: web.Request) -> web.Response:
-        return _json([{"name": n, "version": VERSION, "state": "READY"} for n in self.models])
+        return _json(self.served.index())
 
     async def metadata(self, request: web.Request) -> web.Response:
         return _json(self._model(request).metadata())
@@ -180,21 +211,23 @@ class _Routes:
 
     async def infer(self, request: web.Request) -> web.Response:
         model = self._model(request)
-        body = await read_body(request, self.max_body, self.guard)
+        max_bytes = self.served.max_bytes
+        body = await read_body(request, max_bytes, self.guard)
         if isinstance(body, Answer):
+            if body.status == 413:
+                self.served.refused("too_large")
             return _web(body)
         try:
-            decoded = await self.decode(
-                model, body, request.headers.get(HEADER_LENGTH), self.max_body
-            )
+            decoded = await self.decode(model, body, request.headers.get(HEADER_LENGTH), max_bytes)
         except InvalidRequest as e:
+            self.served.refused("invalid")
             return _web(error_answer(str(e), 400))
         except InferFailed as e:  # the decoder could not (its process died)
-            return _web(error_answer(str(e), _HTTP_STATUS[e.kind]))
+            return _web(failure_answer(e))
         try:
             outputs = await model.infer(decoded.rows, decoded.arrays)
         except InferFailed as e:
-            return _web(error_answer(str(e), _HTTP_STATUS[e.kind]))
+            return _web(failure_answer(e))
         return _web(infer_answer(model, decoded.request, outputs, VERSION))
 
 
@@ -253,23 +286,21 @@ def auth_middleware(token: str, on_deny: Callable[[str], None] | None = None) ->
 
 
 def build_http_app(
-    models: Mapping[str, V2Model],
+    served: Served,
     *,
-    name: str,
     token: str | None,
-    max_body_bytes: int,
     metrics: Callable[[], tuple[bytes, str]] | None = None,
     guard: ConnectionGuard | None = None,
     decode: BodyDecoder = decode_inline,
 ) -> web.Application:
-    """The aiohttp app serving ``models``; ``metrics`` renders (body, content type);
+    """The aiohttp app serving ``served``; ``metrics`` renders (body, content type);
     ``guard`` times its connections (``v2.connections``); ``decode`` turns infer bodies
     into arrays (on the loop unless given a pool, ``serve.decoders``)."""
     middlewares = [] if guard is None else [guard_middleware(guard)]
     if token is not None:
-        middlewares.append(auth_middleware(token))
-    app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares)
-    add_routes(app.router, _Routes(models, name, max_body_bytes, guard, decode))
+        middlewares.append(auth_middleware(token, served.on_refusal))
+    app = web.Application(client_max_size=served.max_bytes, middlewares=middlewares)
+    add_routes(app.router, _Routes(served, guard, decode))
     add = app.router
     if metrics is not None:
         render = metrics
@@ -285,18 +316,14 @@ def build_http_app(
 
 
 class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
-    def __init__(self, models: Mapping[str, V2Model], name: str, max_bytes: int) -> None:
-        self.models, self.name, self.max_bytes = models, name, max_bytes
+    def __init__(self, served: Served) -> None:
+        self.served, self.models = served, served.models
 
     async def _model(self, name: str, version: str, context: Any) -> V2Model:
-        model = self.models.get(name)
-        if model is None or version not in ("", VERSION):
-            await context.abort(
-                grpc.StatusCode.NOT_FOUND,
-                f"unknown model {name!r} version {version or VERSION}; this server serves "
-                f"{sorted(self.models)} version {VERSION}",
-            )
-        assert model is not None
+        model = self.served.model(name, version or VERSION)
+        if isinstance(model, str):
+            await context.abort(grpc.StatusCode.NOT_FOUND, model)
+        assert not isinstance(model, str)
         return model
 
     async def ServerLive(self, request: Any, context: Any) -> Any:
@@ -310,9 +337,7 @@ class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[
         return service_pb2.ModelReadyResponse(ready=ready)
 
     async def ServerMetadata(self, request: Any, context: Any) -> Any:
-        return json_format.ParseDict(
-            server_metadata(self.name), service_pb2.ServerMetadataResponse()
-        )
+        return json_format.ParseDict(self.served.metadata(), service_pb2.ServerMetadataResponse())
 
     async def ModelMetadata(self, request: Any, context: Any) -> Any:
         model = await self._model(request.name, request.version, context)
@@ -331,14 +356,15 @@ class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[
         return json_format.ParseDict({"model_stats": docs}, service_pb2.ModelStatisticsResponse())
 
     async def RepositoryIndex(self, request: Any, context: Any) -> Any:
-        doc = {"models": [{"name": n, "version": VERSION, "state": "READY"} for n in self.models]}
+        doc = {"models": self.served.index()}
         return json_format.ParseDict(doc, service_pb2.RepositoryIndexResponse())
 
     async def ModelInfer(self, request: Any, context: Any) -> Any:
         model = await self._model(request.model_name, request.model_version, context)
         try:
-            rows, arrays, wanted = decode_request(model, request, self.max_bytes)
+            rows, arrays, wanted = decode_request(model, request, self.served.max_bytes)
         except InvalidRequest as e:
+            self.served.refused("invalid")
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         try:
             outputs = await model.infer(rows, arrays)
@@ -377,11 +403,6 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if self._on_deny is not None:
             self._on_deny("unauthorized")
         return self._deny_stream if details.method.endswith("StreamInfer") else self._deny
-
-
-def grpc_servicer(models: Mapping[str, V2Model], name: str, max_message_bytes: int) -> Any:
-    """The GRPCInferenceService serving ``models`` (for ``serve_grpc``)."""
-    return _Servicer(models, name, max_message_bytes)
 
 
 class _Undecodable:
@@ -433,19 +454,18 @@ class DecodeGuard(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
 
 async def serve_grpc(
-    servicer: Any,
+    served: Served,
     *,
     host: str,
     port: int,
     token: str | None,
-    max_bytes: int,
     limits: ConnectionLimits,
     tls: TlsFiles | None = None,
-    on_deny: Callable[[str], None] | None = None,
 ) -> tuple[Any, int]:
-    """A started grpc.aio server running ``servicer`` (a GRPCInferenceService) on
-    ``host:port`` (0: any free port), refusing messages over ``max_bytes`` and, with a
-    ``token``, calls without it (``on_deny`` counts them); (server, bound port). Within
+    """A started grpc.aio server, Triton's GRPCInferenceService over ``served``, on
+    ``host:port`` (0: any free port), refusing messages over ``served.max_bytes`` and,
+    with a ``token``, calls without it (``served.on_refusal`` counts them); (server,
+    bound port). Within
     ``limits``: the handshake (HTTP/2, and TLS with ``tls``) within the header timeout,
     connections idle for the idle timeout closed, no more than the bound at once (more
     are closed at accept). A taken port is a ConfigError. A message that is not valid
@@ -453,11 +473,11 @@ async def serve_grpc(
     credentials = None if tls is None else tls.grpc_credentials()
     server = grpc.aio.server(
         interceptors=[
-            *([] if token is None else [TokenInterceptor(token, on_deny)]),
+            *([] if token is None else [TokenInterceptor(token, served.on_refusal)]),
             DecodeGuard(),
         ],
         options=[
-            ("grpc.max_receive_message_length", max_bytes),
+            ("grpc.max_receive_message_length", served.max_bytes),
             ("grpc.max_send_message_length", -1),
             ("grpc.so_reuseport", 0),
             ("grpc.max_allowed_incoming_connections", limits.connection_bound()),
@@ -465,7 +485,7 @@ async def serve_grpc(
             ("grpc.max_connection_idle_ms", round(limits.idle_timeout_s * 1000)),
         ],
     )
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(_Servicer(served), server)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         if credentials is None:
