@@ -8,12 +8,14 @@ import pytest
 from ridgeline.aio import run_coroutine
 from ridgeline.errors import TargetError
 from ridgeline.fakeserver import load_preset, running_in_process
+from ridgeline.loadgen.generators import InLoop, InProcesses, OnRay
 from ridgeline.loadgen.replayer import ReplayConfig
 from ridgeline.loadgen.schedule import from_arrival
-from ridgeline.loadgen.shard import replay_sharded
-from ridgeline.loadgen.step import StepConfig, measure_step
+from ridgeline.loadgen.shard import per_share, replay_sharded, shares
+from ridgeline.loadgen.step import StepConfig, generator_for, measure_step
 from ridgeline.telemetry.records import Outcome
 from ridgeline.workload.arrivals import parse_arrival
+from ridgeline.workload.payloads import RequestShape
 
 
 @pytest.mark.slow
@@ -47,3 +49,22 @@ def test_a_shard_that_cannot_connect_fails_the_step_with_the_reason() -> None:
                 "python://no_such_module_x:f", {}, np.arange(3.0), None, ReplayConfig(), processes=2
             )
         )
+
+
+def test_the_generator_is_chosen_once_from_the_step_settings() -> None:
+    one, apart, many = StepConfig(), StepConfig(apart=True), StepConfig(processes=3)
+    ray = StepConfig(workers="ray:auto", processes=2)
+    assert isinstance(generator_for("null://", {}, one), InLoop)
+    alone = generator_for("null://", {}, apart)  # one process, apart from this loop
+    assert isinstance(alone, InProcesses) and alone.processes == 1
+    assert isinstance(generator_for("null://", {}, many), InProcesses)
+    assert isinstance(generator_for("null://", {}, ray), OnRay)
+
+
+def test_shares_cut_the_schedule_every_nth_arrival() -> None:
+    times = np.arange(7.0)
+    cut = shares(times, [RequestShape(items=i + 1) for i in range(7)], 3)
+    assert [list(t) for t, _ in cut] == [[0.0, 3.0, 6.0], [1.0, 4.0], [2.0, 5.0]]
+    assert [[s.items for s in sizes or ()] for _, sizes in cut] == [[1, 4, 7], [2, 5], [3, 6]]
+    assert per_share(ReplayConfig(max_outstanding=10), 3).max_outstanding == 3
+    assert per_share(ReplayConfig(max_outstanding=2), 3).max_outstanding == 1

@@ -35,6 +35,7 @@ from numpy.typing import NDArray
 from ridgeline._fields import MAX_PORT
 from ridgeline.errors import ConfigError, TargetError, TargetUnreachableError
 from ridgeline.loadgen.replayer import Progress, ReplayConfig, replay
+from ridgeline.loadgen.shard import per_share, shares
 from ridgeline.loadgen.validity import ValidityConfig, fell_behind
 from ridgeline.targets.base import Target
 from ridgeline.targets.factory import make_target
@@ -160,19 +161,15 @@ async def replay_on_ray(
     or cannot place the actors within ``place_timeout_s``."""
     ray = _connected(workers)
     n = count if count is not None and count > 1 else _alive_nodes(ray)
-    per_worker = cfg.model_copy(update={"max_outstanding": max(1, cfg.max_outstanding // n)})
-    shares = [times[k::n] for k in range(n)]
+    per_worker = per_share(cfg, n)
+    split = shares(times, shapes, n)
     remote = ray.remote(num_cpus=1)(GeneratorWorker)
     token = secrets.token_hex(4)
     actors = [
         remote.options(name=f"{ACTOR_PREFIX}{token}-{k}", scheduling_strategy="SPREAD").remote(
-            target_url,
-            target_options,
-            shares[k],
-            None if shapes is None else list(shapes[k::n]),
-            per_worker,
+            target_url, target_options, share_times, share_shapes, per_worker
         )
-        for k in range(n)
+        for k, (share_times, share_shapes) in enumerate(split)
     ]
     try:
         nodes = await _all_connected(ray, actors, place_timeout_s)
@@ -193,11 +190,14 @@ async def replay_on_ray(
     judged = [
         _judged(k, nodes[k], rec, validity or ValidityConfig())
         if rec is not None
-        else _lost(k, nodes[k], len(shares[k]), reported[k][0], runs[k])
+        else _lost(k, nodes[k], len(split[k][0]), reported[k][0], runs[k])
         for k, rec in enumerate(parts)
     ]
     survivors = [p for p in parts if p is not None]
-    whole = [p if p is not None else Records.empty(s) for p, s in zip(parts, shares, strict=True)]
+    whole = [
+        p if p is not None else Records.empty(share)
+        for p, (share, _) in zip(parts, split, strict=True)
+    ]
     records = Records.merge(whole)
     if progress is not None:
         progress.sent = len(records) - records.count(Outcome.NOT_SENT)

@@ -29,6 +29,19 @@ from ridgeline.workload.payloads import RequestShape
 _START_LEAD_S = 0.25
 
 
+def shares(
+    times: NDArray[np.float64], shapes: Sequence[RequestShape] | None, n: int
+) -> list[tuple[NDArray[np.float64], list[RequestShape] | None]]:
+    """The schedule cut ``n`` ways: share k is every n-th arrival from the k-th (k, k+n,
+    ...) with its sizes, so each keeps the schedule's shape at 1/n of its rate."""
+    return [(times[k::n], None if shapes is None else list(shapes[k::n])) for k in range(n)]
+
+
+def per_share(cfg: ReplayConfig, n: int) -> ReplayConfig:
+    """The replay settings of one of ``n`` shares: the in-flight bound split between them."""
+    return cfg.model_copy(update={"max_outstanding": max(1, cfg.max_outstanding // n)})
+
+
 def _shard_main(
     conn: Connection,
     target_url: str,
@@ -86,24 +99,14 @@ async def replay_sharded(
 ) -> Records:
     loop = asyncio.get_running_loop()
     ctx = mp.get_context("spawn")
-    per_shard_cfg = cfg.model_copy(
-        update={"max_outstanding": max(1, cfg.max_outstanding // processes)}
-    )
+    per_shard_cfg = per_share(cfg, processes)
     conns: list[Connection] = []
     procs = []
-    for k in range(processes):
+    for shard_times, shard_shapes in shares(times, shapes, processes):
         parent, child = ctx.Pipe()
-        shard_shapes = list(shapes[k::processes]) if shapes is not None else None
         p = ctx.Process(
             target=_shard_main,
-            args=(
-                child,
-                target_url,
-                target_options,
-                times[k::processes],
-                shard_shapes,
-                per_shard_cfg,
-            ),
+            args=(child, target_url, target_options, shard_times, shard_shapes, per_shard_cfg),
             daemon=True,
         )
         p.start()

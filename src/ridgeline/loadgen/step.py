@@ -16,12 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ridgeline.aio import run_coroutine, signal_name, stopping_on_signal
 from ridgeline.errors import RunInterrupted
-from ridgeline.loadgen.distributed import ray_address, replay_on_ray
-from ridgeline.loadgen.replayer import Progress, ReplayConfig, replay
+from ridgeline.loadgen.distributed import ray_address
+from ridgeline.loadgen.generators import InLoop, InProcesses, LoadGenerator, OnRay
+from ridgeline.loadgen.replayer import Progress, ReplayConfig
 from ridgeline.loadgen.schedule import Schedule
-from ridgeline.loadgen.shard import replay_sharded
 from ridgeline.loadgen.validity import ValidityConfig, assess_validity, validity_warning
-from ridgeline.targets.factory import make_target
 from ridgeline.telemetry.records import Records
 from ridgeline.telemetry.scrape import Scraper
 from ridgeline.telemetry.store import RunStore
@@ -118,6 +117,20 @@ def joined(first: StepResult, then: StepResult) -> StepResult:
     )
 
 
+def generator_for(
+    target_url: str, target_options: dict[str, Any], cfg: StepConfig
+) -> LoadGenerator:
+    """Where a step sends from, chosen once from its settings: Ray actors (``workers``),
+    local processes (``processes`` > 1, or ``apart``), or this event loop."""
+    if cfg.workers is not None:
+        return OnRay(
+            target_url, target_options, cfg.replay, cfg.workers, cfg.processes, cfg.validity
+        )
+    if cfg.processes > 1 or cfg.apart:
+        return InProcesses(target_url, target_options, cfg.replay, cfg.processes)
+    return InLoop(target_url, target_options, cfg.replay)
+
+
 async def measure_step(
     target_url: str,
     schedule: Schedule,
@@ -130,79 +143,38 @@ async def measure_step(
     """Replay ``schedule`` against ``target_url``; raises TargetUnreachableError before
     sending anything if the endpoint does not answer its connect check (made by every
     worker, with ``cfg.workers``)."""
-    opts = target_options or {}
     stop = stop or asyncio.Event()
-    sharded = cfg.processes > 1 or cfg.apart
-    target = None
-    if cfg.workers is None:
-        target = make_target(target_url, **opts)
-        await target.connect(cfg.replay.max_outstanding)
+    generator = generator_for(target_url, target_options or {}, cfg)
+    await generator.connect()
     scraper = Scraper(cfg.metrics_url, cfg.window_s) if cfg.metrics_url else None
     scrape_stop = asyncio.Event()
     scrape_task = None
-    spread = None
     try:
-        if target is not None and sharded:
-            await target.close()
-        t0 = time.perf_counter()
         if scraper is not None:
-            scrape_task = asyncio.get_running_loop().create_task(scraper.run(t0, scrape_stop))
-        if cfg.workers is not None:
-            spread = await replay_on_ray(
-                target_url,
-                opts,
-                schedule.times,
-                schedule.shapes,
-                cfg.replay,
-                workers=cfg.workers,
-                count=cfg.processes,
-                validity=cfg.validity,
-                stop=stop,
-                progress=progress,
+            scrape_task = asyncio.get_running_loop().create_task(
+                scraper.run(time.perf_counter(), scrape_stop)
             )
-            records = spread.records
-        elif target is not None and not sharded:
-            records = await replay(
-                target,
-                schedule.times,
-                schedule.shapes,
-                cfg.replay,
-                start_at=t0 + 0.005,
-                stop=stop,
-                progress=progress,
-            )
-        else:
-            records = await replay_sharded(
-                target_url,
-                opts,
-                schedule.times,
-                schedule.shapes,
-                cfg.replay,
-                cfg.processes,
-                stop=stop,
-                progress=progress,
-            )
+        sent = await generator.run(schedule, stop=stop, progress=progress)
     finally:
         scrape_stop.set()
         if scrape_task is not None:
             await scrape_task
-        if target is not None and not sharded:
-            await target.close()
+        await generator.close()
     interrupted = stop.is_set()
-    judged = records if spread is None else spread.measured  # a lost worker's: not sent
-    valid, reason = assess_validity(judged, cfg.validity, interrupted=interrupted)
-    if spread is not None and spread.problems:
-        valid, reason = False, "; ".join([*spread.problems, *([reason] if reason else [])])
+    records = sent.records
+    valid, reason = assess_validity(sent.measured, cfg.validity, interrupted=interrupted)
+    if sent.problems:
+        valid, reason = False, "; ".join([*sent.problems, *([reason] if reason else [])])
     summary = summarize(
         records,
         schedule.duration_s,
         valid=valid,
         invalid_reason=reason,
         interrupted=interrupted,
-        processes=cfg.processes if spread is None else len(spread.workers),
-        warning=validity_warning(judged, cfg.validity) if valid else None,
+        processes=sent.processes,
+        warning=validity_warning(sent.measured, cfg.validity) if valid else None,
     )
-    summary.workers = None if spread is None else spread.workers
+    summary.workers = sent.workers
     wins = windows(records, schedule.duration_s, cfg.window_s)
     if scraper is not None:
         scraper.attach(wins)
@@ -213,7 +185,7 @@ async def measure_step(
         records,
         interrupted,
         scraper.failures if scraper is not None else 0,
-        worker_records=None if spread is None else spread.parts,
+        worker_records=sent.parts,
     )
 
 
