@@ -305,19 +305,20 @@ def _schedule(
     trace_start: float,
     seed: int,
 ) -> Schedule:
-    from ridgeline.loadgen.schedule import from_arrival, from_trace
-    from ridgeline.workload.arrivals import parse_arrival
+    from ridgeline.loadgen.schedule import build_schedule
 
-    if trace is not None:
-        return from_trace(
-            trace,
-            target_rate=rate if target_rate is None else target_rate,
-            start_s=trace_start,
-            duration_s=duration,
-        )
-    if target_rate is not None:
+    if trace is None and target_rate is not None:
         raise ConfigError("--target-rate time-scales a trace: give --trace too, or use --rate")
-    return from_arrival(parse_arrival(arrival, rate), duration, seed)
+    return build_schedule(
+        arrival,
+        rate=rate,
+        duration_s=duration,
+        seed=seed,
+        trace=trace,
+        target_rate=target_rate,
+        trace_scale="window",
+        trace_start_s=trace_start,
+    )
 
 
 def probe(
