@@ -188,7 +188,7 @@ def test_another_instance_never_raises_any_requests_latency(
         runs.append(simulate_plan(p, schedule, SimConfig(seed=seed, drop=False)))
     fewer, more = (r.finish_s - r.arrival_s for r in runs)
     assert np.all(more <= fewer + 1e-9)
-    for k in ("mean", "p50", "p99", "p99.9"):
+    for k in ("mean", "p50", "p99", "p999"):
         a, b = runs[1].latency_ms[k], runs[0].latency_ms[k]
         assert a is not None and b is not None and a <= b + 1e-6
 
@@ -471,13 +471,18 @@ def test_arrivals_need_a_rate_or_a_trace() -> None:
         arrival_schedule(trace="x.csv", duration_s=10)
 
 
-def test_a_preferred_size_smaller_than_a_request_is_refused_not_spun_on() -> None:
+def test_a_request_larger_than_a_preferred_size_goes_alone_as_in_the_runtime() -> None:
+    """b's preferred size (2) is smaller than the 3 rows each request sends it: the
+    request goes alone, a batch of 3, in the simulator as in the runtime (the one queue,
+    ``policies.queue``, never splits a request nor spins on it)."""
     p = plan_of(
         {"a": task(1.0), "b": task(1.0, batch=4, preferred_batch_sizes=[2])},
         [{"source": "a", "target": "b", "factor": 3}],
     )
-    with pytest.raises(PlanError, match="preferred_batch_sizes"):
-        simulate_plan(p, poisson(10, 2), NO_DROP)
+    sim = _agree(p, poisson(10, 2, seed=3), seed=1, drop=False)
+    b = next(t for t in sim.tasks if t.name == "b")
+    assert sim.answered == sim.requests > 0
+    assert b.rows == 3 * b.batches
 
 
 # --- the simulator decides as the runtime does ---------------------------------------------
@@ -691,7 +696,7 @@ def test_simulate_the_example_plan_with_its_profiles_as_json() -> None:
         "latency_ms", "tasks", "segments", "gpu_slices", "cpu_cores", "simulated_s",
         "wall_s", "warnings",
     } <= set(doc)  # fmt: skip
-    assert set(doc["latency_ms"]) == {"mean", "p50", "p90", "p99", "p99.9"}
+    assert set(doc["latency_ms"]) == {"mean", "p50", "p90", "p99", "p999"}
     assert set(doc["tasks"]) == {"detect", "car", "face"}
     assert {"utilisation", "mean_queue_wait_ms", "mean_batch", "drops"} <= set(
         doc["tasks"]["detect"]

@@ -1,6 +1,6 @@
 """The virtual-time server simulator: exact timelines on tiny cases, the queueing laws
-(Little's law, saturated throughput = capacity_rps, capacity monotone in speed), a literal
-one-event-at-a-time twin of the engine as an oracle, and the shipped presets."""
+(Little's law, saturated throughput = capacity_rps, capacity monotone in speed), the bulk
+driver against the one queue stepped one event at a time, and the shipped presets."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import math
 import random
 import re
 import time
-from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ridgeline.errors import ConfigError, UnknownKindError
-from ridgeline.policies.batching import BatchingConfig, Wait, decide
+from ridgeline.policies.batching import BatchingConfig, Wait
+from ridgeline.policies.queue import BatchQueue, Entry
 from ridgeline.sim import (
     Interference,
     SimState,
@@ -228,61 +228,58 @@ def test_bad_inputs_say_how_to_fix_them() -> None:
         SimState.fresh().advance(-1.0)
 
 
-# --- an oracle: the engine's event loop taken literally --------------------------------
+# --- the bulk driver against the one queue stepped one event at a time -----------------
 
 
-def literal_engine(m: LatencyModel, times: list[float], rows: list[int]) -> list[float]:
-    """Done times (refused: NaN) from the BatchingEngine's logic one event at a time:
-    every arrival and completion pumps, every wait arms a timer, a batch that takes no time
-    completes at once. Arrivals first at a tie."""
-    cfg, n, rng = m.batching, len(times), random.Random(0)
+def queue_event_by_event(m: LatencyModel, times: list[float], rows: list[int]) -> list[float]:
+    """Done times (refused: NaN) from ``policies.queue.BatchQueue`` stepped as the fake
+    server's engine steps it, one event at a time in virtual time: every arrival and
+    completion asks the queue, every wait arms a timer, a batch that takes no time
+    completes at once. Arrivals first at a tie. The simulator's bulk driver must find
+    the same timeline while asking far fewer questions."""
+    n, rng = len(times), random.Random(0)
     events: list[tuple[float, int, int, tuple[int, ...]]] = [
         (t, 0, i, ()) for i, t in enumerate(times)
     ]
     heapq.heapify(events)
-    queue: deque[int] = deque()
+    queue: BatchQueue[int] = BatchQueue(m.batching, m.instances)
     done = [math.nan] * n
-    queued, free, served, seq = 0, m.instances, 0, n
+    served, seq = 0, n
 
     def pump(now: float) -> None:
-        nonlocal queued, free, served, seq
-        while queue and free:
-            d = decide(queued, times[queue[0]], now, cfg)
-            if isinstance(d, Wait):
-                assert d.until is not None
-                heapq.heappush(events, (d.until, 1, seq, ()))
+        nonlocal served, seq
+        while True:
+            formed = queue.form(now)
+            if formed is None:
+                return
+            if isinstance(formed, Wait):
+                assert formed.until is not None
+                heapq.heappush(events, (formed.until, 1, seq, ()))
                 seq += 1
                 return
-            batch = [queue.popleft()]
-            r = rows[batch[0]]
-            while queue and r + rows[queue[0]] <= d.size:
-                r += rows[queue[0]]
-                batch.append(queue.popleft())
-            queued, free = queued - r, free - 1
-            end = now + service_time_s(m, r, now, served, rng)
+            batch = tuple(e.payload for e in formed.batch)
+            end = now + service_time_s(m, formed.rows, now, served, rng)
             served += len(batch)
             if end <= now:  # the engine completes a batch that took no time at once
-                free += 1
+                queue.release(formed.slot, now)
                 for j in batch:
                     done[j] = now
                 continue
-            heapq.heappush(events, (end, 1, seq, tuple(batch)))
+            heapq.heappush(events, (end, 1, seq, (formed.slot, *batch)))
             seq += 1
 
     while events:
         now, kind, i, batch = heapq.heappop(events)
         if kind == 0:
-            queue.append(i)
-            queued += rows[i]
-            if free:
+            entry = Entry(i, rows[i], now)
+            queue.push(entry)
+            if queue.free:
                 pump(now)
-            if m.max_queue is not None and queue and queue[-1] == i and len(queue) > m.max_queue:
-                queue.pop()
-                queued -= rows[i]
+            queue.overflow(entry, m.max_queue)
             continue
         if batch:
-            free += 1
-            for j in batch:
+            queue.release(batch[0], now)
+            for j in batch[1:]:
                 done[j] = now
         pump(now)
     return done
@@ -316,7 +313,7 @@ def test_simulator_matches_the_engine_taken_one_event_at_a_time(
 ) -> None:
     m, times, rows = case
     rec, _ = simulate(m, np.asarray(times), [RequestShape(items=r) for r in rows], timeout_s=NEVER)
-    expected = literal_engine(m, times, rows)
+    expected = queue_event_by_event(m, times, rows)
     refused = [math.isnan(x) for x in expected]
     assert [o == ERROR for o in rec.outcome.tolist()] == refused
     got = [d if o == OK else math.nan for d, o in zip(rec.done.tolist(), rec.outcome, strict=True)]

@@ -1,8 +1,8 @@
-"""The batching engine: one queue, ``instances`` executors, dispatch by ``decide``.
+"""The batching engine: ``policies.queue.BatchQueue`` stepped on the event loop.
 
 Event-driven, with no task per instance: an arrival or a completion runs ``_pump``,
-which asks the batching policy what a free instance should do and either dispatches a
-batch or arms one timer for the policy's deadline.
+which asks the queue what a free instance should do and either dispatches the batch it
+forms or arms one timer for the policy's deadline.
 
 Times are absolute. An instance keeps ``busy_until``; a batch starts at the later of
 that and the moment the batch became ready (its last request's arrival, or the queue
@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections import deque
 from dataclasses import dataclass
 from enum import StrEnum
 
 from ridgeline.clock import Clock, MonotonicClock
 from ridgeline.fakeserver.metrics import Stats
-from ridgeline.policies.batching import Wait, decide
+from ridgeline.policies.batching import Wait
+from ridgeline.policies.queue import BatchQueue, Entry, Formed
 from ridgeline.synthetic.model import LatencyModel, service_time_s, stall_release
 
 
@@ -61,11 +61,9 @@ SHUT_DOWN = Outcome(Status.REJECTED, detail="server shutting down")
 
 
 class _Pending:
-    __slots__ = ("arrival", "future", "outcome", "rows")
+    __slots__ = ("future", "outcome")
 
-    def __init__(self, rows: int, arrival: float) -> None:
-        self.rows = rows
-        self.arrival = arrival
+    def __init__(self) -> None:
         self.outcome: Outcome | None = None
         self.future: asyncio.Future[Outcome] | None = None
 
@@ -74,7 +72,8 @@ class BatchingEngine:
     """Queue, batch and "execute" requests with the timing of a ``LatencyModel``.
 
     Create it inside the event loop that will submit to it; the model's clock (stalls,
-    warm-up) starts at construction.
+    warm-up) starts at construction. What to batch, when, and on which instance is
+    ``policies.queue.BatchQueue``'s to say; this engine steps it on the event loop.
     """
 
     def __init__(
@@ -85,13 +84,12 @@ class BatchingEngine:
         self.stats = stats or Stats(model.batching.max_batch_size)
         self.started_at = self.clock.now()
         self._cfg = model.batching
-        self._preferred = frozenset(model.batching.preferred_batch_sizes)
         self._stalls = bool(model.stalls) or model.periodic_stall is not None
-        self._queue: deque[_Pending] = deque()
-        self._queued_rows = 0
+        self._queue: BatchQueue[_Pending] = BatchQueue(
+            model.batching, model.instances, started=self.started_at
+        )
         self._busy_until = [self.started_at] * model.instances
-        self._free = list(range(model.instances))
-        self._running: dict[int, tuple[asyncio.TimerHandle, list[_Pending]]] = {}
+        self._running: dict[int, tuple[asyncio.TimerHandle, list[Entry[_Pending]]]] = {}
         self._executing = 0
         self._wait: asyncio.TimerHandle | None = None
         self._wait_until = 0.0
@@ -104,12 +102,12 @@ class BatchingEngine:
     @property
     def queue_length(self) -> int:
         """Requests waiting for a batch."""
-        return len(self._queue)
+        return len(self._queue.items)
 
     @property
     def pending(self) -> int:
         """Requests waiting or executing."""
-        return len(self._queue) + self._executing
+        return len(self._queue.items) + self._executing
 
     async def submit(self, rows: int = 1) -> Outcome:
         """Queue one request of ``rows`` rows and wait for its batch to complete."""
@@ -134,17 +132,15 @@ class BatchingEngine:
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
         now = self.clock.now()
-        p = _Pending(rows, now)
-        self._queue.append(p)
-        self._queued_rows += rows
-        if self._free:
+        p = _Pending()
+        entry = Entry(p, rows, now)
+        q = self._queue
+        q.push(entry)
+        if q.free:
             self._pump(now)
         if p.outcome is not None:
             return p.outcome
-        limit = self.model.max_queue
-        if limit is not None and self._queue and self._queue[-1] is p and len(self._queue) > limit:
-            self._queue.pop()
-            self._queued_rows -= rows
+        if q.overflow(entry, self.model.max_queue):
             return QUEUE_FULL
         p.future = self._loop.create_future()
         return p.future
@@ -154,40 +150,29 @@ class BatchingEngine:
         self._closed = True
         if self._wait is not None:
             self._wait.cancel()
-        victims = list(self._queue)
-        self._queue.clear()
-        self._queued_rows = 0
+        victims = self._queue.clear()
         for handle, batch in self._running.values():
             handle.cancel()
             victims.extend(batch)
         self._running.clear()
-        for p in victims:
-            self._resolve(p, SHUT_DOWN)
+        for e in victims:
+            self._resolve(e.payload, SHUT_DOWN)
 
     def _pump(self, now: float) -> None:
-        q, cfg = self._queue, self._cfg
-        while q and self._free:
-            head = q[0]
-            d = decide(self._queued_rows, head.arrival, now, cfg)
-            if isinstance(d, Wait):
-                if d.until is not None:
-                    self._arm(d.until, now)
+        q = self._queue
+        while True:
+            formed = q.form(now)
+            if formed is None:
                 return
-            batch, rows = [q.popleft()], head.rows
-            while q and rows + q[0].rows <= d.size:
-                rows += q[0].rows
-                batch.append(q.popleft())
-            self._queued_rows -= rows
-            ready = batch[-1].arrival
-            if d.size != cfg.max_batch_size and d.size not in self._preferred:
-                ready = max(ready, head.arrival + cfg.max_queue_delay_s)  # sent on timeout
-            self._dispatch(batch, rows, ready, now)
+            if isinstance(formed, Wait):
+                if formed.until is not None:
+                    self._arm(formed.until, now)
+                return
+            self._dispatch(formed, now)
 
-    def _dispatch(self, batch: list[_Pending], rows: int, ready: float, now: float) -> None:
-        free = self._free
-        inst = free[0] if len(free) == 1 else min(free, key=self._busy_until.__getitem__)
-        free.remove(inst)
-        start = max(self._busy_until[inst], ready)
+    def _dispatch(self, formed: Formed[_Pending], now: float) -> None:
+        inst, batch, rows = formed.slot, formed.batch, formed.rows
+        start = max(self._busy_until[inst], formed.ready)
         t0 = self.started_at
         end = start + service_time_s(self.model, rows, start - t0, self._served, self._noise_rng)
         if self._stalls:
@@ -203,34 +188,34 @@ class BatchingEngine:
             self._running[inst] = (handle, batch)
 
     def _on_done(
-        self, inst: int, batch: list[_Pending], rows: int, start: float, end: float
+        self, inst: int, batch: list[Entry[_Pending]], rows: int, start: float, end: float
     ) -> None:
         del self._running[inst]
         self._complete(inst, batch, rows, start, end)
         self._pump(self.clock.now())
 
     def _complete(
-        self, inst: int, batch: list[_Pending], rows: int, start: float, end: float
+        self, inst: int, batch: list[Entry[_Pending]], rows: int, start: float, end: float
     ) -> None:
-        self._free.append(inst)
+        self._queue.release(inst, end)
         self._executing -= len(batch)
         s, compute = self.stats, end - start
         s.exec_count += 1
         s.inference_count += rows
         s.batch_rows.observe(rows)
         error_rate = self.model.error_rate
-        for p in batch:
-            queued = start - p.arrival
+        for e in batch:
+            queued = start - e.arrival
             s.queue_s.observe(queued)
             s.compute_s.observe(compute)
             s.queue_us += queued * 1e6
             s.compute_us += compute * 1e6
             if error_rate > 0.0 and self._error_rng.random() < error_rate:
                 self._resolve(
-                    p, Outcome(Status.ERROR, queued, compute, rows, end, "injected error")
+                    e.payload, Outcome(Status.ERROR, queued, compute, rows, end, "injected error")
                 )
             else:
-                self._resolve(p, Outcome(Status.OK, queued, compute, rows, end))
+                self._resolve(e.payload, Outcome(Status.OK, queued, compute, rows, end))
 
     @staticmethod
     def _resolve(p: _Pending, outcome: Outcome) -> None:

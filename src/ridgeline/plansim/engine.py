@@ -1,17 +1,18 @@
 """The event loop: a plan's task queues, batched and dropped as the serving runtime does,
 in virtual time.
 
-It mirrors ``serve.graph.GraphRunner`` and ``serve.batcher.TaskQueue`` decision for
-decision, with the same pure policies:
+Each task is a ``policies.queue.BatchQueue``, the queue the runtime's
+``serve.batcher.TaskQueue`` and the fake server step on the real clock, stepped here on
+a heap of virtual-time events; around the queues it follows ``serve.graph.GraphRunner``:
 
 * a request arrives with a deadline of arrival + ``(1 − margin)``·SLO − the ``Slack``
   the answers show; if the pipeline's expected time (``dropping.expected_remaining_s``
   along its longest path, over the sources) passes it, it is dropped at once, unless
   every queue is idle (then it, and everything it sends on, is never dropped);
 * at each task its rows join the queue in chunks of at most the batch size, each
-  dropped on arrival if ``should_drop`` says so; a free instance asks
-  ``batching.decide`` (dispatch now, or wait until when: a timer), and each request
-  taken into a batch is checked again against the batch's time and the path after it;
+  dropped on arrival if the queue refuses it; a free instance asks the queue (dispatch
+  now, or wait until when: a timer), and each request taken into a batch is checked
+  again against the batch's time and the path after it;
 * a batch runs ``service`` time (base + per-row, times a lognormal draw); when it ends
   the instance's execution model learns from it (``ExecModel.observe``) and the queue
   pumps, then each request whose chunks are all answered fans out along its edges,
@@ -42,7 +43,6 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from heapq import heappop, heappush
@@ -52,22 +52,17 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ridgeline.errors import PlanError
 from ridgeline.pipeline.plan import Plan
 from ridgeline.plansim._cores import Running, SharedCores, contended
 from ridgeline.plansim.service import ServiceTime
-from ridgeline.policies.batching import BatchingConfig, Wait, decide
+from ridgeline.policies.batching import BatchingConfig, Wait
 from ridgeline.policies.dropping import (
     DROP_MARGIN,
     SLACK_QUANTILE,
     ExecModel,
     Slack,
-    TaskTiming,
-    arrival_gap,
-    expected_wait_s,
-    should_drop,
-    spent,
 )
+from ridgeline.policies.queue import BatchQueue, Entry, refuses_request
 from ridgeline.synthetic.model import lognormal_params
 
 PENDING, ANSWERED, DROPPED = 0, 1, 2
@@ -139,25 +134,17 @@ class _Task:
         "batches",
         "budget_s",
         "busy_s",
-        "cfg",
         "children",
-        "delay_s",
         "drops",
         "edges",
-        "exec",
         "expected",
-        "free",
-        "gap_s",
         "gen",
-        "instances",
-        "items",
-        "last_s",
         "mean",
         "name",
         "noise",
         "parents",
         "pinned",
-        "rows",
+        "q",
         "rows_run",
         "running",
         "size",
@@ -166,26 +153,27 @@ class _Task:
     )
 
     def __init__(
-        self, name: str, cfg: BatchingConfig, instances: int, service: ServiceTime, noise: Noise
+        self,
+        name: str,
+        cfg: BatchingConfig,
+        instances: int,
+        service: ServiceTime,
+        noise: Noise,
+        drop: bool,
     ) -> None:
-        self.name, self.cfg, self.instances = name, cfg, instances
-        self.size, self.delay_s = cfg.max_batch_size, cfg.max_queue_delay_s
+        self.name = name
+        self.size = cfg.max_batch_size
         self.mean = [service.mean_s(r) for r in range(self.size + 1)]
         self.noise = noise
         self.pinned: list[tuple[int, ...] | None] | None = None
         """Per instance, the cores it shares with other instances (None: its own)."""
         # the runtime's warm-up: a one-row and a full batch give the first model
-        self.exec = ExecModel.from_warmup(self.mean[1], self.size, self.mean[self.size])
-        self.items: deque[tuple[list[Any], int, float, float, bool, float]] = deque()
-        self.rows = 0
-        self.free = list(range(instances))
+        warm = ExecModel.from_warmup(self.mean[1], self.size, self.mean[self.size])
+        self.q: BatchQueue[list[Any]] = BatchQueue(cfg, instances, drop=drop, exec_model=warm)
         self.running = 0
         self.gen = 0
         self.expected: float | None = None
         self.after: float | None = None
-        self.gap_s = 0.0
-        """The mean gap between rows arriving lately (``dropping.arrival_gap``)."""
-        self.last_s: float | None = None
         self.budget_s = math.inf
         """When, after a request's arrival, this task's latency budget runs out."""
         self.children: list[_Task] = []
@@ -237,7 +225,7 @@ class Engine:
                 preferred_batch_sizes=t.preferred_batch_sizes,
             )
             noise = Noise(services[name].noise_cv, seed, k)
-            self.tasks[name] = _Task(name, cfg, t.instances, services[name], noise)
+            self.tasks[name] = _Task(name, cfg, t.instances, services[name], noise, drop)
         self.shared = SharedCores()
         for name, slots in contended(cores or {}).items():
             if any(c is not None for c in slots):
@@ -262,10 +250,7 @@ class Engine:
         """``TaskQueue.expected_s``: from joining ``t`` now to the end of its longest path."""
         e = t.expected
         if e is None:
-            timing = TaskTiming(
-                t.exec, t.rows, t.size, t.instances, t.delay_s, t.instances - len(t.free), t.gap_s
-            )
-            e = expected_wait_s(timing) + t.exec.time(timing.batch_rows) + self._after(t)
+            e = t.q.expected_s(self._after(t))
             t.expected = e
         return e
 
@@ -314,14 +299,14 @@ class Engine:
                 elif kind == _COMPLETE:
                     self._end(task, payload, now)
                     for item in payload[1]:
-                        self._chunk_done(item[0], now, failed=False)
+                        self._chunk_done(item.payload, now, failed=False)
                 elif kind == _TIMER:
                     if payload == task.gen:
                         self._pump(task, now)
                 elif payload[1] == payload[0].ver:
                     self._end(task, self._unshare(task, payload[0], now), now)
                     for item in payload[0].batch:
-                        self._chunk_done(item[0], now, failed=False)
+                        self._chunk_done(item.payload, now, failed=False)
             elif i < n:
                 now = nxt
                 self._arrive(i, now)
@@ -349,7 +334,7 @@ class Engine:
         deadline = now + (1 - self.margin) * self.slo_s - self.slack.slack_s - self.frontend_s
         expected = max(self._expected(s) for s in self.sources)
         idle = self._active == 0
-        if self.drop and not idle and should_drop(now, deadline, expected):
+        if self.drop and refuses_request(now, deadline, expected, idle):
             self._status[req] = DROPPED
             self._finish[req] = now
             self._dropped_at_arrival += 1
@@ -376,66 +361,40 @@ class Engine:
     ) -> None:
         """``TaskQueue.submit``."""
         t.submitted += 1
-        t.gap_s = arrival_gap(t.gap_s, t.last_s, now, rows)
-        t.last_s = now
+        q = t.q
+        q.arrive(now, rows)
         self._dirty(t)
-        budget = self._arrival[node[0]] + t.budget_s
-        if (
-            self.drop
-            and not keep
-            and (should_drop(now, deadline, self._expected(t)) or spent(now, budget))
-        ):
+        entry = Entry(node, rows, now, deadline, self._arrival[node[0]] + t.budget_s, keep)
+        if q.refuses(entry, now, lambda: self._expected(t)) is not None:
             t.drops += 1
             self._chunk_done(node, now, failed=True)
             return
-        t.items.append((node, rows, now, deadline, keep, budget))
-        t.rows += rows
+        q.push(entry)
         self._active += 1
         self._dirty(t)
         self._pump(t, now)
 
     def _pump(self, t: _Task, now: float) -> None:
-        """``TaskQueue._pump``: batches to free instances while ``decide`` says so."""
-        items, free = t.items, t.free
-        while items and free:
-            d = decide(t.rows, items[0][2], now, t.cfg)
-            if isinstance(d, Wait):
-                if d.until is not None:
-                    t.gen += 1
-                    heappush(self._heap, (d.until, next(self._seq), _TIMER, t, t.gen))
+        """``TaskQueue._pump``: batches to free instances while the queue forms them."""
+        q = t.q
+        while True:
+            formed = q.form(now, lambda: self._after(t))
+            if formed is None:
                 return
-            size = d.size
-            own = t.exec.time(size)
-            rest = own + self._after(t)
-            batch = []
-            rows = taken = 0
-            while items and rows + items[0][1] <= size:
-                item = items.popleft()
-                taken += 1
-                t.rows -= item[1]
-                if (
-                    self.drop
-                    and not item[4]
-                    and (should_drop(now, item[3], rest) or spent(now, item[5]))
-                ):
-                    t.drops += 1
-                    self._chunk_done(item[0], now, failed=True)
-                    continue
-                batch.append(item)
-                rows += item[1]
-            if not taken:
-                raise PlanError(
-                    f"task {t.name!r}: a request of {items[0][1]} rows is larger than the "
-                    f"batch of {size} that preferred_batch_sizes "
-                    f"{list(t.cfg.preferred_batch_sizes)} dispatches, so no batch can take "
-                    "it and the queue would spin; add its size to preferred_batch_sizes or "
-                    "remove them"
-                )
-            self._active -= taken
+            if isinstance(formed, Wait):
+                if formed.until is not None:
+                    t.gen += 1
+                    heappush(self._heap, (formed.until, next(self._seq), _TIMER, t, t.gen))
+                return
+            for entry, _ in formed.dropped:
+                t.drops += 1
+                self._chunk_done(entry.payload, now, failed=True)
+            self._active -= formed.taken
             self._dirty(t)
+            batch = formed.batch
             if not batch:
                 continue
-            slot = free.pop(0)
+            slot, rows = formed.slot, formed.rows
             t.running += 1
             self._active += 1
             took = t.mean[rows]
@@ -444,7 +403,7 @@ class Engine:
             t.batches += 1
             t.rows_run += rows
             t.batched += len(batch)
-            t.wait_s += sum(now - item[2] for item in batch)
+            t.wait_s += sum(now - e.arrival for e in batch)
             cores = t.pinned[slot] if t.pinned is not None else None
             if cores is None:
                 t.busy_s += took
@@ -492,14 +451,14 @@ class Engine:
                 answered.append(payload[0].batch)
         for batch in answered:
             for item in batch:
-                self._chunk_done(item[0], now, failed=False)
+                self._chunk_done(item.payload, now, failed=False)
 
     def _end(self, t: _Task, payload: tuple[int, list[Any], int, float], now: float) -> None:
         """``TaskQueue._execute``'s end: the model learns, the instance is free, the
         queue pumps."""
         slot, _, rows, took = payload
-        t.exec = t.exec.observe(rows, took)
-        t.free.append(slot)
+        t.q.learn(rows, took)
+        t.q.release(slot, now)
         t.running -= 1
         self._active -= 1
         self._dirty(t)

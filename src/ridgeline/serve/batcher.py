@@ -1,12 +1,13 @@
-"""One task's queue: dynamic batching by the shared policy, dispatch to free instances.
+"""One task's queue: ``policies.queue.BatchQueue`` stepped on the event loop, its
+batches run on worker instances.
 
 Requests join the queue with their rows, input arrays and absolute deadline. Whenever
-an instance is free, ``policies.batching.decide`` says whether to send a batch now (full,
-a preferred size, or the oldest request has waited the queue delay) or to wait until
-when; the same function drives the fake server and the simulator. A request that can
-no longer make its deadline is dropped (``dropping``) when it arrives and again when
-its batch forms (unless it arrived at an idle server), so no instance works on an answer
-nobody will use. A batch's inputs are concatenated along the batch dimension, run on the
+an instance is free, the queue says whether to send a batch now (full, a preferred
+size, or the oldest request has waited the queue delay) or to wait until when; the same
+queue drives the fake server and both simulators. A request that can no longer make its
+deadline is dropped (``dropping``) when it arrives and again when its batch forms
+(unless it arrived at an idle server), so no instance works on an answer nobody will
+use. A batch's inputs are concatenated along the batch dimension, run on the
 instance, and its outputs split back by rows; an instance's failure (a crash included)
 fails that batch's requests with an error, never leaving them waiting.
 """
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -23,15 +23,9 @@ import numpy as np
 
 from ridgeline.clock import Clock
 from ridgeline.errors import InferFailed
-from ridgeline.policies.batching import BatchingConfig, Wait, decide
-from ridgeline.policies.dropping import (
-    ExecModel,
-    TaskTiming,
-    arrival_gap,
-    expected_wait_s,
-    should_drop,
-    spent,
-)
+from ridgeline.policies.batching import BatchingConfig, Wait
+from ridgeline.policies.dropping import ExecModel, TaskTiming
+from ridgeline.policies.queue import BatchQueue, DropReason, Entry
 from ridgeline.serve.metrics import ServeMetrics
 from ridgeline.v2.spec import TensorSpec
 from ridgeline.v2.tensors import Array
@@ -44,22 +38,17 @@ class Instance(Protocol):
 
 
 class _Item:
-    __slots__ = ("arrays", "arrival", "budget", "deadline", "future", "kept", "rows")
+    __slots__ = ("arrays", "future")
 
-    def __init__(
-        self, rows: int, arrays: list[Array], deadline: float, arrival: float, budget: float
-    ) -> None:
-        self.rows, self.arrays, self.deadline, self.arrival = rows, arrays, deadline, arrival
-        self.budget = budget
-        """When this task's latency budget runs out (its end, summed from the source)."""
-        self.kept = False
-        """Arrived at an idle server: never dropped (``dropping``)."""
+    def __init__(self, arrays: list[Array]) -> None:
+        self.arrays = arrays
         self.future: asyncio.Future[list[Array]] = asyncio.get_running_loop().create_future()
 
 
 class TaskQueue:
-    """The queue of task ``name``; ``remaining_after`` is the expected time of the tasks
-    after it (its longest path), for the drop decision."""
+    """The queue of task ``name``: ``policies.queue.BatchQueue`` stepped on the event
+    loop, its batches run on ``instances``; ``remaining_after`` is the expected time of
+    the tasks after it (its longest path), for the drop decision."""
 
     def __init__(
         self,
@@ -74,15 +63,11 @@ class TaskQueue:
         drop: bool = True,
     ) -> None:
         self.name, self.inputs, self.outputs = name, list(inputs), list(outputs)
-        self.cfg, self.instances, self.clock = batching, list(instances), clock
-        self._gap_s = 0.0
-        """The mean gap between rows arriving lately (``dropping.arrival_gap``)."""
-        self._last_s: float | None = None
-        self.metrics, self.remaining_after, self.drop = metrics, remaining_after, drop
-        self.exec = ExecModel()
-        self._items: deque[_Item] = deque()
-        self._rows = 0
-        self._free = list(range(len(self.instances)))
+        self.instances, self.clock = list(instances), clock
+        self.metrics, self.remaining_after = metrics, remaining_after
+        self.core: BatchQueue[_Item] = BatchQueue(
+            batching, len(self.instances), drop=drop, started=clock.now()
+        )
         self.retired: set[int] = set()
         """Instances no batch goes to any more (``retire``)."""
         self._draining: dict[int, asyncio.Future[None]] = {}
@@ -91,30 +76,42 @@ class TaskQueue:
         self._closed = False
 
     @property
+    def cfg(self) -> BatchingConfig:
+        return self.core.cfg
+
+    @cfg.setter
+    def cfg(self, cfg: BatchingConfig) -> None:
+        self.core.cfg = cfg
+
+    @property
+    def exec(self) -> ExecModel:
+        """The execution model the drop decision expects batch times from."""
+        return self.core.exec
+
+    @exec.setter
+    def exec(self, model: ExecModel) -> None:
+        self.core.exec = model
+
+    @property
+    def drop(self) -> bool:
+        return self.core.drop
+
+    @property
     def active(self) -> int:
         """Instances batches may go to."""
-        return len(self.instances) - len(self.retired)
+        return self.core.instances
 
     def timing(self) -> TaskTiming:
-        return TaskTiming(
-            self.exec,
-            self._rows,
-            self.cfg.max_batch_size,
-            self.active,
-            self.cfg.max_queue_delay_s,
-            self.active - len(self._free),
-            self._gap_s,
-        )
+        return self.core.timing()
 
     def idle(self) -> bool:
         """Nothing queued and no batch running."""
-        return not self._items and not self._running
+        return not self.core.items and not self._running
 
     def add_instance(self, instance: Instance) -> int:
         """Start sending batches to ``instance`` too (warm it first); its slot."""
         self.instances.append(instance)
-        slot = len(self.instances) - 1
-        self._free.append(slot)
+        slot = self.core.add_instance(self.clock.now())
         self._pump()
         return slot
 
@@ -123,17 +120,17 @@ class TaskQueue:
         any, has finished and been answered. What is queued goes to the others."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.retired.add(slot)
-        if slot in self._free:
-            self._free.remove(slot)
-            done.set_result(None)
-        else:
+        busy = slot not in self.core.free
+        self.core.retire(slot, busy)
+        if busy:
             self._draining[slot] = done
+        else:
+            done.set_result(None)
         return done
 
     def expected_s(self) -> float:
         """From joining this queue now to the end of the longest path after it."""
-        t = self.timing()
-        return expected_wait_s(t) + self.exec.time(t.batch_rows) + self.remaining_after()
+        return self.core.expected_s(self.remaining_after())
 
     def submit(
         self,
@@ -148,70 +145,50 @@ class TaskQueue:
         when its latency budget through this task runs out; one that comes, or whose
         batch forms, after that is dropped (it has spent the budget), as one expected to
         miss its ``deadline`` is."""
-        if not 1 <= rows <= self.cfg.max_batch_size:
-            raise ValueError(f"{rows} rows for task {self.name!r} (1..{self.cfg.max_batch_size})")
+        core = self.core
+        if not 1 <= rows <= core.cfg.max_batch_size:
+            raise ValueError(f"{rows} rows for task {self.name!r} (1..{core.cfg.max_batch_size})")
         now = self.clock.now()
-        self._gap_s = arrival_gap(self._gap_s, self._last_s, now, rows)
-        self._last_s = now
-        item = _Item(rows, arrays, deadline, now, budget)
+        core.arrive(now, rows)
+        item = _Item(arrays)
+        entry = Entry(item, rows, now, deadline, budget, keep)
         self.metrics.requests.labels(self.name).inc()
         if self._closed:
             item.future.set_exception(InferFailed("unavailable", "the server is shutting down"))
-        elif (
-            self.drop
-            and not keep
-            and (should_drop(now, deadline, self.expected_s()) or spent(now, budget))
-        ):
-            self._drop(item, now)
+            return item.future
+        why = core.refuses(entry, now, self.expected_s)
+        if why is not None:
+            self._drop(item, why)
         else:
-            item.kept = keep
-            self._items.append(item)
-            self._rows += rows
+            core.push(entry)
             self._pump()
         return item.future
 
-    def _drop(self, item: _Item, now: float) -> None:
+    def _drop(self, item: _Item, why: DropReason) -> None:
         if item.future.done():  # cancelled by its caller
             return
         self.metrics.drops.labels(self.name).inc()
         # the answer names the reason, never this request's numbers: a client counts its
         # errors by their text, and one kind of drop must stay one kind of error
-        why = (
-            "its latency budget here is spent"
-            if spent(now, item.budget)
-            else "it would finish past its deadline"
-        )
         item.future.set_exception(
-            InferFailed("dropped", f"cannot meet SLO at task {self.name!r}: {why}")
+            InferFailed("dropped", f"cannot meet SLO at task {self.name!r}: {why.value}")
         )
 
     def _pump(self) -> None:
-        items, now = self._items, self.clock.now()
-        while items and self._free:
-            d = decide(self._rows, items[0].arrival, now, self.cfg)
-            if isinstance(d, Wait):
-                if d.until is not None:
-                    self._arm(d.until, now)
+        now = self.clock.now()
+        while True:
+            formed = self.core.form(now, self.remaining_after)
+            if formed is None:
                 return
-            batch: list[_Item] = []
-            rows = 0
-            own = self.exec.time(d.size)
-            rest = own + self.remaining_after()
-            while items and rows + items[0].rows <= d.size:
-                item = items.popleft()
-                self._rows -= item.rows
-                if (
-                    self.drop
-                    and not item.kept
-                    and (should_drop(now, item.deadline, rest) or spent(now, item.budget))
-                ):
-                    self._drop(item, now)
-                    continue
-                batch.append(item)
-                rows += item.rows
-            if batch:
-                slot = self._free.pop(0)
-                task = asyncio.create_task(self._execute(slot, batch, rows, now))
+            if isinstance(formed, Wait):
+                if formed.until is not None:
+                    self._arm(formed.until, now)
+                return
+            for entry, why in formed.dropped:
+                self._drop(entry.payload, why)
+            if formed.batch:
+                run = self._execute(formed.slot, formed.batch, formed.rows, now)
+                task = asyncio.create_task(run)
                 self._running.add(task)
                 task.add_done_callback(self._running.discard)
 
@@ -225,10 +202,13 @@ class TaskQueue:
         self._timer = None
         self._pump()
 
-    async def _execute(self, slot: int, batch: list[_Item], rows: int, formed: float) -> None:
+    async def _execute(
+        self, slot: int, entries: list[Entry[_Item]], rows: int, formed: float
+    ) -> None:
         m, name = self.metrics, self.name
-        for item in batch:
-            m.queue_s.labels(name).observe(formed - item.arrival)
+        for entry in entries:
+            m.queue_s.labels(name).observe(formed - entry.arrival)
+        batch = [entry.payload for entry in entries]
         inputs = {
             spec.name: np.concatenate([item.arrays[k] for item in batch], axis=0)
             for k, spec in enumerate(self.inputs)
@@ -244,14 +224,15 @@ class TaskQueue:
                     item.future.set_exception(InferFailed("internal", f"task {name!r}: {e}"))
         else:
             took = self.clock.now() - start
-            self.exec = self.exec.observe(rows, took)
+            self.core.learn(rows, took)
             m.compute_s.labels(name).observe(took)
             m.batch_size.labels(name).observe(rows)
             m.rows.labels(name).inc(rows)
             offset = 0
-            for item in batch:
-                part = [a[offset : offset + item.rows] for a in arrays]
-                offset += item.rows
+            for entry in entries:
+                item = entry.payload
+                part = [a[offset : offset + entry.rows] for a in arrays]
+                offset += entry.rows
                 if not item.future.done():
                     item.future.set_result(part)
         finally:
@@ -260,7 +241,7 @@ class TaskQueue:
                 if drained is not None and not drained.done():
                     drained.set_result(None)
             else:
-                self._free.append(slot)
+                self.core.release(slot, self.clock.now())
             if not self._closed:
                 self._pump()
 
@@ -278,10 +259,9 @@ class TaskQueue:
         self._closed = True
         if self._timer is not None:
             self._timer.cancel()
-        while self._items:
-            item = self._items.popleft()
+        for entry in self.core.clear():
+            item = entry.payload
             if not item.future.done():  # its caller may have gone (cancelled) already
                 item.future.set_exception(InferFailed("unavailable", "the server is shutting down"))
-        self._rows = 0
         if self._running:
             await asyncio.gather(*self._running, return_exceptions=True)

@@ -37,7 +37,8 @@ from ridgeline.clock import Clock
 from ridgeline.errors import InferFailed
 from ridgeline.pipeline.plan import Edge, Plan
 from ridgeline.policies import glue
-from ridgeline.policies.dropping import DROP_MARGIN, Slack, should_drop
+from ridgeline.policies.dropping import DROP_MARGIN, Slack
+from ridgeline.policies.queue import refuses_request
 from ridgeline.serve.batcher import TaskQueue
 from ridgeline.v2.spec import TensorSpec
 from ridgeline.v2.tensors import NUMPY_DTYPES, Array
@@ -81,7 +82,7 @@ class GraphRunner:
         deadline = now + (1 - self.margin) * slo_s - self.slack.slack_s - self.frontend_s()
         expected = self.expected_s()
         idle = all(q.idle() for q in self.queues.values())
-        if drop and not idle and should_drop(now, deadline, expected):
+        if drop and refuses_request(now, deadline, expected, idle):
             raise InferFailed(
                 "dropped",
                 f"cannot meet SLO {self.plan.slo_ms:g} ms: the pipeline's queues already "

@@ -1,14 +1,16 @@
-"""The simulator's event loop: one FIFO queue, ``instances`` executors, dispatch by ``decide``.
+"""The simulator's event loop: one FIFO queue, ``instances`` executors, batches as
+``policies.queue`` forms them.
 
-It mirrors ``fakeserver.engine.BatchingEngine`` in virtual time, one *batch* at a time
-rather than one event at a time:
+It is the fake server's ``BatchQueue`` stepped in bulk in virtual time, one *batch* at
+a time rather than one event at a time, asking the queue module's questions on columns
+(the simulated server has no early dropping):
 
 * While every instance is busy, arrivals only join the queue (or are refused when it holds
   ``max_queue`` requests), so the loop jumps straight to the next completion and admits
   everything that arrived by then with one ``bisect``.
 * When an instance is free it asks ``decide`` at that moment; on ``Wait(until)`` each
   arrival up to ``until`` would ask again. Those probes are pure, so instead of one per
-  arrival the loop binary-searches for the first arrival at which ``decide`` dispatches.
+  arrival the loop asks ``first_dispatch`` for the first arrival at which it dispatches.
   This assumes the policy is monotone: more rows queued, or a later time, never turns a
   ``Dispatch`` into a ``Wait`` (true of ``decide``: it dispatches on a full batch, a
   formable preferred size, or a passed deadline).
@@ -31,7 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from heapq import heapreplace
 
-from ridgeline.policies.batching import BatchingConfig, Dispatch, Wait, decide
+from ridgeline.policies.batching import BatchingConfig, Dispatch, Wait
+from ridgeline.policies.queue import batch_end, decide, first_dispatch
 
 Service = Callable[[int, float, int], float]
 """(rows, start, requests served before) → end of the batch, both in step time."""
@@ -52,33 +55,6 @@ class QueueRun:
     """When each batch completed."""
     served: int
     """Requests executed."""
-
-
-def _first_dispatch(
-    times: list[float],
-    cum: list[int],
-    lo: int,
-    hi: int,
-    queued: int,
-    head: float,
-    cfg: BatchingConfig,
-) -> tuple[int, Dispatch | None]:
-    """The first arrival ``k`` in ``[lo, hi)`` at which ``decide`` dispatches, with
-    ``queued`` rows waiting before ``lo`` arrives; (-1, None) if none does."""
-    if lo >= hi:
-        return -1, None
-    last = decide(queued + cum[hi] - cum[lo], head, times[hi - 1], cfg)
-    if isinstance(last, Wait):
-        return -1, None
-    a, b, best = lo, hi - 1, last
-    while a < b:
-        mid = (a + b) // 2
-        d = decide(queued + cum[mid + 1] - cum[lo], head, times[mid], cfg)
-        if isinstance(d, Wait):
-            a = mid + 1
-        else:
-            b, best = mid, d
-    return a, best
 
 
 def run_queue(
@@ -170,7 +146,7 @@ def run_queue(
             head, queued = at[qh], ac[avail] - ac[qh]
             hi = bisect_right(times, until, nxt)
             sure = min(hi, nxt + max(limit - (avail - qh), 0))
-            k, found = _first_dispatch(times, cum, nxt, sure, queued, head, cfg)
+            k, found = first_dispatch(times, cum, nxt, sure, queued, head, cfg)
             stop = sure if found is None else k + 1
             if compact:
                 admit(nxt, stop)
@@ -199,10 +175,7 @@ def run_queue(
             now = until
             d = decide(ac[avail] - ac[qh], head, now, cfg)
         # Dispatch the oldest requests whose rows fit in d.size (the head always goes).
-        if unit:
-            m = min(qh + max(d.size, 1), avail)
-        else:
-            m = bisect_right(ac, ac[qh] + d.size, qh + 2, avail + 1) - 1
+        m = min(qh + max(d.size, 1), avail) if unit else batch_end(ac, qh, avail, d.size)
         end = service(ac[m] - ac[qh], now, served)
         served += m - qh
         heapreplace(heap, (end, end > now))

@@ -1,0 +1,341 @@
+"""The one batching queue: when a batch starts, which requests it takes, which are
+dropped, and which are refused, with times passed in.
+
+Every server in the project is this queue stepped by a driver (the SimPy pattern): the
+fake server's engine and the serving runtime's task queues step it on the real clock
+with asyncio timers; the plan simulator steps it on a virtual-time heap; the simulated
+server (``sim/_queue.py``) steps it in bulk, asking ``first_dispatch`` for the arrival
+at which a waiting queue goes instead of asking at every arrival. The queue owns no
+clock, no timer and no task: a driver tells it what happened (``arrive``, ``push``,
+``release``) and asks it what to do (``refuses``, ``form``, ``overflow``).
+
+The decisions, each made here once:
+
+* **when a batch starts**: a free instance asks ``batching.decide`` (full batch,
+  formable preferred size, or the oldest request has waited the queue delay); on
+  ``Wait(until)`` the driver arms one timer for ``until`` or asks again at the next
+  arrival or completion;
+* **which requests it takes**: the oldest first, while their rows fit the size decided;
+  the first one kept always goes, even when a preferred size is smaller than it (a
+  request is never split, and a queue whose head never fits would spin);
+* **when it became ready** (``Formed.ready``): its last request's arrival, or the queue
+  delay's deadline when it went on that deadline (the fake server starts its batch
+  there, so timer lateness never accumulates);
+* **which instance runs it**: the one free the longest;
+* **early dropping** (``dropping``): a request that is expected to miss its deadline,
+  or has spent its latency budget, is refused on arrival and dropped again when its
+  batch forms, unless it arrived at an idle server (``keep``);
+* **the queue bound**: past ``max_queue`` requests waiting after the queue was served,
+  the newest is refused (``overflow``).
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections import deque
+from collections.abc import Callable, Sequence
+from enum import StrEnum
+from typing import Generic, NamedTuple, TypeVar
+
+from ridgeline.policies.batching import BatchingConfig, Dispatch, Wait, decide
+from ridgeline.policies.dropping import (
+    ExecModel,
+    TaskTiming,
+    arrival_gap,
+    expected_wait_s,
+    should_drop,
+    spent,
+)
+
+__all__ = [
+    "BatchQueue",
+    "DropReason",
+    "Entry",
+    "Formed",
+    "batch_end",
+    "decide",
+    "first_dispatch",
+    "late_or_spent",
+    "refuses_request",
+]
+
+P = TypeVar("P")
+
+
+class DropReason(StrEnum):
+    LATE = "it would finish past its deadline"
+    SPENT = "its latency budget here is spent"
+
+
+class Entry(Generic[P]):
+    """One request waiting in the queue; ``payload`` is the driver's own."""
+
+    __slots__ = ("arrival", "budget", "deadline", "keep", "payload", "rows")
+
+    def __init__(
+        self,
+        payload: P,
+        rows: int,
+        arrival: float,
+        deadline: float = math.inf,
+        budget: float = math.inf,
+        keep: bool = False,
+    ) -> None:
+        self.payload, self.rows, self.arrival = payload, rows, arrival
+        self.deadline, self.budget = deadline, budget
+        self.keep = keep
+        """Arrived at an idle server: never dropped (``dropping``)."""
+
+
+class Formed(NamedTuple, Generic[P]):
+    """What a free instance does now: run ``batch`` (``rows`` rows) on instance ``slot``;
+    ``dropped`` were taken off the queue for it but cannot make their deadline. An empty
+    ``batch`` (every request taken was dropped) uses no instance (``slot`` is -1)."""
+
+    slot: int
+    batch: list[Entry[P]]
+    rows: int
+    dropped: list[tuple[Entry[P], DropReason]]
+    ready: float
+    """When the batch became ready: its last request's arrival, or the queue delay's
+    deadline if it went on that deadline."""
+
+    @property
+    def taken(self) -> int:
+        """Requests that left the queue."""
+        return len(self.batch) + len(self.dropped)
+
+
+def late_or_spent(
+    now: float, deadline: float, budget: float, expected_s: float
+) -> DropReason | None:
+    """Why a request expected to need ``expected_s`` more, with its budget through this
+    task running out at ``budget``, is dropped now; None if it is not."""
+    if spent(now, budget):
+        return DropReason.SPENT
+    if should_drop(now, deadline, expected_s):
+        return DropReason.LATE
+    return None
+
+
+def refuses_request(now: float, deadline: float, expected_s: float, idle: bool) -> bool:
+    """A whole pipeline's check at a request's arrival: refused if its longest path is
+    expected past the deadline, never when every queue is idle (``dropping``)."""
+    return not idle and should_drop(now, deadline, expected_s)
+
+
+class BatchQueue(Generic[P]):
+    """One task's queue over ``instances`` identical instances."""
+
+    __slots__ = (
+        "_free_at",
+        "cfg",
+        "drop",
+        "exec",
+        "free",
+        "gap_s",
+        "instances",
+        "items",
+        "last_s",
+        "rows",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        cfg: BatchingConfig,
+        instances: int,
+        *,
+        drop: bool = False,
+        exec_model: ExecModel | None = None,
+        started: float = 0.0,
+    ) -> None:
+        self.cfg, self.drop = cfg, drop
+        self.exec = exec_model or ExecModel()
+        self.items: deque[Entry[P]] = deque()
+        self.rows = 0
+        """Rows waiting."""
+        self.instances = instances
+        """Instances batches may go to."""
+        self.free: list[int] = list(range(instances))
+        self._free_at: list[float] = [started] * instances
+        self.gap_s = 0.0
+        """The mean gap between rows arriving lately (``dropping.arrival_gap``)."""
+        self.last_s: float | None = None
+
+    # --- what the drop rule sees -------------------------------------------------------
+
+    @property
+    def busy(self) -> int:
+        return self.instances - len(self.free)
+
+    def timing(self) -> TaskTiming:
+        return TaskTiming(
+            self.exec,
+            self.rows,
+            self.cfg.max_batch_size,
+            self.instances,
+            self.cfg.max_queue_delay_s,
+            self.instances - len(self.free),
+            self.gap_s,
+        )
+
+    def expected_s(self, after_s: float) -> float:
+        """From joining the queue now to the end of its batch, plus ``after_s`` (the
+        tasks after this one, on the longest path)."""
+        t = self.timing()
+        return expected_wait_s(t) + self.exec.time(t.batch_rows) + after_s
+
+    def idle(self) -> bool:
+        """Nothing waiting, no instance busy."""
+        return not self.items and len(self.free) == self.instances
+
+    # --- what happened -----------------------------------------------------------------
+
+    def arrive(self, now: float, rows: int) -> None:
+        """``rows`` rows came at ``now`` (queued or not): the arrival pace learns."""
+        self.gap_s = arrival_gap(self.gap_s, self.last_s, now, rows)
+        self.last_s = now
+
+    def refuses(
+        self, entry: Entry[P], now: float, expected: Callable[[], float]
+    ) -> DropReason | None:
+        """Whether ``entry`` is dropped on arrival (``expected``: its expected time from
+        joining, read only when it matters)."""
+        if not self.drop or entry.keep:
+            return None
+        if spent(now, entry.budget):
+            return DropReason.SPENT
+        if should_drop(now, entry.deadline, expected()):
+            return DropReason.LATE
+        return None
+
+    def push(self, entry: Entry[P]) -> None:
+        self.items.append(entry)
+        self.rows += entry.rows
+
+    def overflow(self, entry: Entry[P], limit: int | None) -> bool:
+        """After the queue was served: refuse ``entry`` (take it back off) if it is still
+        the newest waiting and more than ``limit`` wait."""
+        items = self.items
+        if limit is None or not items or items[-1] is not entry or len(items) <= limit:
+            return False
+        items.pop()
+        self.rows -= entry.rows
+        return True
+
+    def release(self, slot: int, at: float) -> None:
+        """Instance ``slot`` is free again since ``at``."""
+        self.free.append(slot)
+        self._free_at[slot] = at
+
+    def add_instance(self, at: float) -> int:
+        """One more instance, free now; its slot."""
+        self._free_at.append(at)
+        slot = len(self._free_at) - 1
+        self.instances += 1
+        self.free.append(slot)
+        return slot
+
+    def retire(self, slot: int, busy: bool) -> None:
+        """No batch goes to ``slot`` any more (``busy``: it runs one now, whose end the
+        driver will not ``release``)."""
+        self.instances -= 1
+        if not busy:
+            self.free.remove(slot)
+
+    def learn(self, rows: int, took_s: float) -> None:
+        """A batch of ``rows`` took ``took_s``: the execution model learns."""
+        self.exec = self.exec.observe(rows, took_s)
+
+    def clear(self) -> list[Entry[P]]:
+        """Everything waiting, taken off the queue (the server is shutting down)."""
+        gone = list(self.items)
+        self.items.clear()
+        self.rows = 0
+        return gone
+
+    # --- what to do --------------------------------------------------------------------
+
+    def form(self, now: float, after: Callable[[], float] = lambda: 0.0) -> Formed[P] | Wait | None:
+        """What a free instance does at ``now``: a batch (``Formed``), wait until when
+        (``Wait``), or None when nothing waits or no instance is free. ``after``: the
+        expected time of the tasks after this one, read only when dropping."""
+        items, free = self.items, self.free
+        if not items or not free:
+            return None
+        cfg = self.cfg
+        d = decide(self.rows, items[0].arrival, now, cfg)
+        if isinstance(d, Wait):
+            return d
+        size = d.size
+        on_time = size == cfg.max_batch_size or size in cfg.preferred_batch_sizes
+        head = items[0].arrival
+        drop = self.drop
+        rest = self.exec.time(size) + after() if drop else 0.0
+        batch: list[Entry[P]] = []
+        dropped: list[tuple[Entry[P], DropReason]] = []
+        rows = 0
+        while items and (not batch or rows + items[0].rows <= size):
+            e = items.popleft()
+            self.rows -= e.rows
+            if drop and not e.keep:
+                why = late_or_spent(now, e.deadline, e.budget, rest)
+                if why is not None:
+                    dropped.append((e, why))
+                    continue
+            batch.append(e)
+            rows += e.rows
+        if not batch:
+            return Formed(-1, batch, 0, dropped, now)
+        ready = batch[-1].arrival
+        if not on_time:
+            ready = max(ready, head + cfg.max_queue_delay_s)  # sent on its deadline
+        if len(free) == 1:
+            slot = free.pop()
+        else:
+            slot = min(free, key=self._free_at.__getitem__)
+            free.remove(slot)
+        return Formed(slot, batch, rows, dropped, ready)
+
+
+# --- the bulk driver's questions (``sim/_queue.py``) -----------------------------------
+
+
+def first_dispatch(
+    times: Sequence[float],
+    cum: Sequence[int],
+    lo: int,
+    hi: int,
+    queued: int,
+    head: float,
+    cfg: BatchingConfig,
+) -> tuple[int, Dispatch | None]:
+    """The first arrival ``k`` in ``[lo, hi)`` at which a waiting queue dispatches, with
+    ``queued`` rows waiting (the oldest since ``head``) before ``lo`` arrives and
+    ``cum[i]`` rows before arrival ``i``; (-1, None) if none does.
+
+    What asking ``decide`` at each arrival would find, by bisection: the policy is
+    monotone (more rows queued, or a later time, never turns a ``Dispatch`` into a
+    ``Wait``)."""
+    if lo >= hi:
+        return -1, None
+    last = decide(queued + cum[hi] - cum[lo], head, times[hi - 1], cfg)
+    if isinstance(last, Wait):
+        return -1, None
+    a, b, best = lo, hi - 1, last
+    while a < b:
+        mid = (a + b) // 2
+        d = decide(queued + cum[mid + 1] - cum[lo], head, times[mid], cfg)
+        if isinstance(d, Wait):
+            a = mid + 1
+        else:
+            b, best = mid, d
+    return a, best
+
+
+def batch_end(cum: Sequence[int], first: int, avail: int, size: int) -> int:
+    """The queue position after a batch of at most ``size`` rows taken from ``first``
+    (``cum``: rows before each position, ``avail`` the end of the queue): the oldest
+    whose rows fit, the first one always (``BatchQueue.form``'s rule, without drops)."""
+    return bisect_right(cum, cum[first] + size, first + 2, avail + 1) - 1
