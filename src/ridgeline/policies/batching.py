@@ -1,7 +1,7 @@
 """Dynamic batching as a pure policy: "dispatch now, or wait until when?".
 
-The same function drives the fake server, the serving runtime and the simulator, so a
-simulated timeline and a served one batch alike. Semantics follow Triton's dynamic
+Only ``policies.queue`` asks it (the one queue the fake server, the serving runtime and
+both simulators step), so a simulated timeline and a served one batch alike. Semantics follow Triton's dynamic
 batcher: a batch goes as soon as it is full (``max_batch_size``) or a preferred size
 can be formed; otherwise the batcher waits until the oldest request has waited
 ``max_queue_delay_s``, then sends what it has.
