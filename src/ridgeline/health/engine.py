@@ -55,6 +55,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ridgeline.health._observe import observation_from_window
+from ridgeline.health.metrics import DEFAULT, METRICS
 from ridgeline.health.slo import SLOPolicy
 from ridgeline.health.state import Assessment, HealthState, Observation
 from ridgeline.telemetry.gpu import fatal_gpu_problem
@@ -169,8 +170,8 @@ def _readings(
                     b.name,
                     v / b.bound_ms,
                     w.latency,
-                    f"{b.name.replace('_', ' ')} {v:.1f} ms",
-                    f"{b.bound_ms:g} ms",
+                    f"{b.name.replace('_', ' ')} {v:.1f} {METRICS[b.metric].unit}",
+                    f"{b.bound_ms:g} {METRICS[b.metric].unit}",
                 )
             )
     if obs.answered > 0 or obs.error_rate > 0:
@@ -227,7 +228,7 @@ def _trend(obs: Observation, policy: SLOPolicy, history: Sequence[Observation]) 
     limit = policy.trend_growth * scale
     if limit <= 0:
         return None
-    label = pct if metric == "e2e" else f"{metric} {pct}"
+    label = METRICS[metric].bound_name(pct).replace("_", " ")
     return _Reading(
         "trend",
         max(0.0, slope) / limit,
@@ -241,8 +242,8 @@ def _trend_metric(policy: SLOPolicy) -> str:
     """The latency whose trend is fitted: end-to-end, unless only token metrics are
     bounded (then TTFT when bounded, else the first bounded)."""
     metrics = [b.metric for b in policy.latency]
-    if not metrics or "e2e" in metrics:
-        return "e2e"
+    if not metrics or DEFAULT in metrics:
+        return DEFAULT
     return "ttft" if "ttft" in metrics else metrics[0]
 
 

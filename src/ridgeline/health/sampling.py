@@ -34,8 +34,9 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ridgeline.health.slo import SLOPolicy
+from ridgeline.telemetry.histogram import PERCENTILES
 
-QUANTILES = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99, "p999": 0.999}
+QUANTILES = {k: round(p / 100.0, 9) for k, p in PERCENTILES.items()}
 """The quantile of each percentile bound an SLO may hold (``max`` and ``mean`` have no
 proportion to count)."""
 

@@ -14,24 +14,51 @@ are the defaults). Parts, separated by commas, in any order:
   (output tokens − 1));
 - ``errors<0.1%`` or ``errors<0.001`` — the largest tolerated error rate;
 - ``attainment>95%`` or ``attainment>0.95`` — the least achieved/offered throughput.
+
+The metrics a bound may name are the rows of ``health.metrics.METRICS``; a policy is
+written back as this text wherever it is stored (``SLOText``: a config field that reads
+the text, or a policy, and serialises as the text).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from typing import Literal, Self
+from typing import Annotated, Literal, Self, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+import numpy as np
+from numpy.typing import NDArray
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    model_validator,
+)
 
 from ridgeline._repeats import repeated
 from ridgeline.errors import ConfigError
+from ridgeline.health.metrics import DEFAULT
+from ridgeline.health.metrics import METRICS as _TABLE
+from ridgeline.telemetry.records import Records
 
 Percentile = Literal["p50", "p90", "p95", "p99", "p999", "max", "mean"]
-PERCENTILES: tuple[Percentile, ...] = ("p50", "p90", "p95", "p99", "p999", "max", "mean")
-Metric = Literal["e2e", "ttft", "itl", "tpot"]
-METRICS: tuple[Metric, ...] = ("e2e", "ttft", "itl", "tpot")
-"""End-to-end latency, time to first token, inter-token latency, time per output token."""
+PERCENTILES: tuple[Percentile, ...] = get_args(Percentile)
+"""``telemetry.histogram.STATISTICS``, as a type."""
+METRICS: tuple[str, ...] = tuple(_TABLE)
+"""The metrics a bound may name: the rows of ``health.metrics.METRICS``."""
+
+
+def _known_metric(name: str) -> str:
+    if name not in _TABLE:
+        raise ValueError(f"unknown metric {name!r}; valid ones are: {', '.join(_TABLE)}")
+    return name
+
+
+Metric = Annotated[str, AfterValidator(_known_metric)]
 
 EXAMPLE = "p99<100ms,errors<0.1%"
 
@@ -42,13 +69,17 @@ class LatencyBound(BaseModel):
     percentile: Percentile = Field(description="which latency statistic is bounded")
     bound_ms: float = Field(gt=0, allow_inf_nan=False, description="its largest allowed value, ms")
     metric: Metric = Field(
-        "e2e", description="which latency: end-to-end, to first token, between tokens, per token"
+        DEFAULT, description="which latency (a row of health.metrics.METRICS): e2e, ttft, ..."
     )
 
     @property
     def name(self) -> str:
         """How the SLO text names it: ``p99`` for end-to-end, ``ttft_p99`` for the rest."""
-        return self.percentile if self.metric == "e2e" else f"{self.metric}_{self.percentile}"
+        return _TABLE[self.metric].bound_name(self.percentile)
+
+    def meets(self, rec: Records) -> NDArray[np.bool_]:
+        """Which requests of ``rec`` meet this bound on their own values (goodput)."""
+        return _TABLE[self.metric].meets(rec, self.percentile, self.bound_ms)
 
 
 class ScoreWeights(BaseModel):
@@ -152,7 +183,7 @@ def parse_slo(text: str) -> SLOPolicy:
                     f"SLO {text!r}: {where} needs a time unit (us, ms or s), e.g. '{name}<100ms'"
                 )
             ms = num * _MS_PER[unit.casefold()]
-            latency.append(_bound(_PCT_NAMES[stat], ms, text, where, metric or "e2e"))
+            latency.append(_bound(_PCT_NAMES[stat], ms, text, where, metric or DEFAULT))
             spelt.setdefault(latency[-1].name, set()).add(metric)
         elif name == "errors":
             _expect(op, "<", text, where, "errors<0.1%")
@@ -167,15 +198,16 @@ def parse_slo(text: str) -> SLOPolicy:
             )
         else:
             valid = ", ".join([*_PCT_NAMES, "errors", "attainment"])
+            *most, last = (f"{m}_" for m in METRICS)
             raise ConfigError(
                 f"SLO {text!r}: unknown statistic {m['metric']!r} in {where}; valid ones are: "
-                f"{valid}, each percentile also as e2e_, ttft_, itl_ or tpot_ (ttft_p99) "
+                f"{valid}, each percentile also as {', '.join(most)} or {last} (ttft_p99) "
                 f"(e.g. {EXAMPLE!r})"
             )
     for key, prefixes in spelt.items():
         if len(prefixes) > 1:  # p99 and e2e_p99: one statistic, spelt two ways
             raise ConfigError(
-                f"SLO {text!r}: {key} and e2e_{key} both bound the end-to-end {key} "
+                f"SLO {text!r}: {key} and {DEFAULT}_{key} both bound the end-to-end {key} "
                 "latency; keep one bound of the two"
             )
     if dup := repeated(b.name for b in latency):
@@ -192,6 +224,19 @@ def format_slo(policy: SLOPolicy) -> str:
     parts.append(f"errors<{_percent(policy.max_error_rate)}")
     parts.append(f"attainment>{_percent(policy.min_attainment)}")
     return ",".join(parts)
+
+
+def _policy(value: object) -> object:
+    return parse_slo(value) if isinstance(value, str) else value
+
+
+SLOText = Annotated[
+    SLOPolicy,
+    BeforeValidator(_policy),
+    PlainSerializer(lambda p: format_slo(p), return_type=str),
+]
+"""A config field holding a parsed SLO: it reads the text a user types (or a policy)
+once, and serialises as that text (``format_slo``)."""
 
 
 def _expect(op: str, want: str, text: str, where: str, example: str) -> None:

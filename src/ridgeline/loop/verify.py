@@ -3,8 +3,9 @@ and by what margin?
 
 1. A short warm-up at the planned demand, then a constant-rate step of ``seconds``
    (Poisson arrivals, latency from the scheduled send). It passes when the answered p99
-   is within the plan's SLO and failures — errors, timeouts, and drops, since a dropped
-   request was not served — are at most ``max_fail`` of those sent.
+   (``health.judge``, the probe's own estimator) is within the plan's SLO and failures
+   — errors, timeouts, and drops, since a dropped request was not served — are at most
+   ``max_fail`` of those sent.
 2. The margin: the capacity the probe's binary search measures under the same SLO
    (between a quarter and four times the demand), over the demand, minus one.
 
@@ -25,15 +26,16 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-import numpy as np
-
 from ridgeline.errors import ConfigError
+from ridgeline.health.judge import judge
+from ridgeline.health.slo import LatencyBound, SLOPolicy
 from ridgeline.loadgen.schedule import from_arrival
 from ridgeline.loadgen.step import StepConfig, measure_step
 from ridgeline.loadgen.validity import ValidityConfig
 from ridgeline.pipeline.plan import Plan
 from ridgeline.probe.drivers import NetworkDriver
 from ridgeline.probe.orchestrator import ProbeConfig, probe
+from ridgeline.telemetry.histogram import latency_summary_ms
 from ridgeline.telemetry.records import Outcome
 from ridgeline.workload.arrivals import parse_arrival
 
@@ -132,16 +134,19 @@ async def verify(
     step = await measure_step(target, from_arrival(arrivals, seconds, seed=2), step_cfg)
     s, rec = step.summary, step.records
     ok = rec.outcome == int(Outcome.OK)
-    p99 = _p99_ms(rec.latency_from_schedule[ok])
+    p99_bound = LatencyBound(percentile="p99", bound_ms=plan.slo_ms)
+    latency = SLOPolicy(latency=(p99_bound,))
+    held = judge(rec, latency, ok)  # the answered p99; failures are judged below, drops too
+    p99 = held.value(p99_bound)
     failed = s.sent - s.ok - s.dropped
     fail_rate = (failed + s.dropped) / s.sent if s.sent else 1.0
-    passed = p99 is not None and p99 <= plan.slo_ms and fail_rate <= max_fail
-    from_send = _p99_ms(rec.latency_from_send[ok])
+    passed = held.latency_held and fail_rate <= max_fail
+    from_send = latency_summary_ms(rec.latency_from_send[ok])["p99"]
     server_missed = from_send is None or from_send > plan.slo_ms or fail_rate > max_fail
     capacity = None
     if search:
         cfg = ProbeConfig(
-            slo=f"p99<{plan.slo_ms:g}ms,errors<{max_fail:.2%}",
+            slo=SLOPolicy(latency=(p99_bound,), max_error_rate=max_fail),
             strategy="binary",
             strategy_options={
                 "min_rate": demand / 4,
@@ -170,7 +175,3 @@ async def verify(
         None if s.valid else s.invalid_reason or "invalid",
         server_missed,
     )
-
-
-def _p99_ms(latencies_s: np.ndarray) -> float | None:
-    return float(np.percentile(latencies_s, 99) * 1000) if latencies_s.size else None

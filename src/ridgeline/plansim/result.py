@@ -1,23 +1,31 @@
 """A simulated run's result: end-to-end latency of the answered, the SLO violations
 (drops and late answers both count: no request leaves the denominator), and per task its
-load, batches and waits."""
+load, batches and waits. The run's requests are judged as a probe's are
+(``health.judge``): the same percentile estimator and key set (``p999``, shown p99.9),
+and a request late when it misses the plan's SLO on its own latency."""
 
 from __future__ import annotations
 
 import math
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from ridgeline.health.judge import Judgment, judge
+from ridgeline.health.metrics import DEFAULT
+from ridgeline.health.slo import LatencyBound, SLOPolicy
 from ridgeline.pipeline.plan import Plan
 from ridgeline.pipeline.segments import CpuSegment, MpsSegment, parse_segment
 from ridgeline.plansim.engine import ANSWERED, DROPPED, EngineRun
 from ridgeline.plansim.service import ServiceTime
+from ridgeline.telemetry.records import Outcome, Records
 
-PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p99.9": 99.9}
+SHOWN = ("mean", "p50", "p90", "p99", "p999")
+"""The statistics of the answered requests' latency a result keeps."""
 
 OVERLOADED_DROP_SHARE = 0.01
 """A run that drops more than this share of its requests says the plan is over capacity."""
@@ -68,7 +76,7 @@ class PlanSimResult:
     late: int
     """Answered after the SLO."""
     latency_ms: dict[str, float | None]
-    """End-to-end latency of the answered requests: mean and ``PERCENTILES`` (None when
+    """End-to-end latency of the answered requests: the ``SHOWN`` statistics (None when
     none was answered)."""
     mean_in_system: float
     """Time-average of requests in the system over the arrival window."""
@@ -86,6 +94,12 @@ class PlanSimResult:
     finish_s: NDArray[np.float64] = field(repr=False)
     status: NDArray[np.uint8] = field(repr=False)
     """Per request: ``engine.ANSWERED`` or ``engine.DROPPED``."""
+
+    @cached_property
+    def judgment(self) -> Judgment:
+        """The answered requests against the plan's SLO (``health.judge``): their p99,
+        and each one on its own latency (``good``: answered within the SLO)."""
+        return judge_run(self.arrival_s, self.finish_s, self.status, self.slo_ms)
 
     @property
     def violations(self) -> int:
@@ -131,15 +145,10 @@ def summarise(
     """The result of ``run``, the engine's outcome for requests arriving at ``times``."""
     n = len(times)
     ok = run.status == ANSWERED
-    latency = run.finish_s[ok] - times[ok]
-    slo_s = plan.slo_ms / 1000.0
     dropped = int(np.count_nonzero(run.status == DROPPED))
     simulated = max(run.end_s, duration_s)
-    lat: dict[str, float | None] = {"mean": None, **dict.fromkeys(PERCENTILES)}
-    if latency.size:
-        lat["mean"] = float(latency.mean()) * 1000.0
-        qs = np.percentile(latency, list(PERCENTILES.values())) * 1000.0
-        lat.update(zip(PERCENTILES, map(float, qs), strict=True))
+    judged = judge_run(times, run.finish_s, run.status, plan.slo_ms)
+    lat = {k: judged.statistics[DEFAULT][k] for k in SHOWN}
     tasks = []
     for name, c in run.tasks.items():
         t, s = plan.tasks[name], services[name]
@@ -174,7 +183,7 @@ def summarise(
         answered=int(np.count_nonzero(ok)),
         dropped=dropped,
         dropped_at_arrival=run.dropped_at_arrival,
-        late=int(np.count_nonzero(latency > slo_s)),
+        late=int(np.count_nonzero(ok & ~judged.good)),
         latency_ms=lat,
         mean_in_system=run.in_system_s / duration_s,
         mean_time_in_system_s=float((run.finish_s - times).mean()) if n else 0.0,
@@ -187,6 +196,27 @@ def summarise(
         finish_s=run.finish_s,
         status=run.status,
     )
+
+
+def slo_policy(slo_ms: float) -> SLOPolicy:
+    """A plan's SLO as a policy: its end-to-end p99 within ``slo_ms``."""
+    return SLOPolicy(latency=(LatencyBound(percentile="p99", bound_ms=slo_ms),))
+
+
+def judge_run(
+    arrival_s: NDArray[np.float64],
+    finish_s: NDArray[np.float64],
+    status: NDArray[np.uint8],
+    slo_ms: float,
+) -> Judgment:
+    """A run's answered requests against its plan's SLO: the requests as records, each
+    sent on arrival, answered or dropped."""
+    rec = Records.empty(arrival_s)
+    rec.sent = rec.scheduled.copy()
+    rec.done = np.asarray(finish_s, dtype=np.float64)
+    answered = status == ANSWERED
+    rec.outcome = np.where(answered, int(Outcome.OK), int(Outcome.DROPPED)).astype(np.int8)
+    return judge(rec, slo_policy(slo_ms), answered)
 
 
 def _warnings(

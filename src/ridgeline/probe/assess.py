@@ -28,6 +28,8 @@ import numpy as np
 
 from ridgeline.health.engine import assess, observation_from_window
 from ridgeline.health.hysteresis import HysteresisConfig, HysteresisState, smooth
+from ridgeline.health.judge import judge
+from ridgeline.health.metrics import DEFAULT, METRICS
 from ridgeline.health.sampling import (
     BATCHES,
     QUANTILES,
@@ -41,9 +43,7 @@ from ridgeline.health.state import HealthState, Observation
 from ridgeline.health.warmup import steady_start
 from ridgeline.loadgen.step import StepResult
 from ridgeline.search.base import StepPlan, StepVerdict
-from ridgeline.telemetry.histogram import latency_summary_ms
-from ridgeline.telemetry.records import FAILED, Outcome, Records
-from ridgeline.telemetry.summary import token_percentiles, tpot_s, ttft_s
+from ridgeline.telemetry.records import Outcome, Records
 
 _EPS = 1e-3
 
@@ -108,7 +108,7 @@ def assess_step(
             }
         )
     grace = _grace_s(result, policy)
-    step_obs = _step_observation(result, start, grace)
+    step_obs = _step_observation(result, start, grace, policy)
     step_obs = replace(step_obs, gpu_problems=gpu_problems, gpu_utilisation=gpu_utilisation)
     # the verdict is the step's own: every request at once, the windows as its history
     # (the latency trend). The windows' smoothed states are the timeline only: a 1 s
@@ -180,18 +180,20 @@ def _grace_s(result: StepResult, policy: SLOPolicy) -> float:
     """How long after the step's end an answer still counts in its throughput: the
     SLO's end-to-end bound, or (bounding token metrics only) the step's own p99 answer
     time: a long answer scheduled near the end is no shortfall."""
-    e2e = [b.bound_ms for b in policy.latency if b.metric == "e2e"]
+    e2e = [b.bound_ms for b in policy.latency if b.metric == DEFAULT]
     if e2e or not policy.latency:
         return max(e2e, default=0.0) / 1000.0
     return (result.summary.latency_ms.p99 or 0.0) / 1000.0
 
 
-def _step_observation(result: StepResult, start: int, grace_s: float) -> Observation:
+def _step_observation(
+    result: StepResult, start: int, grace_s: float, policy: SLOPolicy
+) -> Observation:
     """The step as one observation: every request scheduled after steady state;
     throughput from successful answers that came by the step's end plus ``grace_s`` (the
     SLO's latency bound: a request scheduled near the end may still answer in time)."""
     lo, end = _steady_span(result, start)
-    return _observation(result, lo, end, grace_s)
+    return _observation(result, lo, end, grace_s, policy)
 
 
 def _steady_span(result: StepResult, start: int) -> tuple[float, float]:
@@ -199,27 +201,26 @@ def _steady_span(result: StepResult, start: int) -> tuple[float, float]:
     return (wins[start].start_s if wins else 0.0), result.summary.duration_s
 
 
-def _observation(result: StepResult, lo: float, end: float, grace_s: float) -> Observation:
-    """Every request scheduled in [lo, end), as one observation."""
+def _observation(
+    result: StepResult, lo: float, end: float, grace_s: float, policy: SLOPolicy
+) -> Observation:
+    """Every request scheduled in [lo, end), as one observation: the judge's statistics
+    of every metric the SLO bounds, and end-to-end latency."""
     rec = result.records
     keep = (rec.scheduled >= lo) & (rec.scheduled < end)
-    a, b = np.searchsorted(rec.scheduled, [lo, end], side="left").tolist()
-    tokens = token_percentiles(rec, a, b)  # in schedule order: [a, b) is what keep holds
+    j = judge(rec, policy, keep)
     span = max(end - lo, 1e-9)
-    answered = keep & (rec.outcome != int(Outcome.NOT_SENT))
-    failed = keep & np.isin(rec.outcome, [int(o) for o in FAILED])
     ok = keep & (rec.outcome == int(Outcome.OK))
     in_span_ok = ok & (rec.done <= end + grace_s)
-    n_answered = int(answered.sum())
     return Observation(
         start_s=lo,
         end_s=end,
         offered_rps=float(keep.sum()) / span,
         achieved_rps=float(in_span_ok.sum()) / span,
-        error_rate=float(failed.sum()) / n_answered if n_answered else 0.0,
-        latency_ms=latency_summary_ms(rec.latency_from_schedule[answered]),
-        answered=n_answered,
-        token_ms={k.removesuffix("_ms"): p.model_dump() for k, p in tokens.items() if p},
+        error_rate=j.error_rate,
+        latency_ms=j.statistics[DEFAULT],
+        answered=j.answered,
+        token_ms={m: stats for m, stats in j.statistics.items() if m != DEFAULT},
     )
 
 
@@ -347,7 +348,8 @@ def _tail(
     dispersion of those beyond over the step's time slices (and over requests, for the
     gaps of ITL, which each request contributes many of)."""
     q = QUANTILES[bound.percentile]
-    values, when, owner = _samples(rec, judged, bound.metric)
+    taken = METRICS[bound.metric].samples(rec, judged)
+    values, when, owner = taken.values, taken.when, taken.owner
     late = ~(values <= bound.bound_ms / 1000.0)  # NaN (no answer) counts beyond
     samples = int(values.size)
     low, high = quantile_interval(values, q, confidence)
@@ -374,24 +376,6 @@ def _tail(
     )
 
 
-def _samples(
-    rec: Records, judged: np.ndarray, metric: str
-) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """A metric's samples among the ``judged`` requests, seconds: the values, each one's
-    scheduled time, and (for ITL's gaps) the request each came from."""
-    if metric == "itl":
-        counts = np.where(judged, rec.gap_counts(), 0)
-        owner = np.repeat(np.arange(len(rec)), counts)
-        keep = np.repeat(judged, rec.gap_counts())
-        return rec.gaps[keep], rec.scheduled[owner], owner
-    if metric == "e2e":
-        values = rec.latency_from_schedule
-    else:
-        values = ttft_s(rec) if metric == "ttft" else tpot_s(rec)
-        judged = judged & np.isfinite(values)
-    return values[judged], rec.scheduled[judged], None
-
-
 QUARTERS = 4
 
 
@@ -405,7 +389,7 @@ def quarter_scores(
     scores = []
     for q in range(QUARTERS):
         a, b = lo + q * width, lo + (q + 1) * width
-        score = assess(_observation(result, a, b, grace_s), policy).score
+        score = assess(_observation(result, a, b, grace_s, policy), policy).score
         if not 0.0 < score < math.inf:
             return ()
         scores.append(score)

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ridgeline._fields import Seconds
 from ridgeline.health.hysteresis import HysteresisConfig
 from ridgeline.health.sampling import judged_quantile, needed_samples, tail_requests
-from ridgeline.health.slo import SLOPolicy, parse_slo
+from ridgeline.health.slo import SLOPolicy, SLOText, parse_slo
 from ridgeline.health.warmup import WarmupConfig
 from ridgeline.search.base import StepPlan, StepVerdict
 from ridgeline.search.confirmation import DEFAULT_MARGIN, ConfirmMargin
@@ -28,7 +28,10 @@ BOUNDARY_TAIL = 30
 class ProbeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    slo: str = Field("p99<100ms,errors<1%", description="the SLO, e.g. 'p99<100ms,errors<0.1%'")
+    slo: SLOText = Field(
+        parse_slo("p99<100ms,errors<1%"),
+        description="the SLO, read once from its text, e.g. 'p99<100ms,errors<0.1%'",
+    )
     strategy: str = Field("adaptive", description="adaptive | binary | sweep | stability")
     strategy_options: dict[str, Any] = Field(
         default_factory=dict, description="fields of the strategy's config (min_rate, ...)"
@@ -64,7 +67,8 @@ class ProbeConfig(BaseModel):
     seed: int = 0
 
     def policy(self) -> SLOPolicy:
-        return parse_slo(self.slo)
+        """The SLO (parsed once, when the config was made)."""
+        return self.slo
 
     def quantile(self) -> float | None:
         """The quantile of the SLO's highest percentile bound (None: it has none)."""

@@ -32,7 +32,7 @@ def simulation_report(r: PlanSimResult) -> Group:
     for col in ("latency (ms)", "mean", "p50", "p90", "p99", "p99.9"):
         head.add_column(col, justify="right")
     lat = r.latency_ms
-    head.add_row("answered", *(_ms(lat[k]) for k in ("mean", "p50", "p90", "p99", "p99.9")))
+    head.add_row("answered", *(_ms(lat[k]) for k in ("mean", "p50", "p90", "p99", "p999")))
 
     tasks = Table(
         title="tasks (ms/batch: base + per row; batch: mean rows; wait: mean queue wait)",

@@ -27,6 +27,12 @@ it, full-length runs narrow the bracket.
 A server that warms up is judged warm: the same model without its warm-up. Capacity is
 a steady-state property; a probe that judges a server before it is warm is wrong about
 it, and that error is what the study measures.
+
+This judge stays apart from ``health.judge`` on purpose: it is the independent ground
+truth the probe is validated against, so it shares neither the metric table nor the
+percentile estimator with the code under test (one bug in a shared judge would move the
+probe and its truth together, and the study would not see it). Only the SLO's parsed
+form (``health.slo``) and the percentiles' quantiles are common.
 """
 
 from __future__ import annotations

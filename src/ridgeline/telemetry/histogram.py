@@ -23,6 +23,10 @@ LOWEST_US = 1
 HIGHEST_US = 3_600_000_000
 SIGNIFICANT_FIGURES = 3
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
+"""The one key set of percentiles, everywhere: summaries, the run store, SLO bounds and
+the plan simulator (``p999`` is p99.9: the SLO text reads both, tables show p99.9)."""
+STATISTICS = (*PERCENTILES, "max", "mean")
+"""Every statistic a summary holds and an SLO may bound."""
 
 
 def new_histogram() -> HdrHistogram:

@@ -10,7 +10,8 @@ docs/llm.md): TTFT, first content chunk − scheduled send, over every request t
 produced a first token; ITL, every gap between consecutive content chunks, pooled over
 requests; TPOT, per successful request of two tokens or more, (e2e − ttft) / (output
 tokens − 1). Goodput counts the successful requests that met every per-request bound of
-an SLO (``good``).
+an SLO (``good``); each bound says which requests meet it (``health.metrics`` holds
+every metric's rule: telemetry sits below the SLO and takes the judgment).
 """
 
 from __future__ import annotations
@@ -241,35 +242,17 @@ def token_percentiles(
 
 
 class RequestBound(Protocol):
-    """One latency bound of an SLO, as ``good`` reads it (``health.slo.LatencyBound``)."""
+    """One latency bound of an SLO, as ``good`` reads it (``health.slo.LatencyBound``,
+    which judges by its metric's row of ``health.metrics.METRICS``)."""
 
-    @property
-    def metric(self) -> str: ...  # e2e | ttft | itl | tpot
-
-    @property
-    def percentile(self) -> str: ...  # p50 ... p999 | max | mean
-
-    @property
-    def bound_ms(self) -> float: ...
+    def meets(self, rec: Records) -> NDArray[np.bool_]: ...
 
 
 def good(rec: Records, bounds: Sequence[RequestBound]) -> NDArray[np.bool_]:
-    """The requests that succeeded and met every bound, each judged on its own values: a
-    request meets ``ttft_pXX<b`` if its TTFT ≤ b (one without a first token does not),
-    ``tpot_pXX<b`` if its TPOT ≤ b, ``pXX<b`` (e2e) if its end-to-end latency ≤ b, and
-    ``itl_pXX<b`` if the XX-th percentile of its own gaps (nearest rank; ``max``, ``mean``
-    as named) ≤ b. A request of one token has no TPOT or gaps, and meets those bounds."""
+    """The requests that succeeded and met every bound, each judged on its own values."""
     ok = rec.outcome == int(Outcome.OK)
     for b in bounds:
-        limit = b.bound_ms / 1000.0
-        if b.metric == "ttft":
-            ok &= ttft_s(rec) <= limit
-        elif b.metric == "tpot":
-            ok &= ~(tpot_s(rec) > limit)  # NaN (no TPOT) meets it
-        elif b.metric == "itl":
-            ok &= ~(gap_statistic(rec, b.percentile) > limit)
-        else:
-            ok &= rec.latency_from_schedule <= limit
+        ok &= b.meets(rec)
     return np.asarray(ok, dtype=np.bool_)
 
 
