@@ -5,13 +5,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from ridgeline.health.hysteresis import HysteresisConfig
 from ridgeline.health.judge import judge
 from ridgeline.health.metrics import DEFAULT, METRICS
 from ridgeline.health.slo import PERCENTILES, LatencyBound, SLOPolicy, format_slo, parse_slo
+from ridgeline.health.state import HealthState
+from ridgeline.loadgen.step import StepResult
+from ridgeline.probe.assess import assess_step
 from ridgeline.probe.config import ProbeConfig
+from ridgeline.search.base import StepPlan
 from ridgeline.telemetry.histogram import STATISTICS, latency_summary_ms
 from ridgeline.telemetry.records import Outcome, Records
-from ridgeline.telemetry.summary import good
+from ridgeline.telemetry.summary import good, summarize
+from ridgeline.telemetry.windows import windows
 
 
 def _records(latency_ms: list[float], outcomes: list[Outcome] | None = None) -> Records:
@@ -83,3 +89,48 @@ def test_a_config_holds_the_parsed_slo_and_writes_its_text() -> None:
 def test_an_unknown_metric_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown metric 'queue'"):
         LatencyBound(percentile="p99", bound_ms=1.0, metric="queue")
+
+
+def test_send_bounds_the_latency_from_the_actual_send() -> None:
+    """``send_p99<b``: the server's own time. Requests sent 100 ms late and answered
+    10 ms after their send are 110 ms late from the schedule, 10 ms from the send."""
+    rec = _records([110.0] * 100)
+    rec.sent[:] = rec.scheduled + 0.1
+    policy = parse_slo("send_p99<50ms,errors<1%")
+    assert policy.latency[0].metric == "send" and format_slo(policy).startswith("send_p99<50ms")
+    j = judge(rec, policy)
+    assert j.value(policy.latency[0]) == pytest.approx(10.0, rel=1e-3)
+    assert j.passed and j.good.all()
+    assert not judge(rec, parse_slo("p99<50ms")).passed
+    assert good(rec, policy.latency).all() and not good(rec, parse_slo("p99<50ms").latency).any()
+    unanswered = _records([110.0, 10.0], [Outcome.INCOMPLETE, Outcome.OK])
+    unanswered.done[0] = np.nan  # never answered: beyond every bound
+    assert judge(unanswered, policy).good.tolist() == [False, True]
+
+
+def test_the_probe_judges_a_step_on_a_send_bound() -> None:
+    """A step whose requests the generator sent 100 ms late (answered 10 ms after their
+    send) holds ``send_p99<50ms``, and misses ``p99<50ms``: the table entry alone carries
+    the new metric through the step's verdict and its tail count."""
+    rec = _records([110.0] * 400)
+    rec.sent[:] = rec.scheduled + 0.1
+    result = StepResult(
+        summarize(rec, 40.0, valid=True, invalid_reason=None), windows(rec, 40.0), rec, False
+    )
+
+    def verdict(slo: str) -> tuple[HealthState, str, int]:
+        v = assess_step(
+            result,
+            StepPlan(10.0, 40.0, "probe"),
+            parse_slo(slo),
+            HysteresisConfig(),
+            warmup=False,
+            step_index=0,
+            t0_s=0.0,
+        ).verdict
+        return v.state, v.judged, v.beyond
+
+    assert verdict("send_p99<50ms,errors<1%")[1:] == ("send_p99", 0)
+    assert verdict("send_p99<50ms,errors<1%")[0].sustainable
+    assert verdict("p99<50ms,errors<1%")[1:] == ("p99", 400)
+    assert not verdict("p99<50ms,errors<1%")[0].sustainable

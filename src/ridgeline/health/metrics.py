@@ -131,6 +131,13 @@ METRICS: dict[str, Metric] = {
             tpot_s,
             missing_meets=True,
         ),
+        Metric(
+            "send",
+            "latency from the actual send: the server's own time, the generator's lateness "
+            "left out",
+            lambda rec: rec.latency_from_send,
+            unanswered_beyond=True,
+        ),
     )
 }
 """Every SLO metric, by the name the SLO text prefixes a statistic with."""
