@@ -19,8 +19,15 @@ from tritonclient.grpc import service_pb2
 from ridgeline.errors import InvalidRequest
 from ridgeline.v2.grpc_codec import decode_request
 from ridgeline.v2.http_codec import parse_infer
-from ridgeline.v2.spec import DATATYPES, TensorSpec
-from ridgeline.v2.tensors import LITTLE_ENDIAN, WireTensor, decode_inputs, to_elements, to_raw
+from ridgeline.v2.spec import DATATYPES, ONNX_TYPES, TensorSpec, from_onnx, triton_type
+from ridgeline.v2.tensors import (
+    LITTLE_ENDIAN,
+    NUMPY_DTYPES,
+    WireTensor,
+    decode_inputs,
+    to_elements,
+    to_raw,
+)
 
 BOUND = 1 << 20
 """The body bound the codecs are given: 1 MiB."""
@@ -467,3 +474,20 @@ def test_wire_tensors_with_a_model_of_an_undecodable_datatype_are_invalid_reques
     bf16 = Model((TensorSpec("X", "BF16", (-1, 2)),))
     with pytest.raises(InvalidRequest, match="BF16, which this server cannot decode"):
         decode_inputs(bf16, [WireTensor("X", "BF16", [1, 2], b"\0" * 4)], BOUND)
+
+
+def test_the_datatype_table_names_real_onnx_types_and_reads_both_spellings_back() -> None:
+    import onnx
+    from tritonclient.grpc import model_config_pb2
+
+    for datatype, onnx_name in ONNX_TYPES.items():
+        onnx.TensorProto.DataType.Value(onnx_name)  # a real ONNX element type
+        model_config_pb2.DataType.Value(triton_type(datatype))  # and a real Triton one
+        assert from_onnx(onnx_name) == from_onnx(f"tensor({onnx_name.lower()})") == datatype
+    assert set(NUMPY_DTYPES) == DATATYPES - {"BF16"}  # numpy has no bfloat16
+    assert triton_type("BYTES") == "TYPE_STRING"
+    assert [from_onnx(t) for t in ("COMPLEX64", "seq(tensor(float))", "FLOAT8E4M3FN")] == [
+        None,
+        None,
+        None,
+    ]

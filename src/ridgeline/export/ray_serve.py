@@ -47,6 +47,7 @@ from ridgeline.pipeline.segments import CpuSegment, GpuSegment, MigSegment, MpsS
 from ridgeline.policies import glue
 from ridgeline.serve.backends import OnnxBackendConfig, SyntheticBackendConfig
 from ridgeline.serve.loading import task_backend, zoo_dir
+from ridgeline.v2.describe import tensor_metadata
 
 CONFIG = "serve_config.yaml"
 MODULE = "ridgeline_serve_app"
@@ -146,7 +147,7 @@ def _task_args(
     shared = {"batch_size": task.batch_size, "max_queue_delay_ms": task.max_queue_delay_ms}
     if isinstance(backend, SyntheticBackendConfig):
         specs = {
-            kind: [{"name": s.name, "datatype": s.datatype, "shape": list(s.shape)} for s in specs]
+            kind: [tensor_metadata(s) for s in specs]
             for kind, specs in (("inputs", backend.inputs), ("outputs", backend.outputs))
         }
         bad = [s["name"] for ss in specs.values() for s in ss if s["datatype"] == "BYTES"]

@@ -43,27 +43,15 @@ from ridgeline.pipeline.segments import CpuSegment, GpuSegment
 from ridgeline.policies import glue
 from ridgeline.serve.backends import OnnxBackendConfig, SyntheticBackendConfig
 from ridgeline.serve.loading import task_backend, zoo_dir
-from ridgeline.v2.spec import TensorSpec
+from ridgeline.v2.spec import Signature, TensorSpec, from_onnx, triton_type
 
 QUEUE_ROUNDS = 4
 """A task's queue holds this many full rounds of batches over its instances; past that
 Triton rejects at once instead of queueing past the budget."""
 
-_ONNX_TYPES = {"FLOAT": "FP32", "DOUBLE": "FP64", "FLOAT16": "FP16", "BFLOAT16": "BF16"}
-_ONNX_TYPES |= {t: t for t in ("BOOL", "INT8", "INT16", "INT32", "INT64")}
-_ONNX_TYPES |= {t: t for t in ("UINT8", "UINT16", "UINT32", "UINT64")}
-_ONNX_TYPES["STRING"] = "BYTES"
-
-Signature = tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]
-"""A model's inputs and outputs, v2 datatypes, shapes with the batch dim (-1) first."""
-
-
-def _triton_type(spec: TensorSpec) -> str:
-    return "TYPE_STRING" if spec.datatype == "BYTES" else f"TYPE_{spec.datatype}"
-
 
 def onnx_signature(task: str, path: Path) -> Signature:
-    """Inputs and outputs of an ONNX graph: symbolic dims become -1."""
+    """Inputs and outputs of an ONNX graph: symbolic dims become -1 (the batch dim first)."""
     import onnx
 
     graph = onnx.load(str(path), load_external_data=False).graph
@@ -72,17 +60,18 @@ def onnx_signature(task: str, path: Path) -> Signature:
         out = []
         for v in values:
             kind = onnx.TensorProto.DataType.Name(v.type.tensor_type.elem_type)
-            if kind not in _ONNX_TYPES:
+            datatype = from_onnx(kind)
+            if datatype is None:
                 raise PlanError(
                     f"tasks.{task}: tensor {v.name!r} of {path} is {kind}, which Triton's "
                     "onnxruntime backend does not carry; export the model with numeric tensors"
                 )
             dims = v.type.tensor_type.shape.dim
             shape = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in dims)
-            out.append(TensorSpec(v.name, _ONNX_TYPES[kind], shape))
+            out.append(TensorSpec(v.name, datatype, shape))
         return tuple(out)
 
-    return specs(graph.input), specs(graph.output)
+    return Signature(specs(graph.input), specs(graph.output))
 
 
 def _tensors(specs: Sequence[TensorSpec], *, batched: bool) -> list[dict[str, Any]]:
@@ -90,7 +79,7 @@ def _tensors(specs: Sequence[TensorSpec], *, batched: bool) -> list[dict[str, An
     return [
         {
             "name": s.name,
-            "data_type": _triton_type(s),
+            "data_type": triton_type(s.datatype),
             "dims": list(s.shape[1:] if batched else (-1, *s.shape[1:])),
         }
         for s in specs
@@ -128,8 +117,8 @@ def task_config(name: str, task: TaskPlan, sig: Signature, synthetic: bool) -> d
     config: dict[str, Any] = {
         "name": name,
         "max_batch_size": task.batch_size,
-        "input": _tensors(sig[0], batched=True),
-        "output": _tensors(sig[1], batched=True),
+        "input": _tensors(sig.inputs, batched=True),
+        "output": _tensors(sig.outputs, batched=True),
         "instance_group": groups,
         "dynamic_batching": batching,
     }
@@ -161,8 +150,8 @@ def glue_config(
         "name": glue_name(parent, child),
         "backend": "python",
         "max_batch_size": 0,
-        "input": _tensors(sigs[parent][1], batched=False),
-        "output": _tensors(sigs[child][0], batched=False),
+        "input": _tensors(sigs[parent].outputs, batched=False),
+        "output": _tensors(sigs[child].inputs, batched=False),
         "instance_group": [{"count": 1, "kind": "KIND_CPU"}],
         "parameters": _params({"kind": "glue", "factor": factor}),
     }
@@ -216,9 +205,9 @@ def ensemble_config(plan: Plan, sigs: dict[str, Signature]) -> dict[str, Any]:
                 "give each parent its own copy of the task"
             )
     sources = plan.sources()
-    first = sigs[sources[0]][0]
+    first = sigs[sources[0]].inputs
     for s in sources[1:]:
-        if [(t.name, t.datatype) for t in sigs[s][0]] != [(t.name, t.datatype) for t in first]:
+        if [(t.name, t.datatype) for t in sigs[s].inputs] != [(t.name, t.datatype) for t in first]:
             raise PlanError(
                 f"source tasks {sources[0]!r} and {s!r} take different inputs; a pipeline's "
                 "sources must share one input signature"
@@ -231,8 +220,8 @@ def ensemble_config(plan: Plan, sigs: dict[str, Signature]) -> dict[str, Any]:
             {
                 "model_name": task,
                 "model_version": -1,
-                "input_map": {t.name: feed + t.name for t in sigs[task][0]},
-                "output_map": {t.name: f"{task}.{t.name}" for t in sigs[task][1]},
+                "input_map": {t.name: feed + t.name for t in sigs[task].inputs},
+                "output_map": {t.name: f"{task}.{t.name}" for t in sigs[task].outputs},
             }
         )
         for e in plan.children(task):
@@ -241,12 +230,14 @@ def ensemble_config(plan: Plan, sigs: dict[str, Signature]) -> dict[str, Any]:
                 {
                     "model_name": glue,
                     "model_version": -1,
-                    "input_map": {t.name: f"{task}.{t.name}" for t in sigs[task][1]},
-                    "output_map": {t.name: f"{glue}.{t.name}" for t in sigs[e.target][0]},
+                    "input_map": {t.name: f"{task}.{t.name}" for t in sigs[task].outputs},
+                    "output_map": {t.name: f"{glue}.{t.name}" for t in sigs[e.target].inputs},
                 }
             )
     sinks = [t for t in plan.tasks if not plan.children(t)]
-    outputs = [TensorSpec(f"{s}.{t.name}", t.datatype, t.shape) for s in sinks for t in sigs[s][1]]
+    outputs = [
+        TensorSpec(f"{s}.{t.name}", t.datatype, t.shape) for s in sinks for t in sigs[s].outputs
+    ]
     return {
         "name": plan.name,
         "platform": "ensemble",
@@ -337,7 +328,7 @@ def export_triton(
     for name, task in plan.tasks.items():
         backend = task_backend(name, task, plan_dir, zoo or zoo_dir())
         if isinstance(backend, SyntheticBackendConfig):
-            sigs[name] = (backend.inputs, backend.outputs)
+            sigs[name] = Signature(backend.inputs, backend.outputs)
             configs[name] = (task_config(name, task, sigs[name], True), task, None)
         elif isinstance(backend, OnnxBackendConfig):
             sigs[name] = onnx_signature(name, backend.path)

@@ -3,7 +3,7 @@
 The parent (``decoders._Decoder``) spawns ``decoder_main``; the messages::
 
     parent → child   Grown(size, k), then a memory file's descriptor  |  None: stop
-                     (seq, ModelShape, header_length, max_bytes, Layout of {"body": uint8})
+                     (seq, v2.spec.ModelShape, header_length, max_bytes, Layout of {"body": uint8})
     child → parent   "ready"  (once)
                      Grown(size, k), then a memory file's descriptor (answer buffer k)
                      (seq, "ok", Decoded with no arrays, Layout of the arrays by position)
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import signal
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 
@@ -25,17 +25,6 @@ from ridgeline.errors import InvalidRequest
 from ridgeline.serve._futures import error_text
 from ridgeline.serve.arena import Arena, ArenaView
 from ridgeline.v2.http_codec import decode_body
-from ridgeline.v2.spec import TensorSpec
-
-
-@dataclass(frozen=True, slots=True)
-class ModelShape:
-    """A model's tensors and largest batch: what decoding its requests needs to know."""
-
-    name: str
-    inputs: tuple[TensorSpec, ...]
-    outputs: tuple[TensorSpec, ...]
-    max_batch_size: int
 
 
 def decoder_main(conn: Connection, depth: int) -> None:

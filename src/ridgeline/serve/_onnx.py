@@ -13,8 +13,7 @@ from typing import Any, Literal
 import onnxruntime as ort
 
 from ridgeline.errors import BackendConfigError, ModelNotFoundError
-from ridgeline.serve.backend import Signature
-from ridgeline.v2.spec import DATATYPES, TensorSpec
+from ridgeline.v2.spec import ONNX_TYPES, Signature, TensorSpec, from_onnx
 from ridgeline.v2.tensors import Array
 
 
@@ -89,31 +88,16 @@ def _require_cuda_provider(available: list[str]) -> None:
         )
 
 
-_ORT_TYPES = {
-    "tensor(bool)": "BOOL",
-    "tensor(uint8)": "UINT8",
-    "tensor(uint16)": "UINT16",
-    "tensor(uint32)": "UINT32",
-    "tensor(uint64)": "UINT64",
-    "tensor(int8)": "INT8",
-    "tensor(int16)": "INT16",
-    "tensor(int32)": "INT32",
-    "tensor(int64)": "INT64",
-    "tensor(float16)": "FP16",
-    "tensor(bfloat16)": "BF16",
-    "tensor(float)": "FP32",
-    "tensor(double)": "FP64",
-    "tensor(string)": "BYTES",
-}
+_CARRIED = [f"tensor({t.lower()})" for t in ONNX_TYPES.values()]
 
 
 def _tensor_info(arg: Any) -> TensorSpec:
     """An onnxruntime NodeArg as a TensorSpec; symbolic or unknown dims become -1."""
     shape = tuple(d if isinstance(d, int) else -1 for d in arg.shape)
-    datatype = _ORT_TYPES.get(arg.type, arg.type)
-    if datatype not in DATATYPES:
+    datatype = from_onnx(arg.type)
+    if datatype is None:
         raise BackendConfigError(
             f"tensor {arg.name!r} has type {arg.type}, which the Open Inference Protocol v2 "
-            f"cannot carry; export the model with inputs and outputs of {sorted(_ORT_TYPES)}"
+            f"cannot carry; export the model with inputs and outputs of {sorted(_CARRIED)}"
         )
     return TensorSpec(arg.name, datatype, shape)

@@ -1,27 +1,20 @@
 """The backend contract: what runs one batch inside a worker process.
 
 A backend meets ``Backend``: ``load()`` once, then ``run(inputs)`` per batch, and
-``describe()`` for its tensors (a ``Signature``). Implementations (``_onnx``,
-``_synthetic``, any Python class) import this module; their typed configs live in
-``backends``.
+``describe()`` for its tensors (a ``Signature``: ``v2.spec``'s, the one signature type,
+named here too). Implementations (``_onnx``, ``_synthetic``, any Python class) import this
+module; their typed configs live in ``backends``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Protocol
 
-from ridgeline.v2.spec import TensorSpec
+from ridgeline.v2.spec import Signature
 from ridgeline.v2.tensors import Array
 
-
-@dataclass(frozen=True, slots=True)
-class Signature:
-    """A model's inputs and outputs, in the model's order."""
-
-    inputs: tuple[TensorSpec, ...]
-    outputs: tuple[TensorSpec, ...]
+__all__ = ["Backend", "Signature"]
 
 
 class Backend(Protocol):

@@ -33,11 +33,11 @@ from typing import Any
 import numpy as np
 
 from ridgeline.errors import InferFailed, InvalidRequest, WorkerStartError
-from ridgeline.serve._decoder_child import ModelShape, decoder_main
+from ridgeline.serve._decoder_child import decoder_main
 from ridgeline.serve._futures import end_process, exit_text, fail, resolve, retrieve
 from ridgeline.serve.arena import Arena, ArenaView, Grown
 from ridgeline.v2.http_codec import Decoded, decode_body
-from ridgeline.v2.spec import ModelSpec
+from ridgeline.v2.spec import ModelShape, ModelSpec
 
 __all__ = ["DEFAULT_INLINE_BELOW", "DecoderPool", "default_decoders"]
 
@@ -126,7 +126,7 @@ class DecoderPool:
             self.decoded_inline += 1
             return decode_body(model, body, header_length, max_bytes)
         decoder, slot = place
-        job = decoder.submit(slot, _shape(model), body, header_length, max_bytes)
+        job = decoder.submit(slot, ModelShape.of(model), body, header_length, max_bytes)
         job.add_done_callback(lambda _: self._release(decoder, slot))
         self.decoded_off_loop += 1
         return await asyncio.shield(job)  # a cancelled caller's body is still decoding
@@ -170,10 +170,6 @@ class DecoderPool:
         self._all.add(fresh)
         for slot in range(DEPTH):
             self._idle.put_nowait((fresh, slot))
-
-
-def _shape(model: ModelSpec) -> ModelShape:
-    return ModelShape(model.name, tuple(model.inputs), tuple(model.outputs), model.max_batch_size)
 
 
 class _Decoder:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ridgeline.policies.batching import BatchingConfig
-from ridgeline.v2.spec import TensorSpec
+from ridgeline.v2.spec import TensorSpec, triton_type
 
 VERSION = "1"
 
@@ -17,8 +17,11 @@ def tensor_metadata(spec: TensorSpec) -> dict[str, Any]:
 
 
 def tensor_config(spec: TensorSpec) -> dict[str, Any]:
-    data_type = "TYPE_STRING" if spec.datatype == "BYTES" else f"TYPE_{spec.datatype}"
-    return {"name": spec.name, "data_type": data_type, "dims": list(spec.shape[1:])}
+    return {
+        "name": spec.name,
+        "data_type": triton_type(spec.datatype),
+        "dims": list(spec.shape[1:]),
+    }
 
 
 def model_metadata(

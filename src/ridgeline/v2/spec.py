@@ -1,5 +1,7 @@
 """What a front end needs to know of a model: its tensors (``TensorSpec``, the one tensor
-declaration of the package), the v2 datatypes, and a model's name and largest batch.
+declaration of the package), the v2 datatypes (the one datatype table: ONNX and Triton
+names), a model's signature (``Signature``), and its name and largest batch
+(``ModelSpec``; ``ModelShape`` as a value).
 
 A ``TensorSpec`` names one input or output as a v2 server's metadata does: name, datatype
 and shape, ``-1`` for a variable dimension (the first is the batch dimension wherever a
@@ -15,25 +17,44 @@ from typing import Protocol
 
 from ridgeline.errors import ConfigError, UnknownKindError
 
-DATATYPES = frozenset(
-    {
-        "BOOL",
-        "UINT8",
-        "UINT16",
-        "UINT32",
-        "UINT64",
-        "INT8",
-        "INT16",
-        "INT32",
-        "INT64",
-        "FP16",
-        "BF16",
-        "FP32",
-        "FP64",
-        "BYTES",
-    }
-)
+ONNX_TYPES = {
+    "BOOL": "BOOL",
+    "UINT8": "UINT8",
+    "UINT16": "UINT16",
+    "UINT32": "UINT32",
+    "UINT64": "UINT64",
+    "INT8": "INT8",
+    "INT16": "INT16",
+    "INT32": "INT32",
+    "INT64": "INT64",
+    "FP16": "FLOAT16",
+    "BF16": "BFLOAT16",
+    "FP32": "FLOAT",
+    "FP64": "DOUBLE",
+    "BYTES": "STRING",
+}
+"""The datatype table: each Open Inference Protocol v2 datatype and its ONNX element type
+(``onnx.TensorProto.DataType``'s name; onnxruntime writes ``tensor(float)``). Triton's
+name is ``triton_type``'s, numpy's dtype ``v2.tensors.NUMPY_DTYPES``'s (numpy has no BF16)."""
+
+DATATYPES = frozenset(ONNX_TYPES)
 """The Open Inference Protocol v2 tensor datatypes."""
+
+_FROM_ONNX = {onnx: v2 for v2, onnx in ONNX_TYPES.items()}
+
+
+def from_onnx(element_type: str) -> str | None:
+    """The v2 datatype of an ONNX element type, named as onnx names it (``FLOAT``) or as
+    onnxruntime does (``tensor(float)``); None when v2 cannot carry it."""
+    name = element_type.upper()
+    if name.startswith("TENSOR(") and name.endswith(")"):
+        name = name[len("TENSOR(") : -1]
+    return _FROM_ONNX.get(name)
+
+
+def triton_type(datatype: str) -> str:
+    """Triton's ``data_type`` for a v2 datatype (``TYPE_FP32``; BYTES is ``TYPE_STRING``)."""
+    return "TYPE_STRING" if datatype == "BYTES" else f"TYPE_{datatype}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +101,17 @@ class TensorSpec:
         return [(items if i == 0 else 1) if d == -1 else d for i, d in enumerate(self.shape)]
 
 
+@dataclass(frozen=True, slots=True)
+class Signature:
+    """A model's inputs and outputs, in the model's order (what a backend describes)."""
+
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+
 class ModelSpec(Protocol):
+    """What a front end needs of a model: its name, tensors and largest batch."""
+
     @property
     def name(self) -> str: ...
 
@@ -92,3 +123,17 @@ class ModelSpec(Protocol):
 
     @property
     def max_batch_size(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    """A ``ModelSpec`` as a plain value, for where a model cannot go (a decoder process)."""
+
+    name: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    max_batch_size: int
+
+    @classmethod
+    def of(cls, model: ModelSpec) -> ModelShape:
+        return cls(model.name, tuple(model.inputs), tuple(model.outputs), model.max_batch_size)
