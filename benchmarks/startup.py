@@ -1,4 +1,4 @@
-"""Start-up cost: `ridgeline --help` wall time and what `import ridgeline` loads.
+"""Start-up cost: `ridgeline --help` wall and CPU time, and what `import ridgeline` loads.
 
 Measures this tree and an earlier revision (default: bfefd01, before the renovation of
 issue 11) in the same run, alternating, so the machine's load hits both alike. The earlier
@@ -14,6 +14,7 @@ import argparse
 import datetime as dt
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -24,21 +25,26 @@ from pathlib import Path
 from _doc import add_rows, ensure_section
 
 ROOT = Path(__file__).resolve().parent.parent
-HEAVY = ("grpc", "aiohttp", "highspy", "onnxruntime")
+HEAVY = ("grpc", "aiohttp", "highspy", "onnxruntime", "numpy", "onnx")
 HEADING = "## Start-up (`benchmarks/startup.py`)"
 INTRO = [
     "Command: `.venv/bin/python benchmarks/startup.py` (also in `make bench`). Wall time of",
     "`python -m ridgeline --help` for this tree and for an earlier revision (checked out in a",
-    "temporary worktree, same interpreter and packages), alternating, median of 5 each; and",
-    "the modules `import ridgeline` loads (heavy ones: grpc, aiohttp, highspy, onnxruntime).",
+    "temporary worktree, same interpreter and packages), alternating, median of 5 each, and",
+    "its CPU time (user + system of the child; from 2026-12-05 on); and the modules",
+    "`import ridgeline` loads (heavy ones: grpc, aiohttp, highspy, onnxruntime; numpy and",
+    "onnx from 2026-12-05 on).",
     "",
-    "| date | revision | `--help` median (runs) | `import ridgeline`: own modules, heavy ones |",
+    "| date | revision | `--help` median (runs): wall; CPU | `import ridgeline`: own modules, "
+    "heavy ones |",
     "|---|---|---|---|",
 ]
 
 
-def _help_seconds(src: Path) -> float:
+def _help_seconds(src: Path) -> tuple[float, float]:
+    """Wall and CPU (user + system) seconds of one `ridgeline --help` run from ``src``."""
     env = {**os.environ, "PYTHONPATH": str(src)}
+    cpu0 = _children_cpu()
     t0 = time.perf_counter()
     subprocess.run(
         [sys.executable, "-m", "ridgeline", "--help"],
@@ -47,7 +53,12 @@ def _help_seconds(src: Path) -> float:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, _children_cpu() - cpu0
+
+
+def _children_cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 def _import_census(src: Path) -> tuple[int, int, list[str]]:
@@ -90,9 +101,12 @@ def main() -> None:
             for src in trees.values():  # warm the file cache and .pyc files once, untimed
                 _help_seconds(src)
             times: dict[str, list[float]] = {label: [] for label in trees}
+            cpu: dict[str, list[float]] = {label: [] for label in trees}
             for _ in range(args.runs):
                 for label, src in trees.items():
-                    times[label].append(_help_seconds(src))
+                    wall, used = _help_seconds(src)
+                    times[label].append(wall)
+                    cpu[label].append(used)
             census = {label: _import_census(src) for label, src in trees.items()}
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(wt)], cwd=ROOT, check=False)
@@ -101,9 +115,11 @@ def main() -> None:
     for label in trees:
         med = statistics.median(times[label])
         runs = ", ".join(f"{t:.2f}" for t in times[label])
+        cpu_runs = ", ".join(f"{t:.2f}" for t in cpu[label])
         own, total, heavy = census[label]
         rows.append(
-            f"| {today} | `{label}` | {med:.2f} s ({runs}) | {own} of {total} modules; "
+            f"| {today} | `{label}` | {med:.2f} s ({runs}); CPU "
+            f"{statistics.median(cpu[label]):.2f} s ({cpu_runs}) | {own} of {total} modules; "
             f"heavy: {', '.join(heavy) or 'none'} |"
         )
     before_med = statistics.median(times[args.before])

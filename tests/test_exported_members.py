@@ -2,6 +2,7 @@
 
 import ast
 import inspect
+import os
 import subprocess
 import sys
 
@@ -32,7 +33,7 @@ PUBLIC = [
 # fmt: on
 """``ridgeline.__all__``, sorted: the names a user may import from ``ridgeline``."""
 
-HEAVY = ("grpc", "aiohttp", "highspy", "onnxruntime")
+HEAVY = ("grpc", "aiohttp", "highspy", "onnxruntime", "numpy", "onnx")
 """What neither ``import ridgeline`` nor ``ridgeline --help`` may load."""
 
 
@@ -76,7 +77,7 @@ def _heavy_modules_after(code: str) -> list[str]:
     return list(ast.literal_eval(run.stdout.strip().splitlines()[-1]))
 
 
-def test_import_ridgeline_loads_no_grpc_aiohttp_highspy_or_onnxruntime() -> None:
+def test_import_ridgeline_loads_no_heavy_module() -> None:
     assert _heavy_modules_after("import ridgeline") == []
 
 
@@ -86,3 +87,37 @@ def test_ridgeline_help_loads_none_of_them_either() -> None:
         "try:\n    main()\nexcept SystemExit:\n    pass"
     )
     assert _heavy_modules_after(code) == []
+
+
+LAZY_GROUPS = ("ridgeline.cli.export", "ridgeline.cli.models", "ridgeline.cli.study")
+"""The command modules the app mounts lazily: imported when their group is used."""
+
+
+def _help_and_lazy_modules(*argv: str) -> tuple[str, list[str]]:
+    code = (
+        "import sys\nfrom ridgeline.cli import main\n"
+        f"sys.argv = ['ridgeline', *{list(argv)!r}, '--help']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        f"print(sorted(set({LAZY_GROUPS!r}) & set(sys.modules)))"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env={**os.environ, "COLUMNS": "250"},
+    )
+    *text, last = run.stdout.strip().splitlines()
+    return "\n".join(text), list(ast.literal_eval(last))
+
+
+def test_a_lazy_group_is_listed_by_its_help_and_imported_when_used() -> None:
+    text, loaded = _help_and_lazy_modules()
+    assert loaded == []
+    assert "The local model zoo: real ONNX model families." in text
+    text, loaded = _help_and_lazy_modules("models")
+    assert loaded == ["ridgeline.cli.models"]
+    assert "Show the models of a built zoo." in text  # `models list`
+    text, loaded = _help_and_lazy_modules("models", "build")
+    assert "a family to build, repeatable: detector, classifier, face, captioner, tts" in text

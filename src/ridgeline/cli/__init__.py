@@ -1,29 +1,24 @@
 """The ``ridgeline`` command: one module per command group, each command a few lines over a
-library call. A command imports what it needs when it runs, so ``ridgeline --help`` loads
-no grpc, aiohttp, HiGHS or onnxruntime."""
+library call. A command imports what it needs when it runs, and a group that is only a
+group (``models``, ``study``, ``export``) is imported when one of its commands is asked
+for, so ``ridgeline --help`` loads no numpy, onnx, grpc, aiohttp, HiGHS or onnxruntime."""
 
 from __future__ import annotations
 
-from typing import Annotated
+import functools
+from typing import TYPE_CHECKING, Annotated, ClassVar
 
 import typer
+from typer.core import TyperGroup
 
+from ridgeline._importing import import_attr
 from ridgeline._version import __version__
-from ridgeline.cli import (
-    export,
-    fake,
-    loop,
-    measure,
-    models,
-    planning,
-    runs,
-    serving,
-    simulate,
-    sizing,
-    study,
-)
+from ridgeline.cli import fake, loop, measure, planning, runs, serving, simulate, sizing
 from ridgeline.cli._exit import EPILOG
 from ridgeline.errors import RidgelineError
+
+if TYPE_CHECKING:
+    from typer._click import Command, Context  # typer's own click
 
 app = typer.Typer(
     help="ridgeline: what is the least GPU that serves demand D within my SLO, and does it "
@@ -52,12 +47,36 @@ def _options(
     """The options every command shares (``--version``)."""
 
 
+class _LazyGroup(TyperGroup):
+    """A command group whose typer app (``target``, ``module:attribute``) is imported when
+    one of its commands is listed or run; until then the group is its help alone."""
+
+    target: ClassVar[str]
+
+    @functools.cached_property
+    def _loaded(self) -> TyperGroup:
+        group = typer.main.get_command(import_attr(self.target))
+        assert isinstance(group, TyperGroup), self.target
+        return group
+
+    def list_commands(self, ctx: Context) -> list[str]:
+        return self._loaded.list_commands(ctx)
+
+    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
+        return self._loaded.get_command(ctx, cmd_name)
+
+
+def _lazy_group(name: str, target: str, help: str) -> None:
+    """Mount the typer app ``target`` as the group ``name``, imported when it is used."""
+    cls = type(f"_Lazy{name.title()}", (_LazyGroup,), {"target": target})
+    app.add_typer(typer.Typer(cls=cls), name=name, help=help, no_args_is_help=True)
+
+
 app.add_typer(runs.app, name="runs")
 app.command("allocate")(sizing.allocate_command)
 app.add_typer(sizing.registry_app, name="registry")
 app.command("report")(runs.report_command)
 app.command("analyze")(runs.analyze_command)
-app.add_typer(models.app, name="models", help="The local model zoo: real ONNX model families.")
 app.command("profile")(planning.profile_command)
 app.command("plan")(planning.plan_command)
 app.command("run")(measure.run)
@@ -67,8 +86,21 @@ app.command("serve")(serving.serve)
 app.command("simulate")(simulate.simulate)
 app.command("verify")(loop.verify)
 app.command("demo")(loop.demo)
-app.add_typer(study.app, name="study")
-app.add_typer(export.app, name="export")
+_lazy_group(
+    "models", "ridgeline.cli.models:app", help="The local model zoo: real ONNX model families."
+)
+_lazy_group(
+    "study",
+    "ridgeline.cli.study:app",
+    help="Studies: how far a probe's estimate can be trusted (vanguard); what each "
+    "JigsawServe feature buys the planner (jigsaw).",
+)
+_lazy_group(
+    "export",
+    "ridgeline.cli.export:app",
+    help="Write a plan for another serving engine: Ray Serve, KServe or a Triton model "
+    "repository, validated against that engine's own schema.",
+)
 
 
 def main() -> None:

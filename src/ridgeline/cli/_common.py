@@ -7,10 +7,10 @@ import inspect
 import os
 import select
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -19,9 +19,12 @@ from rich.text import Text
 
 from ridgeline._fields import MAX_PORT
 from ridgeline.errors import ConfigError, RidgelineError, RunInterrupted
-from ridgeline.telemetry.store import RunStore, default_store_path
+from ridgeline.telemetry._sqlite import default_store_path
 from ridgeline.v2.limits import ConnectionLimits
 from ridgeline.v2.security import TOKEN_ENV
+
+if TYPE_CHECKING:
+    from ridgeline.telemetry.store import RunStore
 
 out = Console()
 err = Console(stderr=True)
@@ -106,6 +109,8 @@ def opened_store(db: str | None) -> Iterator[RunStore]:
     """The run store a command writes to or reads. On leaving, stderr is told what it
     could not write and where that went (a full disk), and which runs it found left
     ``running`` by a process that had ended (marked ``interrupted`` on opening)."""
+    from ridgeline.telemetry.store import RunStore
+
     with RunStore(db) as store:
         try:
             yield store
@@ -197,31 +202,36 @@ _SERVER_OPTIONS: dict[str, tuple[Any, Any]] = {
 """The options every server command takes, after its own: (annotation, default)."""
 
 
-def with_server_options(command: Callable[..., None]) -> Callable[..., None]:
-    """``command`` with ``_SERVER_OPTIONS`` added to its options; it gets them as one
-    keyword, ``security``: a server's ``token`` (from --token, --token-file or
-    $RIDGELINE_TOKEN), ``tls`` and ``limits`` keyword arguments."""
-    own = [
-        p
-        for p in inspect.signature(command, eval_str=True).parameters.values()
-        if p.name != "security"
-    ]
-    shared = [
-        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=kind)
-        for name, (kind, default) in _SERVER_OPTIONS.items()
-    ]
+def expanded(
+    name: str, options: Mapping[str, tuple[Any, Any]], build: Callable[..., Any]
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """One block of options declared once for several commands: the command's parameter
+    ``name`` becomes ``options`` (name → (annotation, default)), in its place in the
+    command's options, and the command gets ``build(**their values)`` as ``name``."""
 
-    @functools.wraps(command)
-    def run(**options: Any) -> None:
-        given = {name: options.pop(name) for name in _SERVER_OPTIONS}
-        with failing():
-            security = server_security(**given)
-        command(security=security, **options)
+    def expand(command: Callable[..., None]) -> Callable[..., None]:
+        params: list[inspect.Parameter] = []
+        for p in inspect.signature(command, eval_str=True).parameters.values():
+            if p.name != name:
+                params.append(p.replace(kind=inspect.Parameter.KEYWORD_ONLY))
+                continue
+            params += [
+                inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d, annotation=a)
+                for n, (a, d) in options.items()
+            ]
 
-    params = own + shared
-    run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    run.__annotations__ = {p.name: p.annotation for p in params}
-    return run
+        @functools.wraps(command)
+        def run(**given: Any) -> None:
+            values = {n: given.pop(n) for n in options}
+            with failing():
+                block = build(**values)
+            command(**given, **{name: block})
+
+        run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in params}
+        return run
+
+    return expand
 
 
 def server_security(
@@ -262,3 +272,9 @@ def connection_limits(**flags: float) -> ConnectionLimits:
         raise ConfigError(
             f"{_LIMIT_FLAGS.get(field, field)} {flags.get(field)!r}: {first['msg'].lower()}"
         ) from None
+
+
+with_server_options = expanded("security", _SERVER_OPTIONS, server_security)
+"""A server command: ``_SERVER_OPTIONS`` in place of its parameter ``security`` (its
+last), which gets a server's ``token`` (from --token, --token-file or $RIDGELINE_TOKEN),
+``tls`` and ``limits`` keyword arguments."""

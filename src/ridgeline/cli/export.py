@@ -12,11 +12,9 @@ import typer
 
 from ridgeline.cli._common import ZooOption, emit, failing
 
-app = typer.Typer(
-    help="Write a plan for another serving engine: Ray Serve, KServe or a Triton model "
-    "repository, validated against that engine's own schema.",
-    no_args_is_help=True,
-)
+app = typer.Typer(no_args_is_help=True)
+"""Mounted by ``ridgeline.cli``, which holds its help and imports this module when the
+group is used."""
 
 # --- ray-serve (ridgeline.export.ray_serve)
 

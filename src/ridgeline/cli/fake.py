@@ -13,12 +13,13 @@ from ridgeline.errors import RidgelineError
 
 @with_server_options
 def fake_server(
-    security: dict[str, Any],
     port: Annotated[int, port_option("HTTP port (v2, OpenAI, /metrics)")] = 8000,
     grpc_port: Annotated[int | None, port_option("gRPC port")] = 8001,
     preset: Annotated[str | None, typer.Option(help="a built-in latency model")] = None,
     config: Annotated[Path | None, typer.Option(help="a latency model YAML file")] = None,
     host: HostOption = "127.0.0.1",
+    *,
+    security: dict[str, Any],
 ) -> None:
     """Serve a configurable fake inference server (Open Inference Protocol v2 over HTTP and
     gRPC, OpenAI-compatible streaming, Prometheus metrics) until Ctrl-C. With a token (or

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
 
 import typer
 
@@ -17,6 +18,7 @@ from ridgeline.cli._common import (
     TokenFileOption,
     emit,
     err,
+    expanded,
     failing,
     opened_store,
     out,
@@ -26,39 +28,11 @@ from ridgeline.errors import ConfigError
 
 if TYPE_CHECKING:
     from ridgeline.loadgen.schedule import Schedule
-    from ridgeline.loadgen.validity import ValidityConfig
+    from ridgeline.loadgen.step import StepConfig
     from ridgeline.workload.llm import LlmWorkload
 
 
-def _target_options(
-    model: str | None,
-    header: list[str],
-    token: str | None,
-    token_file: Path | None = None,
-    tls_ca: Path | None = None,
-) -> dict[str, Any]:
-    from ridgeline.v2.security import client_context, resolve_token
-
-    headers: dict[str, str] = {}
-    for h in header:
-        if ":" not in h:
-            raise typer.BadParameter(f"--header {h!r} must look like 'Name: value'")
-        k, v = h.split(":", 1)
-        headers[k.strip()] = v.strip()
-    opts: dict[str, Any] = {}
-    if headers:
-        opts["headers"] = headers
-    if token := resolve_token(token, token_file):
-        opts["token"] = token
-    if tls_ca is not None:
-        client_context(tls_ca)  # a bad bundle is named now, not in a step
-        opts["ca_file"] = tls_ca
-    if model:
-        opts["model"] = model
-    return opts
-
-
-# --- what a generative endpoint is sent: one declaration for run and probe --------------
+# --- what run and probe send an endpoint, and how: one declaration for both -----------
 
 _SIZE = "N, uniform:LOW-HIGH or lognormal:mean=M,cv=C[,min=LOW][,max=HIGH]"
 PromptTokensOption = Annotated[
@@ -116,57 +90,90 @@ OpenAIApiOption = Annotated[
 ]
 
 
-def _generative(
-    prompt_tokens: str | None,
-    output_tokens: str | None,
-    dataset: str | None,
-    dataset_format: str,
-    multi_turn: bool,
-    shared_prefix: int,
-    tokenizer: str | None,
-    ignore_eos: bool,
-    api: str,
-) -> tuple[LlmWorkload, dict[str, Any]]:
-    """The workload the options ask for and the options it gives an OpenAI target;
-    checked now, so that a bad file or spec is named before any request is sent."""
-    from ridgeline.errors import UnknownKindError
-
-    if api not in ("completions", "chat"):
-        raise UnknownKindError("OpenAI API", api, ("completions", "chat"))
-    options = {"tokenizer": tokenizer, "ignore_eos": ignore_eos, "openai_api": api}
-    return _workload(
-        prompt_tokens, output_tokens, dataset, dataset_format, multi_turn, shared_prefix, tokenizer
-    ), options
+ModelOption = Annotated[str | None, typer.Option(help="model name (OpenAI targets)")]
+HeaderOption = Annotated[list[str], typer.Option(help="extra header 'Name: value'")]
 
 
-def _workload(
-    prompt_tokens: str | None,
-    output_tokens: str | None,
-    dataset: str | None,
-    dataset_format: str,
-    multi_turn: bool,
-    shared_prefix: int,
-    tokenizer: str | None,
-) -> LlmWorkload:
-    from ridgeline.workload.datasets import FORMATS
-    from ridgeline.workload.llm import LlmWorkload
-    from ridgeline.workload.payloads import parse_size
+@dataclasses.dataclass(frozen=True)
+class ClientOptions:
+    """What ``run`` and ``probe`` send an endpoint and how they reach it: each field is
+    one option of both commands (``--header`` is ``run``'s alone), declared here once."""
 
-    if dataset_format not in FORMATS:
+    model: ModelOption = None
+    prompt_tokens: PromptTokensOption = None
+    output_tokens: OutputTokensOption = None
+    dataset: DatasetOption = None
+    dataset_format: DatasetFormatOption = "auto"
+    multi_turn: MultiTurnOption = False
+    shared_prefix: SharedPrefixOption = 0
+    tokenizer: TokenizerOption = None
+    ignore_eos: IgnoreEosOption = True
+    openai_api: OpenAIApiOption = "completions"
+    header: HeaderOption = dataclasses.field(default_factory=list)
+    token: ClientTokenOption = None
+    token_file: TokenFileOption = None
+    tls_ca: TlsCaOption = None
+
+    def workload(self) -> LlmWorkload:
+        """The prompts and output lengths the options ask for, checked now, so that a bad
+        file, spec or API is named before any request is sent."""
         from ridgeline.errors import UnknownKindError
+        from ridgeline.workload.datasets import FORMATS
+        from ridgeline.workload.llm import LlmWorkload
+        from ridgeline.workload.payloads import parse_size
 
-        raise UnknownKindError("dataset format", dataset_format, FORMATS)
-    workload = LlmWorkload(
-        prompt_tokens=None if prompt_tokens is None else parse_size(prompt_tokens, "prompt_tokens"),
-        output_tokens=None if output_tokens is None else parse_size(output_tokens, "output_tokens"),
-        dataset=dataset,
-        dataset_format=dataset_format,
-        multi_turn=multi_turn,
-        shared_prefix=shared_prefix,
-        tokenizer=tokenizer,
-    )
-    workload.check()  # the tokenizer counts output tokens even when it makes no prompt
-    return workload  # inactive, it still makes a trace's prompts: unique, exact in tokens
+        if self.openai_api not in ("completions", "chat"):
+            raise UnknownKindError("OpenAI API", self.openai_api, ("completions", "chat"))
+        if self.dataset_format not in FORMATS:
+            raise UnknownKindError("dataset format", self.dataset_format, FORMATS)
+        prompt, output = self.prompt_tokens, self.output_tokens
+        workload = LlmWorkload(
+            prompt_tokens=None if prompt is None else parse_size(prompt, "prompt_tokens"),
+            output_tokens=None if output is None else parse_size(output, "output_tokens"),
+            dataset=self.dataset,
+            dataset_format=self.dataset_format,
+            multi_turn=self.multi_turn,
+            shared_prefix=self.shared_prefix,
+            tokenizer=self.tokenizer,
+        )
+        workload.check()  # the tokenizer counts output tokens even when it makes no prompt
+        return workload  # inactive, it still makes a trace's prompts: unique, exact in tokens
+
+    def target_options(self) -> dict[str, Any]:
+        """``make_target``'s keyword arguments; a bad header, token file or CA bundle is
+        named now, not in a step."""
+        from ridgeline.v2.security import client_context, resolve_token
+
+        headers: dict[str, str] = {}
+        for h in self.header:
+            if ":" not in h:
+                raise typer.BadParameter(f"--header {h!r} must look like 'Name: value'")
+            k, v = h.split(":", 1)
+            headers[k.strip()] = v.strip()
+        opts: dict[str, Any] = {"headers": headers} if headers else {}
+        if token := resolve_token(self.token, self.token_file):
+            opts["token"] = token
+        if self.tls_ca is not None:
+            client_context(self.tls_ca)
+            opts["ca_file"] = self.tls_ca
+        if self.model:
+            opts["model"] = self.model
+        return opts | {
+            "tokenizer": self.tokenizer,
+            "ignore_eos": self.ignore_eos,
+            "openai_api": self.openai_api,
+        }
+
+
+def _client_options(*, header: bool) -> dict[str, tuple[Any, Any]]:
+    """``ClientOptions``' fields as options (``--header`` only when ``header``)."""
+    hints = get_type_hints(ClientOptions, include_extras=True)
+    fields = [f for f in dataclasses.fields(ClientOptions) if header or f.name != "header"]
+    return {f.name: (hints[f.name], _default(f)) for f in fields}
+
+
+def _default(f: dataclasses.Field[Any]) -> Any:
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
 
 WorkersOption = Annotated[
@@ -188,6 +195,7 @@ LatenessOption = Annotated[
 ]
 
 
+@expanded("client", _client_options(header=True), ClientOptions)
 def run(
     target: Annotated[
         str,
@@ -216,20 +224,8 @@ def run(
     metrics_url: Annotated[
         str | None, typer.Option(help="Prometheus endpoint of the server, scraped beside the load")
     ] = None,
-    model: Annotated[str | None, typer.Option(help="model name (OpenAI targets)")] = None,
-    prompt_tokens: PromptTokensOption = None,
-    output_tokens: OutputTokensOption = None,
-    dataset: DatasetOption = None,
-    dataset_format: DatasetFormatOption = "auto",
-    multi_turn: MultiTurnOption = False,
-    shared_prefix: SharedPrefixOption = 0,
-    tokenizer: TokenizerOption = None,
-    ignore_eos: IgnoreEosOption = True,
-    openai_api: OpenAIApiOption = "completions",
-    header: Annotated[list[str], typer.Option(help="extra header 'Name: value'")] = [],  # noqa: B006
-    token: ClientTokenOption = None,
-    token_file: TokenFileOption = None,
-    tls_ca: TlsCaOption = None,
+    *,
+    client: ClientOptions,
     store_requests: Annotated[bool, typer.Option(help="store one row per request")] = False,
     slo: Annotated[
         str | None,
@@ -248,26 +244,23 @@ def run(
     from ridgeline.health.slo import parse_slo
     from ridgeline.loadgen.replayer import Progress, ReplayConfig
     from ridgeline.loadgen.schedule import shaped
-    from ridgeline.loadgen.step import StepConfig, run_step
+    from ridgeline.loadgen.step import run_step
     from ridgeline.report.terminal import live_progress, step_table
     from ridgeline.telemetry.summary import with_goodput
 
     with failing(values=True):
         policy = parse_slo(slo) if slo is not None else None
-        workload, llm = _generative(
-            prompt_tokens, output_tokens, dataset, dataset_format, multi_turn, shared_prefix,
-            tokenizer, ignore_eos, openai_api,
-        )  # fmt: skip
+        workload = client.workload()
         schedule = _schedule(rate, duration, arrival, trace, target_rate, trace_start, seed)
         schedule = shaped(schedule, workload, seed)
-        cfg = StepConfig(
-            processes=processes,
-            workers=workers,
-            window_s=window,
-            metrics_url=metrics_url,
+        cfg = _step(
+            processes,
+            workers,
+            window,
+            metrics_url,
+            lateness_bound_ms,
             store_requests=store_requests,
             replay=ReplayConfig(timeout_s=timeout, max_outstanding=max_outstanding),
-            validity=_validity(lateness_bound_ms),
         )
         progress = Progress()
         with opened_store(db) as store, live_progress(progress, err, err.is_terminal):
@@ -276,7 +269,7 @@ def run(
                 schedule,
                 cfg,
                 store=store,
-                target_options=_target_options(model, header, token, token_file, tls_ca) | llm,
+                target_options=client.target_options(),
                 progress=progress,
             )
     if policy is not None:
@@ -288,12 +281,27 @@ def run(
     raise typer.Exit(step_code(result.summary))
 
 
-def _validity(lateness_bound_ms: float | None) -> ValidityConfig:
+def _step(
+    processes: int,
+    workers: str | None,
+    window: float,
+    metrics_url: str | None,
+    lateness_bound_ms: float | None,
+    **more: Any,
+) -> StepConfig:
+    """How each step of ``run`` and ``probe`` is sent and judged, from their options."""
+    from ridgeline.loadgen.step import StepConfig
     from ridgeline.loadgen.validity import ValidityConfig
 
-    if lateness_bound_ms is None:
-        return ValidityConfig()
-    return ValidityConfig(lateness_p99_bound_s=lateness_bound_ms / 1000.0)
+    bound = {} if lateness_bound_ms is None else {"lateness_p99_bound_s": lateness_bound_ms / 1e3}
+    return StepConfig(
+        processes=processes,
+        workers=workers,
+        window_s=window,
+        metrics_url=metrics_url,
+        validity=ValidityConfig(**bound),
+        **more,
+    )
 
 
 def _schedule(
@@ -321,6 +329,7 @@ def _schedule(
     )
 
 
+@expanded("client", _client_options(header=False), ClientOptions)
 def probe(
     target: Annotated[
         str,
@@ -402,19 +411,8 @@ def probe(
         ),
     ] = None,
     lateness_bound_ms: LatenessOption = None,
-    model: Annotated[str | None, typer.Option(help="model name (OpenAI targets)")] = None,
-    prompt_tokens: PromptTokensOption = None,
-    output_tokens: OutputTokensOption = None,
-    dataset: DatasetOption = None,
-    dataset_format: DatasetFormatOption = "auto",
-    multi_turn: MultiTurnOption = False,
-    shared_prefix: SharedPrefixOption = 0,
-    tokenizer: TokenizerOption = None,
-    ignore_eos: IgnoreEosOption = True,
-    openai_api: OpenAIApiOption = "completions",
-    token: ClientTokenOption = None,
-    token_file: TokenFileOption = None,
-    tls_ca: TlsCaOption = None,
+    *,
+    client: ClientOptions,
     seed: Annotated[int, typer.Option(help="seed of the schedules")] = 0,
     db: DbOption = None,
     as_json: JsonOption = False,
@@ -423,7 +421,6 @@ def probe(
     a valid estimate, 1 when no rate held the SLO, 2 for bad input or a failed probe, 3
     when the estimate is not valid (the steps measured the host), 130 when interrupted."""
     from ridgeline.loadgen.replayer import Progress
-    from ridgeline.loadgen.step import StepConfig
     from ridgeline.probe.api import default_slo, make_driver, run_probe
     from ridgeline.probe.drivers import NetworkDriver
     from ridgeline.probe.orchestrator import ProbeConfig
@@ -457,23 +454,14 @@ def probe(
                 "seed": seed,
             }
         )
-        step = StepConfig(
-            processes=processes,
-            workers=workers,
-            window_s=window,
-            metrics_url=metrics_url,
-            validity=_validity(lateness_bound_ms),
-        )
-        workload, llm = _generative(
-            prompt_tokens, output_tokens, dataset, dataset_format, multi_turn, shared_prefix,
-            tokenizer, ignore_eos, openai_api,
-        )  # fmt: skip
+        step = _step(processes, workers, window, metrics_url, lateness_bound_ms)
+        workload = client.workload()
         driver = make_driver(
             target,
             step=step,
             arrival=arrival,
             trace=trace,
-            target_options=_target_options(model, [], token, token_file, tls_ca) | llm,
+            target_options=client.target_options(),
             workload=workload,
         )
         progress = Progress()

@@ -11,11 +11,9 @@ from ridgeline.cli._common import failing, out
 from ridgeline.zoo.build import default_zoo_dir
 from ridgeline.zoo.families import FAMILIES
 
-app = typer.Typer(
-    help="A local zoo of ONNX models shaped like YOLOv5, EfficientNet, ArcFace, GIT and "
-    "FastSpeech 2 (random weights, real FLOPs ratios; no downloads).",
-    no_args_is_help=True,
-)
+app = typer.Typer(no_args_is_help=True)
+"""Mounted by ``ridgeline.cli``, which holds its help and imports this module when the
+group is used."""
 
 OutOption = Annotated[
     Path | None,

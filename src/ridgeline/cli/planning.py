@@ -13,7 +13,7 @@ import typer
 
 from ridgeline.cli._common import JsonOption, ZooOption, err, failing, out
 from ridgeline.errors import ConfigError
-from ridgeline.pipeline.gpu import gpu_type, parse_gpus
+from ridgeline.pipeline.gpu import compute_slices, gpu_type, parse_gpus
 from ridgeline.pipeline.segments import CPU
 
 if TYPE_CHECKING:
@@ -329,4 +329,4 @@ def available_for(gpus: str) -> dict[str, float]:
     """``8xA100-80GB`` → 56 compute slices; ``2cpu`` → 2 cores."""
     if gpus.endswith(CPU) and re.fullmatch(r"[0-9]{1,6}", gpus[: -len(CPU)]):
         return {CPU: float(gpus[: -len(CPU)])}
-    return {name: 7.0 * n for name, n in parse_gpus(gpus).items()}
+    return compute_slices(gpus)

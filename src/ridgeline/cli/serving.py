@@ -20,7 +20,6 @@ from ridgeline.errors import ConfigError
 
 @with_server_options
 def serve(
-    security: dict[str, Any],
     plan: Annotated[Path, typer.Argument(help="the plan YAML (hand-written or from `plan`)")],
     port: Annotated[int, port_option("HTTP port (v2, /metrics)")] = 8000,
     grpc_port: Annotated[int | None, port_option("gRPC port")] = 8001,
@@ -60,6 +59,8 @@ def serve(
             "one a core, at most 4); 0 parses every body on the loop",
         ),
     ] = None,
+    *,
+    security: dict[str, Any],
 ) -> None:
     """Serve a plan: a task-graph inference server with dynamic batching and early
     dropping, over the Open Inference Protocol v2 (HTTP and gRPC), until Ctrl-C. With

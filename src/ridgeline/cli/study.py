@@ -6,17 +6,21 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Protocol
 
 import typer
 
 from ridgeline.cli._common import err, failing
 
-app = typer.Typer(
-    help="Studies: how far a probe's estimate can be trusted (vanguard); what each "
-    "JigsawServe feature buys the planner (jigsaw).",
-    no_args_is_help=True,
-)
+app = typer.Typer(no_args_is_help=True)
+"""Mounted by ``ridgeline.cli``, which holds its help and imports this module when the
+group is used."""
+
+
+JobsOption = Annotated[int, typer.Option(help="processes")]
+DocumentOption = Annotated[
+    Path, typer.Option(help="the document the tables are written into, between markers")
+]
 
 
 def _commit() -> str | None:
@@ -30,6 +34,46 @@ def _commit() -> str | None:
     return run.stdout.strip() or None if run.returncode == 0 else None
 
 
+def _given(**options: object) -> dict[str, object]:
+    """The options given, as a study's config fields: unset ones (None, no value of a
+    repeatable option) left to the config's defaults, repeated ones as tuples."""
+    return {
+        name: tuple(value) if isinstance(value, list) else value
+        for name, value in options.items()
+        if value is not None and value != []
+    }
+
+
+def _command_line(command: str, **options: object) -> str:
+    """The command line that makes a study's tables again, written beside them: a flag
+    that is on, each value of a repeated option, each option given."""
+    words = [command]
+    for name, value in options.items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            words += [flag] if value else []
+        elif isinstance(value, list):
+            words += [f"{flag} {v}" for v in value]
+        elif value is not None:
+            words.append(f"{flag} {value}")
+    return " ".join(words)
+
+
+class _Result(Protocol):
+    """A study's result, as both studies return one."""
+
+    wall_s: float
+
+    def model_dump_json(self, *, indent: int | None = None) -> str: ...
+
+
+def _written(out: Path, result: _Result, json_file: Path | None) -> None:
+    """Say where a study's tables went; write all it found as JSON to ``json_file``."""
+    err.print(f"tables written to {out} ({result.wall_s:,.0f} s)", highlight=False)
+    if json_file is not None:
+        json_file.write_text(result.model_dump_json(indent=2) + "\n", encoding="utf-8")
+
+
 @app.command("vanguard")
 def vanguard(
     seeds: Annotated[
@@ -40,10 +84,8 @@ def vanguard(
         int | None,
         typer.Option(help="probes per dev case and strategy (default 3; --quick 2)"),
     ] = None,
-    jobs: Annotated[int, typer.Option(help="processes")] = 2,
-    out: Annotated[
-        Path, typer.Option(help="the document the tables are written into, between markers")
-    ] = Path("docs/reproduction-vanguard.md"),
+    jobs: JobsOption = 2,
+    out: DocumentOption = Path("docs/reproduction-vanguard.md"),
     json_file: Annotated[
         Path | None, typer.Option("--json", help="write every probe and truth as JSON here")
     ] = None,
@@ -74,39 +116,29 @@ def vanguard(
     from ridgeline.study.vanguard import StudyConfig, run_study
 
     with failing(values=True):
-        given: dict[str, object] = {"jobs": jobs}
-        if seeds is not None:
-            given["seeds"] = seeds
-        if dev_seeds is not None:
-            given["dev_seeds"] = dev_seeds
-        if case:
-            given["cases"] = tuple(case)
-        if ablation_seeds is not None:
-            given["ablation_seeds"] = ablation_seeds
+        given = _given(
+            jobs=jobs, seeds=seeds, dev_seeds=dev_seeds, cases=case, ablation_seeds=ablation_seeds
+        )
         cfg = StudyConfig.quick(**given) if quick else StudyConfig.model_validate(given)
         commit = _commit()
         result = run_study(
             cfg, on_case=lambda done: err.print(case_line(done), markup=False, highlight=False)
         )
-        command = " ".join(
-            [
-                "ridgeline study vanguard",
-                f"--seeds {result.seeds}",
-                f"--dev-seeds {result.dev_seeds}",
-                f"--jobs {jobs}",
-            ]
-            + (["--quick"] if quick else [])
-            + [f"--case {c}" for c in case]
-            + ([f"--ablation-seeds {ablation_seeds}"] if ablation_seeds is not None else [])
+        command = _command_line(
+            "ridgeline study vanguard",
+            seeds=result.seeds,
+            dev_seeds=result.dev_seeds,
+            jobs=jobs,
+            quick=quick,
+            case=case,
+            ablation_seeds=ablation_seeds,
         )
         blocks = {
             BANK: bank_markdown(result),
             RESULTS: results_markdown(result, command=command, commit=commit),
         }
         update_document(out, blocks)
-        err.print(f"tables written to {out} ({result.wall_s:,.0f} s)", highlight=False)
-        if json_file is not None:
-            json_file.write_text(result.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        _written(out, result, json_file)
         if calibration is not None:
             measured = measured_calibration(result, f"ridgeline study vanguard ({commit})")
             if measured is None:
@@ -138,10 +170,8 @@ def jigsaw(
     requests: Annotated[
         int | None, typer.Option(help="simulated requests a plan (default 20,000; --quick 5,000)")
     ] = None,
-    jobs: Annotated[int, typer.Option(help="processes")] = 2,
-    out: Annotated[
-        Path, typer.Option(help="the document the tables are written into, between markers")
-    ] = Path("docs/reproduction-jigsawserve.md"),
+    jobs: JobsOption = 2,
+    out: DocumentOption = Path("docs/reproduction-jigsawserve.md"),
     json_file: Annotated[
         Path | None, typer.Option("--json", help="write every row as JSON here")
     ] = None,
@@ -153,31 +183,28 @@ def jigsaw(
     from ridgeline.study.jigsaw import JigsawConfig, run_jigsaw
 
     with failing(values=True):
-        given: dict[str, object] = {"grid": grid, "jobs": jobs}
-        if gpus:
-            given["gpus"] = tuple(gpus)
-        if central_gpus:
-            given["central_gpus"] = tuple(central_gpus)
-        if spec:
-            given["specs"] = tuple(spec)
-        if requests is not None:
-            given["requests"] = requests
+        given = _given(
+            grid=grid,
+            jobs=jobs,
+            gpus=gpus,
+            central_gpus=central_gpus,
+            specs=spec,
+            requests=requests,
+        )
         cfg = JigsawConfig.quick(**given) if quick else JigsawConfig.model_validate(given)
         commit = _commit()
         result = run_jigsaw(
             cfg, on_task=lambda done: err.print(task_line(done), markup=False, highlight=False)
         )
-        command = " ".join(
-            ["ridgeline study jigsaw"]
-            + (["--quick"] if quick else [])
-            + [f"--gpus {g}" for g in gpus]
-            + [f"--central-gpus {g}" for g in central_gpus]
-            + [f"--spec {s}" for s in spec]
-            + (["--grid"] if grid else [])
-            + ([f"--requests {requests}"] if requests is not None else [])
-            + [f"--jobs {jobs}"]
+        command = _command_line(
+            "ridgeline study jigsaw",
+            quick=quick,
+            gpus=gpus,
+            central_gpus=central_gpus,
+            spec=spec,
+            grid=grid,
+            requests=requests,
+            jobs=jobs,
         )
         update_document(out, blocks(result, command=command, commit=commit))
-        err.print(f"tables written to {out} ({result.wall_s:,.0f} s)", highlight=False)
-        if json_file is not None:
-            json_file.write_text(result.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        _written(out, result, json_file)

@@ -202,6 +202,12 @@ def parse_gpus(text: str) -> dict[str, int]:
     return out
 
 
+def compute_slices(gpus: str) -> dict[str, float]:
+    """``8xA100-80GB`` → {A100-80GB: 56.0}: the compute slices a GPU set holds, per type
+    (what the planner spends)."""
+    return {name: float(COMPUTE_SLICES * n) for name, n in parse_gpus(gpus).items()}
+
+
 @dataclass(frozen=True, slots=True)
 class Layout:
     """A set of MIG instances one GPU can hold, with one valid placement of them."""

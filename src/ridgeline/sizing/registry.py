@@ -18,13 +18,15 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
 from ridgeline.errors import ConfigError, StoreError
 from ridgeline.telemetry._sqlite import Connected, open_db, transaction
-from ridgeline.telemetry.store import RunStore
+
+if TYPE_CHECKING:
+    from ridgeline.telemetry.store import RunStore
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS registry (

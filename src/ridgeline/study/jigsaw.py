@@ -47,7 +47,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ridgeline.errors import InfeasiblePlan
-from ridgeline.pipeline.gpu import NO_MIG, gpu_type, parse_gpus
+from ridgeline.pipeline.gpu import NO_MIG, compute_slices, gpu_type, parse_gpus
 from ridgeline.pipeline.planned import max_demand, to_plan
 from ridgeline.pipeline.planner import (
     AccuracyScope,
@@ -334,7 +334,7 @@ def table_for(
 
 def available(gpus: str) -> dict[str, float]:
     """``8xA100-80GB`` → {A100-80GB: 56 compute slices}."""
-    return {name: 7.0 * n for name, n in parse_gpus(gpus).items()}
+    return compute_slices(gpus)
 
 
 def app_row(spec: PipelineSpec, path: Path) -> AppRow:

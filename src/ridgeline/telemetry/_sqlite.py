@@ -10,6 +10,7 @@ Foreign keys are declared in the schema but not enforced (SQLite's default).
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +19,16 @@ from typing import Literal, Self
 
 PRAGMAS = ("journal_mode=WAL", "synchronous=NORMAL", "busy_timeout=5000")
 """Set on every connection, in this order."""
+
+
+def default_store_path() -> Path:
+    """``$RIDGELINE_DB``, else ``$XDG_DATA_HOME/ridgeline/runs.sqlite`` (~/.local/share).
+    Here, beside the opening, so a command's help can name it without loading the store."""
+    env = os.environ.get("RIDGELINE_DB")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "ridgeline" / "runs.sqlite"
 
 
 def open_db(path: Path, schema: str) -> sqlite3.Connection:

@@ -29,7 +29,7 @@ from numpy.typing import NDArray
 
 from ridgeline.errors import StoreError
 from ridgeline.telemetry import _unsaved
-from ridgeline.telemetry._sqlite import Connected, open_db, transaction
+from ridgeline.telemetry._sqlite import Connected, default_store_path, open_db, transaction
 from ridgeline.telemetry.records import Records, gaps_from
 from ridgeline.telemetry.summary import StepSummary
 from ridgeline.telemetry.windows import Window
@@ -86,15 +86,6 @@ _REQUEST_COLUMNS = (
     "step_id, i, scheduled, sent, done, outcome, first_token, output_tokens, prompt_tokens, gaps"
 )
 _GAPS = np.dtype("<f4")
-
-
-def default_store_path() -> Path:
-    """``$RIDGELINE_DB``, else ``$XDG_DATA_HOME/ridgeline/runs.sqlite`` (~/.local/share)."""
-    env = os.environ.get("RIDGELINE_DB")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "ridgeline" / "runs.sqlite"
 
 
 def _nullable(a: NDArray[np.float64]) -> list[float | None]:
