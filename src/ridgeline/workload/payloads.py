@@ -22,7 +22,8 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from ridgeline.errors import ConfigError, UnknownKindError
+from ridgeline._registry import Registry
+from ridgeline.errors import ConfigError
 from ridgeline.workload.traces import Trace
 
 Counts = NDArray[np.int64]
@@ -119,7 +120,7 @@ SizeLike = int | FixedSize | UniformSize | LognormalSize | Mapping[str, Any]
 """A size: a constant, a spec, or a spec as a mapping (from YAML)."""
 
 _SIZE_ADAPTER: TypeAdapter[SizeSpec] = TypeAdapter(SizeSpec)
-_SIZE_KINDS = ("fixed", "uniform", "lognormal")
+_SIZE_KINDS: Registry[type[Any]] = Registry.of_union("size kind", SizeSpec)
 _MINIMUM = {"items": 1, "prompt_tokens": 0, "output_tokens": 0}
 
 
@@ -166,8 +167,8 @@ def sampled_shapes(
 def _size_spec(name: str, like: SizeLike) -> FixedSize | UniformSize | LognormalSize:
     if isinstance(like, bool):
         raise ConfigError(f"{name} must be an integer or a size spec, got {like!r}")
-    if isinstance(like, Mapping) and like.get("kind") not in _SIZE_KINDS:
-        raise UnknownKindError("size kind", str(like.get("kind")), _SIZE_KINDS)
+    if isinstance(like, Mapping):
+        _SIZE_KINDS.get(str(like.get("kind")))  # an unknown kind lists the valid ones
     try:
         spec = (
             FixedSize(value=like) if isinstance(like, int) else _SIZE_ADAPTER.validate_python(like)
