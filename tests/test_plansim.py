@@ -562,7 +562,7 @@ def _served(plan: Plan, times: np.ndarray, seed: int, drop: bool) -> tuple[list[
             )
             instances = [_Sleeping(mean, noise) for _ in range(t.instances)]
             q = TaskQueue(name, spec, out, cfg, instances, clock, metrics, remaining, drop)
-            q.exec = ExecModel.from_warmup(mean[1], t.batch_size, mean[t.batch_size])
+            q.core.exec = ExecModel.from_warmup(mean[1], t.batch_size, mean[t.batch_size])
             queues[name] = q
         runner = GraphRunner(plan, queues, clock)
         loop = asyncio.get_running_loop()

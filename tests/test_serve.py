@@ -279,11 +279,11 @@ async def test_a_request_kept_at_an_idle_queue_is_not_dropped() -> None:
         MonotonicClock(),
         ServeMetrics(lambda: 1.0),
     )
-    q.exec = ExecModel(1.0)  # a batch "takes" 1 s
+    q.core.exec = ExecModel(1.0)  # a batch "takes" 1 s
     now = MonotonicClock().now()
     answer = await q.submit(1, [np.ones((1, 2), np.float32)], now + 0.050, keep=q.idle())
     assert answer[0].tolist() == [[2.0, 2.0]]
-    assert q.exec.time(1) < 1.0  # and the model learnt from it
+    assert q.core.exec.time(1) < 1.0  # and the model learnt from it
 
 
 class Instant:
@@ -307,7 +307,7 @@ def one_at_a_time(inst: Held, clock: MonotonicClock | VirtualClock) -> TaskQueue
 async def test_a_request_that_cannot_make_its_deadline_is_dropped_at_once() -> None:
     inst = Held()
     q = one_at_a_time(inst, MonotonicClock())
-    q.exec = ExecModel(0.050)  # measured: a batch takes 50 ms
+    q.core.exec = ExecModel(0.050)  # measured: a batch takes 50 ms
     now = MonotonicClock().now()
     first = q.submit(1, [np.zeros((1, 2), np.float32)], now + 10)
     await asyncio.sleep(0)
@@ -328,7 +328,7 @@ async def test_a_request_that_has_spent_its_tasks_latency_budget_is_dropped_ther
     inst = Held()
     clock = VirtualClock(100.0)
     q = one_at_a_time(inst, clock)
-    q.exec = ExecModel(0.050)
+    q.core.exec = ExecModel(0.050)
     row = [np.zeros((1, 2), np.float32)]
     first = q.submit(1, row, 110.0)
     await asyncio.sleep(0)  # the first batch starts, and holds the instance

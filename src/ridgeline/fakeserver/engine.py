@@ -23,7 +23,6 @@ from enum import StrEnum
 
 from ridgeline.clock import Clock, MonotonicClock
 from ridgeline.fakeserver.metrics import Stats
-from ridgeline.policies.batching import Wait
 from ridgeline.policies.queue import BatchQueue, Entry, Formed
 from ridgeline.synthetic.model import LatencyModel, service_time_s, stall_release
 
@@ -159,15 +158,7 @@ class BatchingEngine:
             self._resolve(e.payload, SHUT_DOWN)
 
     def _pump(self, now: float) -> None:
-        q = self._queue
-        while True:
-            formed = q.form(now)
-            if formed is None:
-                return
-            if isinstance(formed, Wait):
-                if formed.until is not None:
-                    self._arm(formed.until, now)
-                return
+        for formed in self._queue.batches(now, lambda until: self._arm(until, now)):
             self._dispatch(formed, now)
 
     def _dispatch(self, formed: Formed[_Pending], now: float) -> None:

@@ -55,7 +55,7 @@ from numpy.typing import NDArray
 from ridgeline.pipeline.plan import Plan
 from ridgeline.plansim._cores import Running, SharedCores, contended
 from ridgeline.plansim.service import ServiceTime
-from ridgeline.policies.batching import BatchingConfig, Wait
+from ridgeline.policies.batching import BatchingConfig
 from ridgeline.policies.dropping import (
     DROP_MARGIN,
     SLACK_QUANTILE,
@@ -376,16 +376,7 @@ class Engine:
 
     def _pump(self, t: _Task, now: float) -> None:
         """``TaskQueue._pump``: batches to free instances while the queue forms them."""
-        q = t.q
-        while True:
-            formed = q.form(now, lambda: self._after(t))
-            if formed is None:
-                return
-            if isinstance(formed, Wait):
-                if formed.until is not None:
-                    t.gen += 1
-                    heappush(self._heap, (formed.until, next(self._seq), _TIMER, t, t.gen))
-                return
+        for formed in t.q.batches(now, lambda until: self._arm(t, until), lambda: self._after(t)):
             for entry, _ in formed.dropped:
                 t.drops += 1
                 self._chunk_done(entry.payload, now, failed=True)
@@ -413,6 +404,11 @@ class Engine:
                 )
             else:
                 self._moved(self.shared.start(Running(t, slot, batch, rows, took, cores, now), now))
+
+    def _arm(self, t: _Task, until: float) -> None:
+        """A timer for ``t`` at ``until``; any earlier one of ``t`` is stale."""
+        t.gen += 1
+        heappush(self._heap, (until, next(self._seq), _TIMER, t, t.gen))
 
     # --- shared cores ----------------------------------------------------------------
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from enum import StrEnum
 from typing import Generic, NamedTuple, TypeVar
 
@@ -256,6 +256,25 @@ class BatchQueue(Generic[P]):
         return gone
 
     # --- what to do --------------------------------------------------------------------
+
+    def batches(
+        self,
+        now: float,
+        arm: Callable[[float], object],
+        after: Callable[[], float] = lambda: 0.0,
+    ) -> Iterator[Formed[P]]:
+        """Each batch free instances take at ``now``, one at a time (``form``, asked
+        again after the driver has started the one before); when the queue waits for a
+        deadline, ``arm(until)`` once."""
+        while True:
+            formed = self.form(now, after)
+            if formed is None:
+                return
+            if isinstance(formed, Wait):
+                if formed.until is not None:
+                    arm(formed.until)
+                return
+            yield formed
 
     def form(self, now: float, after: Callable[[], float] = lambda: 0.0) -> Formed[P] | Wait | None:
         """What a free instance does at ``now``: a batch (``Formed``), wait until when

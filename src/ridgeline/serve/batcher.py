@@ -23,8 +23,7 @@ import numpy as np
 
 from ridgeline.clock import Clock
 from ridgeline.errors import InferFailed
-from ridgeline.policies.batching import BatchingConfig, Wait
-from ridgeline.policies.dropping import ExecModel, TaskTiming
+from ridgeline.policies.batching import BatchingConfig
 from ridgeline.policies.queue import BatchQueue, DropReason, Entry
 from ridgeline.serve.metrics import ServeMetrics
 from ridgeline.v2.spec import TensorSpec
@@ -78,31 +77,6 @@ class TaskQueue:
     @property
     def cfg(self) -> BatchingConfig:
         return self.core.cfg
-
-    @cfg.setter
-    def cfg(self, cfg: BatchingConfig) -> None:
-        self.core.cfg = cfg
-
-    @property
-    def exec(self) -> ExecModel:
-        """The execution model the drop decision expects batch times from."""
-        return self.core.exec
-
-    @exec.setter
-    def exec(self, model: ExecModel) -> None:
-        self.core.exec = model
-
-    @property
-    def drop(self) -> bool:
-        return self.core.drop
-
-    @property
-    def active(self) -> int:
-        """Instances batches may go to."""
-        return self.core.instances
-
-    def timing(self) -> TaskTiming:
-        return self.core.timing()
 
     def idle(self) -> bool:
         """Nothing queued and no batch running."""
@@ -176,14 +150,9 @@ class TaskQueue:
 
     def _pump(self) -> None:
         now = self.clock.now()
-        while True:
-            formed = self.core.form(now, self.remaining_after)
-            if formed is None:
-                return
-            if isinstance(formed, Wait):
-                if formed.until is not None:
-                    self._arm(formed.until, now)
-                return
+        for formed in self.core.batches(
+            now, lambda until: self._arm(until, now), self.remaining_after
+        ):
             for entry, why in formed.dropped:
                 self._drop(entry.payload, why)
             if formed.batch:
@@ -248,7 +217,7 @@ class TaskQueue:
     async def drain(self) -> None:
         """Serve what is queued now, without a batching delay, and wait for every batch
         to end: the queue of a task being replaced, whose new requests go elsewhere."""
-        self.cfg = self.cfg.model_copy(update={"max_queue_delay_s": 0.0})
+        self.core.cfg = self.cfg.model_copy(update={"max_queue_delay_s": 0.0})
         self._pump()
         while not self.idle():
             await asyncio.gather(*list(self._running), return_exceptions=True)

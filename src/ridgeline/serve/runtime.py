@@ -33,17 +33,10 @@ from ridgeline.serve.metrics import InstanceView, ServeMetrics
 from ridgeline.serve.mps import MpsDaemons
 from ridgeline.serve.workers import Worker
 from ridgeline.v2 import describe
-from ridgeline.v2.connections import HttpListener
 from ridgeline.v2.describe import VERSION
 from ridgeline.v2.limits import ConnectionLimits, check_port
 from ridgeline.v2.security import TlsFiles
-from ridgeline.v2.server import (
-    DEFAULT_MAX_BODY_BYTES,
-    Served,
-    build_http_app,
-    request_log,
-    serve_grpc,
-)
+from ridgeline.v2.server import DEFAULT_MAX_BODY_BYTES, Served, V2Listeners
 from ridgeline.v2.spec import TensorSpec
 from ridgeline.v2.tensors import NUMPY_DTYPES, Array
 
@@ -204,8 +197,7 @@ class PlanServer(AsyncService):
         self.workers: dict[str, list[Worker]] = {}
         self.queues: dict[str, TaskQueue] = {}
         self.models: dict[str, _TaskModel | _PipelineModel] = {}
-        self._http: HttpListener | None = None
-        self._grpc: Any = None
+        self._listeners: V2Listeners | None = None
         self.http_port: int | None = None
         self.grpc_port: int | None = None
         self._generation = 0
@@ -321,8 +313,8 @@ class PlanServer(AsyncService):
             await worker.run(self._zeros(queue, rows))
             times[rows] = self.clock.now() - began
         model = ExecModel.from_warmup(times[1], full, times[full])
-        if model.time(full) > queue.exec.time(full):
-            queue.exec = model
+        if model.time(full) > queue.core.exec.time(full):
+            queue.core.exec = model
 
     @property
     def arrivals(self) -> deque[float]:
@@ -334,7 +326,7 @@ class PlanServer(AsyncService):
     def set_queue_delay(self, name: str, delay_ms: float) -> None:
         """Task ``name`` batches with this queue delay from now on."""
         queue = self.queues[name]
-        queue.cfg = queue.cfg.model_copy(update={"max_queue_delay_s": delay_ms / 1000.0})
+        queue.core.cfg = queue.cfg.model_copy(update={"max_queue_delay_s": delay_ms / 1000.0})
         task = self.plan.tasks[name].model_copy(update={"max_queue_delay_ms": delay_ms})
         self.plan = self.plan.model_copy(update={"tasks": {**self.plan.tasks, name: task}})
 
@@ -445,36 +437,22 @@ class PlanServer(AsyncService):
         }
 
     async def _listen(self) -> None:
-        http = self._http = HttpListener(self.host, self.limits, self.tls, 0.25, request_log())
         served = Served(self.models, SERVER_NAME, self.max_body)
-        app = build_http_app(
-            served,
-            token=self.token,
-            metrics=self.metrics.render,
-            guard=http.guard,
-            decode=self.decoders,
+        listeners = self._listeners = V2Listeners(
+            served, self.host, self.token, self.limits, self.tls
         )
-        self.http_port = await http.start(app, self._want_http)
-        if self._want_grpc is not None:
-            self._grpc, self.grpc_port = await serve_grpc(
-                served,
-                host=self.host,
-                port=self._want_grpc,
-                token=self.token,
-                limits=self.limits,
-                tls=self.tls,
-            )
+        app = listeners.app(metrics=self.metrics.render, decode=self.decoders)
+        self.http_port, self.grpc_port = await listeners.start(
+            app, self._want_http, self._want_grpc
+        )
 
     async def stop(self) -> None:
         """Refuse new work, finish running batches, stop workers; safe to call twice."""
         for q in self.queues.values():
             await q.close()
-        if self._grpc is not None:
-            await self._grpc.stop(0.25)
-            self._grpc = None
-        if self._http is not None:
-            await self._http.stop()
-            self._http = None
+        if self._listeners is not None:
+            await self._listeners.stop()
+            self._listeners = None
         await asyncio.gather(
             self.decoders.stop(),
             *(w.stop() for ws in self.workers.values() for w in ws),
