@@ -100,3 +100,22 @@ def test_arrival_errors_and_help_come_from_the_union() -> None:
 
 def test_every_strategy_config_has_its_strategy() -> None:
     assert STRATEGIES.names() == STRATEGY_KINDS.names()
+
+
+def _help(command: str, option: str) -> str:
+    """The help of ``ridgeline COMMAND --OPTION``, as the command line shows it."""
+    from typer.main import get_command
+
+    from ridgeline.cli import app
+
+    params = get_command(app).commands[command].params
+    return next(str(p.help) for p in params if p.name == option)
+
+
+def test_the_command_line_names_the_declared_kinds() -> None:
+    # the commands' modules may not load numpy to read their help (a fast --help), so
+    # their text is written out; it must name exactly the kinds the unions declare
+    for command in ("run", "simulate"):
+        assert _help(command, "arrival") == arrival_help()
+    strategies = _help("probe", "strategy").split(" | ")
+    assert sorted(strategies) == list(STRATEGY_KINDS.names())
