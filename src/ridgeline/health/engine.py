@@ -239,12 +239,14 @@ def _trend(obs: Observation, policy: SLOPolicy, history: Sequence[Observation]) 
 
 
 def _trend_metric(policy: SLOPolicy) -> str:
-    """The latency whose trend is fitted: end-to-end, unless only token metrics are
-    bounded (then TTFT when bounded, else the first bounded)."""
+    """The latency whose trend is fitted: end-to-end, unless only other metrics are
+    bounded (then the first of the table's timed from the schedule, where a queue shows
+    first: TTFT; else the first bounded)."""
     metrics = [b.metric for b in policy.latency]
     if not metrics or DEFAULT in metrics:
         return DEFAULT
-    return "ttft" if "ttft" in metrics else metrics[0]
+    queued = (m for m, row in METRICS.items() if row.from_schedule and m in metrics)
+    return next(queued, metrics[0])
 
 
 def _pct(x: float) -> str:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from ridgeline.health.metrics import DEFAULT
+
 
 class HealthState(StrEnum):
     HEALTHY = "healthy"
@@ -58,7 +60,7 @@ class Observation:
 
     def statistic(self, metric: str, percentile: str) -> float | None:
         """``percentile`` of ``metric`` (e2e, ttft, itl, tpot), ms; None when not measured."""
-        values = self.latency_ms if metric == "e2e" else self.token_ms.get(metric, {})
+        values = self.latency_ms if metric == DEFAULT else self.token_ms.get(metric, {})
         return values.get(percentile)
 
 

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from ridgeline.aio import signal_name
 from ridgeline.errors import RidgelineError, TargetUnreachableError
+from ridgeline.health.metrics import METRICS
 from ridgeline.health.state import HealthState
 from ridgeline.probe._run import POOLED_CAPS, UNDECIDED_RERUNS, Run, Stopped, warmup
 from ridgeline.probe.config import (
@@ -70,7 +71,7 @@ async def probe(
     strategy = parse_strategy(cfg.strategy, **options)
     run = Run(driver, cfg, store, gpu, on_step, on_start)
     # a late send moves the latencies timed from the schedule (e2e, TTFT), not the gaps
-    late = [b.bound_ms for b in run.policy.latency if b.metric in ("e2e", "ttft")]
+    late = [b.bound_ms for b in run.policy.latency if METRICS[b.metric].from_schedule]
     driver.judge_by(min(late, default=None))
     status, reason, confirmed = "complete", "", None
     try:
