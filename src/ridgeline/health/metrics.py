@@ -5,7 +5,10 @@ An SLO latency bound (``health.slo.LatencyBound``) names a metric of this table 
 statistic (``telemetry.histogram.STATISTICS``: p50, p90, p95, p99, p999, max, mean). The judge
 (``health.judge``), the probe's tail count, goodput and the plan simulator all read the
 table; none of them branches on a metric's name. A new metric is one entry in
-``METRICS`` (and its test): the SLO text then reads ``<name>_p99<…>``.
+``METRICS`` (and its test): the SLO text then reads ``<name>_p99<…>``. (The health
+timeline's one-second windows carry end-to-end and token latencies only, summarised by
+``telemetry.windows``; a step's verdict, which is what the search is told, reads every
+metric of the table.)
 
 Percentiles of every metric come from one estimator, ``telemetry.histogram
 .latency_summary_ms``, under one key set (``p999``, the run store's key; the SLO text

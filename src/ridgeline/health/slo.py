@@ -12,6 +12,8 @@ are the defaults). Parts, separated by commas, in any order:
   scheduled send), inter-token latency (every gap between content chunks, pooled over
   requests: vLLM's ITL) and time per output token (per request, (e2e − ttft) /
   (output tokens − 1));
+- ``send_p99<50ms`` — the same for every other row of ``health.metrics.METRICS``, the
+  row's name its prefix (``send``: latency from the actual send);
 - ``errors<0.1%`` or ``errors<0.001`` — the largest tolerated error rate;
 - ``attainment>95%`` or ``attainment>0.95`` — the least achieved/offered throughput.
 
