@@ -14,7 +14,6 @@ import typer
 from ridgeline.cli._common import JsonOption, ZooOption, err, failing, out
 from ridgeline.errors import ConfigError
 from ridgeline.pipeline.gpu import compute_slices, gpu_type, parse_gpus
-from ridgeline.pipeline.segments import CPU
 
 if TYPE_CHECKING:
     from ridgeline.pipeline.placement import Placement
@@ -319,6 +318,7 @@ def _place(result: PlanResult, gpus: str) -> Placement | None:
     """The plan's MIG instances on physical GPUs (None on CPU)."""
     from ridgeline.pipeline.placement import place
     from ridgeline.pipeline.planned import to_plan
+    from ridgeline.pipeline.segments import CPU
 
     if all(pool == CPU for pool in result.slices):
         return None
@@ -327,6 +327,8 @@ def _place(result: PlanResult, gpus: str) -> Placement | None:
 
 def available_for(gpus: str) -> dict[str, float]:
     """``8xA100-80GB`` → 56 compute slices; ``2cpu`` → 2 cores."""
+    from ridgeline.pipeline.segments import CPU
+
     if gpus.endswith(CPU) and re.fullmatch(r"[0-9]{1,6}", gpus[: -len(CPU)]):
         return {CPU: float(gpus[: -len(CPU)])}
     return compute_slices(gpus)
