@@ -4,6 +4,7 @@ one declaration."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Literal, get_args
 
 import pytest
@@ -38,11 +39,7 @@ _Speed = Annotated[_Slow | _Fast, Field(discriminator="kind")]
 def test_an_unknown_name_lists_the_valid_ones() -> None:
     colours: Registry[int] = Registry("colour")
     colours.add("red", 1)
-
-    @colours.register("blue")
-    def _blue() -> int:  # a decorator returns what it decorates
-        return 2
-
+    colours.add("blue", 2)
     colours.add("green", 3)
     assert colours.get("red") == 1
     with pytest.raises(UnknownKindError) as caught:
@@ -53,6 +50,17 @@ def test_an_unknown_name_lists_the_valid_ones() -> None:
     assert colours.names() == ("blue", "green", "red")
     assert colours.help() == "blue | green | red"
     assert list(colours) == ["red", "blue", "green"]  # registration order
+
+
+def test_a_decorator_registers_what_it_decorates_and_returns_it() -> None:
+    shouts: Registry[Callable[[str], str]] = Registry("shout")
+
+    @shouts.register("loud")
+    def loud(text: str) -> str:
+        return text.upper()
+
+    assert shouts.get("loud") is loud
+    assert loud("hi") == "HI"
 
 
 def test_a_name_registered_twice_is_refused() -> None:
