@@ -5,8 +5,9 @@ features (``jigsaw``)."""
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Protocol
+from typing import Annotated, Any, Protocol, Self, TypeVar
 
 import typer
 
@@ -34,14 +35,35 @@ def _commit() -> str | None:
     return run.stdout.strip() or None if run.returncode == 0 else None
 
 
-def _given(**options: object) -> dict[str, object]:
-    """The options given, as a study's config fields: unset ones (None, no value of a
-    repeatable option) left to the config's defaults, repeated ones as tuples."""
-    return {
+class _Config(Protocol):
+    """A study's config: validated from a mapping, or over its ``--quick`` defaults."""
+
+    @classmethod
+    def quick(cls, **overrides: Any) -> Self: ...
+
+    @classmethod
+    def model_validate(cls, obj: Any) -> Self: ...
+
+
+C = TypeVar("C", bound=_Config)
+T = TypeVar("T")
+
+
+def _config(cls: type[C], quick: bool, **fields: object) -> C:
+    """A study's config from its fields as the options gave them, over its ``--quick``
+    defaults or its own: one unset (None, no value of a repeatable option) is left to
+    them, a repeated one becomes a tuple."""
+    given = {
         name: tuple(value) if isinstance(value, list) else value
-        for name, value in options.items()
+        for name, value in fields.items()
         if value is not None and value != []
     }
+    return cls.quick(**given) if quick else cls.model_validate(given)
+
+
+def _printing(line: Callable[[T], str]) -> Callable[[T], None]:
+    """Print each line a study reports as it goes (one case, one task) to stderr."""
+    return lambda done: err.print(line(done), markup=False, highlight=False)
 
 
 def _command_line(command: str, **options: object) -> str:
@@ -116,14 +138,17 @@ def vanguard(
     from ridgeline.study.vanguard import StudyConfig, run_study
 
     with failing(values=True):
-        given = _given(
-            jobs=jobs, seeds=seeds, dev_seeds=dev_seeds, cases=case, ablation_seeds=ablation_seeds
+        cfg = _config(
+            StudyConfig,
+            quick,
+            jobs=jobs,
+            seeds=seeds,
+            dev_seeds=dev_seeds,
+            cases=case,
+            ablation_seeds=ablation_seeds,
         )
-        cfg = StudyConfig.quick(**given) if quick else StudyConfig.model_validate(given)
         commit = _commit()
-        result = run_study(
-            cfg, on_case=lambda done: err.print(case_line(done), markup=False, highlight=False)
-        )
+        result = run_study(cfg, on_case=_printing(case_line))
         command = _command_line(
             "ridgeline study vanguard",
             seeds=result.seeds,
@@ -183,7 +208,9 @@ def jigsaw(
     from ridgeline.study.jigsaw import JigsawConfig, run_jigsaw
 
     with failing(values=True):
-        given = _given(
+        cfg = _config(
+            JigsawConfig,
+            quick,
             grid=grid,
             jobs=jobs,
             gpus=gpus,
@@ -191,11 +218,8 @@ def jigsaw(
             specs=spec,
             requests=requests,
         )
-        cfg = JigsawConfig.quick(**given) if quick else JigsawConfig.model_validate(given)
         commit = _commit()
-        result = run_jigsaw(
-            cfg, on_task=lambda done: err.print(task_line(done), markup=False, highlight=False)
-        )
+        result = run_jigsaw(cfg, on_task=_printing(task_line))
         command = _command_line(
             "ridgeline study jigsaw",
             quick=quick,
