@@ -81,9 +81,25 @@ def test_the_map_names_every_public_module_of_every_package_and_no_other() -> No
         assert modules - named == set(), f"{package}/: modules the map does not name"
 
 
-def test_nothing_below_the_commands_imports_the_fake_server() -> None:
+def _forbidding(key: str, modules: list[str]) -> dict[str, list[str]]:
+    """The one "forbidden" import contract whose ``key`` lists exactly ``modules``."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
-    (forbidden,) = [c for c in config["contracts"] if c["type"] == "forbidden"]
-    assert forbidden["forbidden_modules"] == ["ridgeline.fakeserver"]
+    contracts = config["contracts"]
+    (found,) = [c for c in contracts if c["type"] == "forbidden" and c[key] == modules]
+    return dict(found)
+
+
+def test_nothing_below_the_commands_imports_the_fake_server() -> None:
+    forbidden = _forbidding("forbidden_modules", ["ridgeline.fakeserver"])
     sources = {m.removeprefix("ridgeline.") for m in forbidden["source_modules"]}
     assert sources == _top_level_units() - {"cli", "fakeserver"}
+
+
+def test_the_map_names_what_the_fake_server_may_not_import_as_the_contract_does() -> None:
+    contract = _forbidding("source_modules", ["ridgeline.fakeserver"])
+    pattern = r"^- \*\*the fake stands alone\*\*:(.*?)\n(?! )"
+    bullet = re.search(pattern, DOC.read_text(), re.M | re.S)
+    assert bullet is not None, "the map's Contracts list names the contract"
+    names = bullet.group(1).partition("none of")[2].partition("(")[0]
+    named = set(re.findall(r"`([a-z_0-9]+)/?`", names))
+    assert {m.removeprefix("ridgeline.") for m in contract["forbidden_modules"]} == named

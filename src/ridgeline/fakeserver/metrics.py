@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -78,6 +79,20 @@ class Histogram:
             running += n
             out.append(("+Inf" if bound == float("inf") else repr(float(bound)), float(running)))
         return out
+
+
+def _families(
+    kind: Callable[..., Metric], label: str, value: str, *rows: tuple[str, str, float | Histogram]
+) -> Iterator[Metric]:
+    """A family of ``kind`` per (name, help, sample or histogram) row, labelled
+    ``label=value``."""
+    for name, doc, v in rows:
+        fam: Any = kind(name, doc, labels=[label])
+        if isinstance(v, Histogram):
+            fam.add_metric([value], v.cumulative(), v.total)
+        else:
+            fam.add_metric([value], v)
+        yield fam
 
 
 class Stats:
@@ -155,32 +170,31 @@ class LlmStats:
 
     def families(self, model: str) -> Iterator[Metric]:
         """The vLLM-named metrics, labelled ``model_name``."""
-        labels = [model]
         running, waiting, usage, preemptions = self.gauges()
-        for name, doc, value in (
+        yield from _families(
+            GaugeMetricFamily,
+            "model_name",
+            model,
             ("vllm:num_requests_running", "Requests in model execution batches", running),
             ("vllm:num_requests_waiting", "Requests waiting to be processed", waiting),
             ("vllm:kv_cache_usage_perc", "KV-cache usage; 1 means 100 percent usage", usage),
-        ):
-            gauge = GaugeMetricFamily(name, doc, labels=["model_name"])
-            gauge.add_metric(labels, value)
-            yield gauge
-        for name, doc, count in (
+        )
+        yield from _families(
+            CounterMetricFamily,
+            "model_name",
+            model,
             ("vllm:num_preemptions", "Cumulative number of preemptions", preemptions),
             ("vllm:prompt_tokens", "Number of prefill tokens processed", self.prompt_tokens),
             ("vllm:generation_tokens", "Number of generation tokens", self.generation_tokens),
-        ):
-            counter = CounterMetricFamily(name, doc, labels=["model_name"])
-            counter.add_metric(labels, count)
-            yield counter
-        for name, doc, h in (
+        )
+        yield from _families(
+            HistogramMetricFamily,
+            "model_name",
+            model,
             ("vllm:time_to_first_token_seconds", "Time to first token in seconds", self.ttft),
             ("vllm:inter_token_latency_seconds", "Inter-token latency in seconds", self.itl),
             ("vllm:e2e_request_latency_seconds", "End-to-end request latency", self.e2e),
-        ):
-            fam = HistogramMetricFamily(name, doc, labels=["model_name"])
-            fam.add_metric(labels, h.cumulative(), h.total)
-            yield fam
+        )
 
 
 class MetricsExporter(Collector):
@@ -206,7 +220,7 @@ class MetricsExporter(Collector):
         return ()
 
     def collect(self) -> Iterator[Metric]:
-        s, labels = self._stats, [self._model]
+        s = self._stats
         requests = CounterMetricFamily(
             "fakeserver_requests", "Requests answered, by outcome", labels=["model", "outcome"]
         )
@@ -214,17 +228,16 @@ class MetricsExporter(Collector):
             requests.add_metric([self._model, outcome], n)
         yield requests
         queued, _ = self._gauges()
-        queue = GaugeMetricFamily("fakeserver_queue_length", "Requests waiting", labels=["model"])
-        queue.add_metric(labels, queued)
-        yield queue
-        for name, doc, h in (
+        queue = ("fakeserver_queue_length", "Requests waiting", queued)
+        yield from _families(GaugeMetricFamily, "model", self._model, queue)
+        yield from _families(
+            HistogramMetricFamily,
+            "model",
+            self._model,
             ("fakeserver_batch_size", "Rows per executed batch", s.batch_rows),
             ("fakeserver_queue_seconds", "Time a request waited for its batch", s.queue_s),
             ("fakeserver_compute_seconds", "Execution time of a request's batch", s.compute_s),
-        ):
-            fam = HistogramMetricFamily(name, doc, labels=["model"])
-            fam.add_metric(labels, h.cumulative(), h.total)
-            yield fam
+        )
         if self._llm is not None:
             yield from self._llm.families(self._model)
 

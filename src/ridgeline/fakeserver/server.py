@@ -29,7 +29,7 @@ from ridgeline.fakeserver.llm import LlmRunner
 from ridgeline.fakeserver.metrics import METRICS_CONTENT_TYPE, LlmStats, MetricsExporter
 from ridgeline.fakeserver.model import SERVER_NAME, FakeModel
 from ridgeline.synthetic.model import LatencyModel
-from ridgeline.v2.connections import Front, GuardedConnection, HttpListener
+from ridgeline.v2.connections import Front, GuardedConnection
 from ridgeline.v2.limits import ConnectionLimits, check_port
 from ridgeline.v2.security import TlsFiles
 from ridgeline.v2.server import (
@@ -37,9 +37,8 @@ from ridgeline.v2.server import (
     EXTENSIONS,
     RequestLog,
     Served,
-    build_http_app,
+    V2Listeners,
     request_log,
-    serve_grpc,
 )
 
 SHUTDOWN_GRACE_S = 0.25
@@ -68,6 +67,19 @@ class ServerOptions(TypedDict, total=False):
     max_body_bytes: int
     limits: ConnectionLimits
     tls: TlsFiles | None
+
+
+class _Url:
+    """A ``FakeServer`` attribute read from its ``urls()``."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, server: FakeServer, owner: type | None = None) -> str:
+        url = getattr(server.urls(), self.name)
+        if url is None:
+            raise RidgelineError("gRPC is off for this FakeServer; create it with grpc_port=0")
+        return str(url)
 
 
 class FakeServer(AsyncService):
@@ -106,8 +118,7 @@ class FakeServer(AsyncService):
         self._want_http, self._want_grpc, self._clock = http_port, grpc_port, clock
         self._engine: BatchingEngine | None = None
         self._llm: LlmRunner | None = None
-        self._http: HttpListener | None = None
-        self._grpc: Any = None
+        self._listeners: V2Listeners | None = None
         self._http_port: int | None = None
         self._grpc_port: int | None = None
 
@@ -137,26 +148,16 @@ class FakeServer(AsyncService):
             engine.stats.finish,
         )
         log = request_log()
-        http = self._http = HttpListener(self.host, self.limits, self.tls, SHUTDOWN_GRACE_S, log)
-        app = build_http_app(
-            served,
-            token=self.token,
-            metrics=lambda: (exporter.render(), METRICS_CONTENT_TYPE),
-            guard=http.guard,
+        listeners = self._listeners = V2Listeners(
+            served, self.host, self.token, self.limits, self.tls, grace_s=SHUTDOWN_GRACE_S, log=log
         )
-        openai.add_routes(app, self.model, engine, http.guard, llm)
+        app = listeners.app(metrics=lambda: (exporter.render(), METRICS_CONTENT_TYPE))
+        openai.add_routes(app, self.model, engine, listeners.guard, llm)
         try:
             front = self._fast_path(InferCore(fake, served), log)
-            self._http_port = await http.start(app, self._want_http, front)
-            if self._want_grpc is not None:
-                self._grpc, self._grpc_port = await serve_grpc(
-                    served,
-                    host=self.host,
-                    port=self._want_grpc,
-                    token=self.token,
-                    limits=self.limits,
-                    tls=self.tls,
-                )
+            self._http_port, self._grpc_port = await listeners.start(
+                app, self._want_http, self._want_grpc, front
+            )
         except BaseException:
             await self.stop()
             raise
@@ -181,12 +182,9 @@ class FakeServer(AsyncService):
         if self._llm is not None:
             await self._llm.close()
             self._llm = None
-        if self._grpc is not None:
-            await self._grpc.stop(SHUTDOWN_GRACE_S)
-            self._grpc = None
-        if self._http is not None:
-            await self._http.stop()
-            self._http = None
+        if self._listeners is not None:
+            await self._listeners.stop()
+            self._listeners = None
         self._engine = None
 
     @property
@@ -209,45 +207,28 @@ class FakeServer(AsyncService):
             raise RidgelineError("the FakeServer has not started; call start() first")
         return self._grpc_port
 
-    @property
-    def _url_host(self) -> str:
-        return f"[{self.host}]" if ":" in self.host else self.host
-
-    @property
-    def _netloc(self) -> str:
-        return f"{self._url_host}:{self.http_port}"
-
-    @property
-    def http_url(self) -> str:
-        return f"{'http' if self.tls is None else 'https'}://{self._netloc}"
-
-    @property
-    def model_url(self) -> str:
-        return f"{self.http_url}/v2/models/{self.model.name}"
-
-    @property
-    def grpc_url(self) -> str:
-        scheme = "grpc" if self.tls is None else "grpcs"
-        return f"{scheme}://{self._url_host}:{self.grpc_port}/{self.model.name}"
-
-    @property
-    def metrics_url(self) -> str:
-        return f"{self.http_url}/metrics"
-
-    @property
-    def openai_url(self) -> str:
-        return f"{self.http_url}/v1"
+    http_url = _Url()
+    model_url = _Url()
+    grpc_url = _Url()
+    metrics_url = _Url()
+    openai_url = _Url()
 
     def urls(self) -> ServerUrls:
-        grpc_on = self._want_grpc is not None
+        """Where it answers (gRPC's port and URL None when gRPC is off)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        http = f"{'http' if self.tls is None else 'https'}://{host}:{self.http_port}"
+        grpc_port = None if self._want_grpc is None else self.grpc_port
+        grpc = "grpc" if self.tls is None else "grpcs"
         return ServerUrls(
             http_port=self.http_port,
-            grpc_port=self.grpc_port if grpc_on else None,
-            http_url=self.http_url,
-            model_url=self.model_url,
-            grpc_url=self.grpc_url if grpc_on else None,
-            metrics_url=self.metrics_url,
-            openai_url=self.openai_url,
+            grpc_port=grpc_port,
+            http_url=http,
+            model_url=f"{http}/v2/models/{self.model.name}",
+            grpc_url=None
+            if grpc_port is None
+            else f"{grpc}://{host}:{grpc_port}/{self.model.name}",
+            metrics_url=f"{http}/metrics",
+            openai_url=f"{http}/v1",
         )
 
 

@@ -35,7 +35,13 @@ from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
 from ridgeline._version import __version__
 from ridgeline.errors import ConfigError, InferFailed, InvalidRequest
-from ridgeline.v2.connections import ConnectionGuard, guard_middleware, read_body
+from ridgeline.v2.connections import (
+    ConnectionGuard,
+    Front,
+    HttpListener,
+    guard_middleware,
+    read_body,
+)
 from ridgeline.v2.describe import VERSION
 from ridgeline.v2.grpc_codec import decode_request, encode_response
 from ridgeline.v2.http_codec import (
@@ -498,3 +504,72 @@ async def serve_grpc(
         raise ConfigError(f"cannot bind gRPC to {address}; is the port taken? Pick another or 0")
     await server.start()
     return server, int(bound)
+
+
+class V2Listeners:
+    """A v2 server's two listeners over one ``Served``: HTTP (an ``HttpListener`` serving
+    the app ``app`` builds) and gRPC (``serve_grpc``), on one host with one token,
+    connection limits and TLS; ``start`` then ``stop``. The fake server and the runtime
+    both listen through it."""
+
+    def __init__(
+        self,
+        served: Served,
+        host: str,
+        token: str | None,
+        limits: ConnectionLimits,
+        tls: TlsFiles | None,
+        *,
+        grace_s: float = 0.25,
+        log: RequestLog | None = None,
+    ) -> None:
+        self.served, self.host, self.token, self.limits, self.tls = served, host, token, limits, tls
+        self.grace_s = grace_s
+        self.http = HttpListener(host, limits, tls, grace_s, log or request_log())
+        self._grpc: Any = None
+
+    @property
+    def guard(self) -> ConnectionGuard:
+        """What times the HTTP connections (for routes added to the app)."""
+        return self.http.guard
+
+    def app(
+        self,
+        metrics: Callable[[], tuple[bytes, str]] | None = None,
+        decode: BodyDecoder = decode_inline,
+    ) -> web.Application:
+        """The HTTP app (``build_http_app``); more routes may be added before ``start``."""
+        guard = self.http.guard
+        return build_http_app(
+            self.served, token=self.token, metrics=metrics, guard=guard, decode=decode
+        )
+
+    async def start(
+        self,
+        app: web.Application,
+        http_port: int,
+        grpc_port: int | None,
+        front: Front | None = None,
+    ) -> tuple[int, int | None]:
+        """Serve ``app`` on ``http_port`` (through ``front`` when given) and, unless
+        ``grpc_port`` is None, gRPC; the bound ports (0: any free one). A taken port is a
+        ConfigError."""
+        bound_http = await self.http.start(app, http_port, front)
+        if grpc_port is None:
+            return bound_http, None
+        self._grpc, bound_grpc = await serve_grpc(
+            self.served,
+            host=self.host,
+            port=grpc_port,
+            token=self.token,
+            limits=self.limits,
+            tls=self.tls,
+        )
+        return bound_http, bound_grpc
+
+    async def stop(self) -> None:
+        """Close both (gRPC first, within the grace); safe to call twice."""
+        if self._grpc is not None:
+            await self._grpc.stop(self.grace_s)
+            self._grpc = None
+        await self.http.stop()
