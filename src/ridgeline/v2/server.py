@@ -8,6 +8,10 @@ HTTP routes: ``/v2/health/{live,ready}``, ``/v2`` (server metadata), ``POST
 ModelReady, ServerMetadata, ModelMetadata, ModelConfig, ModelStatistics,
 RepositoryIndex, ModelInfer. So tritonclient and perf_analyzer drive it unchanged.
 
+It is the one v2 server side: the serving runtime and the fake server both serve their
+models through these handlers, each model a ``V2Model``; ``Served`` says what a server
+serves (and counts what it refuses), ``V2Listeners`` starts its HTTP and gRPC listeners.
+
 Failures: a bad request (a field of the wrong type, an element its datatype cannot hold,
 a declared shape that would decode past the body bound, a gRPC message protobuf cannot
 parse) is 400 / INVALID_ARGUMENT, an unknown model 404 / NOT_FOUND, a
