@@ -13,7 +13,8 @@ validated against, so it judges plainly, with code of its own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 from numpy.typing import NDArray
@@ -27,9 +28,9 @@ from ridgeline.telemetry.summary import good
 Statistics = dict[str, float | None]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Judgment:
-    """What ``judge`` found."""
+    """What ``judge`` found (the good requests are counted when first asked for)."""
 
     statistics: dict[str, Statistics]
     """By metric (``e2e`` always, and every metric the SLO bounds): its statistics, ms,
@@ -38,11 +39,17 @@ class Judgment:
     """Judged requests that were sent."""
     error_rate: float
     """Of those, the share that failed (errors, timeouts, incomplete)."""
-    good: NDArray[np.bool_]
-    """Per request: judged, succeeded and met every latency bound on its own values
-    (``LatencyBound.meets``: a request meets ``ttft_p99<b`` if its TTFT ≤ b, and
-    ``itl_p99<b`` if the p99 of its own gaps ≤ b)."""
     policy: SLOPolicy
+    records: Records = field(repr=False)
+    judged: NDArray[np.bool_] = field(repr=False)
+    """The requests judged: those asked for, that were sent."""
+
+    @cached_property
+    def good(self) -> NDArray[np.bool_]:
+        """Per request: judged, succeeded and met every latency bound on its own values
+        (``LatencyBound.meets``: a request meets ``ttft_p99<b`` if its TTFT ≤ b, and
+        ``itl_p99<b`` if the p99 of its own gaps ≤ b)."""
+        return self.judged & good(self.records, self.policy.latency)
 
     def value(self, bound: LatencyBound) -> float | None:
         """The bounded statistic, ms; None when the metric had no samples."""
@@ -75,6 +82,7 @@ def judge(records: Records, policy: SLOPolicy, judged: NDArray[np.bool_] | None 
         },
         answered=answered,
         error_rate=failed / answered if answered else 0.0,
-        good=mask & good(records, policy.latency),
         policy=policy,
+        records=records,
+        judged=mask,
     )
