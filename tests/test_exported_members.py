@@ -121,3 +121,14 @@ def test_a_lazy_group_is_listed_by_its_help_and_imported_when_used() -> None:
     assert "Show the models of a built zoo." in text  # `models list`
     text, loaded = _help_and_lazy_modules("models", "build")
     assert "a family to build, repeatable: detector, classifier, face, captioner, tts" in text
+
+
+def test_a_lazy_group_suggests_the_command_meant() -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "ridgeline", "models", "buil"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "250"},
+    )
+    assert run.returncode == 2 and "No such command 'buil'. Did you mean 'build'?" in run.stderr

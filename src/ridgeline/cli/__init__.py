@@ -5,7 +5,6 @@ for, so ``ridgeline --help`` loads no numpy, onnx, grpc, aiohttp, HiGHS or onnxr
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING, Annotated, ClassVar
 
 import typer
@@ -48,22 +47,25 @@ def _options(
 
 
 class _LazyGroup(TyperGroup):
-    """A command group whose typer app (``target``, ``module:attribute``) is imported when
-    one of its commands is listed or run; until then the group is its help alone."""
+    """A command group whose commands are those of the typer app ``target``
+    (``module:attribute``), imported when one of them is listed or asked for (an unknown
+    one too: its error suggests the near names); until then the group is its help alone."""
 
     target: ClassVar[str]
 
-    @functools.cached_property
-    def _loaded(self) -> TyperGroup:
-        group = typer.main.get_command(import_attr(self.target))
-        assert isinstance(group, TyperGroup), self.target
-        return group
-
     def list_commands(self, ctx: Context) -> list[str]:
-        return self._loaded.list_commands(ctx)
+        self._load()
+        return super().list_commands(ctx)
 
     def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
-        return self._loaded.get_command(ctx, cmd_name)
+        self._load()
+        return super().get_command(ctx, cmd_name)
+
+    def _load(self) -> None:
+        if not self.commands:
+            group = typer.main.get_command(import_attr(self.target))
+            assert isinstance(group, TyperGroup), self.target
+            self.commands.update(group.commands)
 
 
 def _lazy_group(name: str, target: str, help: str) -> None:
