@@ -37,13 +37,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ridgeline.errors import PlanError
+from ridgeline.errors import ConfigError, PlanError
 from ridgeline.pipeline.plan import Plan, TaskPlan
 from ridgeline.pipeline.segments import CpuSegment, GpuSegment
 from ridgeline.policies import glue
 from ridgeline.serve.backends import OnnxBackendConfig, SyntheticBackendConfig
 from ridgeline.serve.loading import task_backend, zoo_dir
-from ridgeline.v2.spec import Signature, TensorSpec, from_onnx, triton_type
+from ridgeline.v2.spec import Signature, TensorSpec, triton_type
 
 QUEUE_ROUNDS = 4
 """A task's queue holds this many full rounds of batches over its instances; past that
@@ -54,24 +54,13 @@ def onnx_signature(task: str, path: Path) -> Signature:
     """Inputs and outputs of an ONNX graph: symbolic dims become -1 (the batch dim first)."""
     import onnx
 
+    from ridgeline.zoo.manifest import tensor_specs
+
     graph = onnx.load(str(path), load_external_data=False).graph
-
-    def specs(values: Sequence[Any]) -> tuple[TensorSpec, ...]:
-        out = []
-        for v in values:
-            kind = onnx.TensorProto.DataType.Name(v.type.tensor_type.elem_type)
-            datatype = from_onnx(kind)
-            if datatype is None:
-                raise PlanError(
-                    f"tasks.{task}: tensor {v.name!r} of {path} is {kind}, which Triton's "
-                    "onnxruntime backend does not carry; export the model with numeric tensors"
-                )
-            dims = v.type.tensor_type.shape.dim
-            shape = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in dims)
-            out.append(TensorSpec(v.name, datatype, shape))
-        return tuple(out)
-
-    return Signature(specs(graph.input), specs(graph.output))
+    try:
+        return Signature(tensor_specs(list(graph.input)), tensor_specs(list(graph.output)))
+    except ConfigError as e:
+        raise PlanError(f"tasks.{task}: {path}: {e}") from None
 
 
 def _tensors(specs: Sequence[TensorSpec], *, batched: bool) -> list[dict[str, Any]]:

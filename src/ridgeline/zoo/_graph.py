@@ -17,11 +17,16 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from ridgeline.v2.spec import ONNX_TYPES
+
 OPSET = 17
 IR_VERSION = 8  # onnxruntime >= 1.14 and Triton's ONNX backend both read it
 BATCH = "batch"
 
-DATATYPES = {"FP32": TensorProto.FLOAT, "INT64": TensorProto.INT64}
+
+def _onnx_type(datatype: str) -> int:
+    """The ONNX element type of a v2 datatype (``v2.spec.ONNX_TYPES``)."""
+    return int(TensorProto.DataType.Value(ONNX_TYPES[datatype]))
 
 
 @dataclass(frozen=True)
@@ -56,13 +61,13 @@ class Graph:
 
     def input(self, name: str, shape: tuple[int, ...], datatype: str = "FP32") -> T:
         dims: list[int | str] = [BATCH, *shape]
-        self.inputs.append(helper.make_tensor_value_info(name, DATATYPES[datatype], dims))
+        self.inputs.append(helper.make_tensor_value_info(name, _onnx_type(datatype), dims))
         return T(name, shape)
 
     def output(self, x: T, name: str, datatype: str = "FP32") -> T:
         self.nodes.append(helper.make_node("Identity", [x.name], [name]))
         dims: list[int | str] = [BATCH, *x.shape]
-        self.outputs.append(helper.make_tensor_value_info(name, DATATYPES[datatype], dims))
+        self.outputs.append(helper.make_tensor_value_info(name, _onnx_type(datatype), dims))
         return T(name, x.shape)
 
     def weight(self, shape: tuple[int, ...], std: float) -> str:

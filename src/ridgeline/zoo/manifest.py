@@ -10,21 +10,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
 
 import onnx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ridgeline.errors import ConfigError, UnknownKindError
-from ridgeline.v2.spec import TensorSpec
+from ridgeline.v2.spec import TensorSpec, from_onnx
 from ridgeline.zoo.accuracy import Accuracy
 
 FORMAT = 1  # bump when a builder changes what it writes: older files are then rebuilt
 MANIFEST_NAME = "manifest.json"
 MAX_BATCH_SIZE = 32
-
-Datatype = Literal["FP32", "INT64"]
-_DATATYPES: dict[int, Datatype] = {onnx.TensorProto.FLOAT: "FP32", onnx.TensorProto.INT64: "INT64"}
 
 
 class _Frozen(BaseModel):
@@ -74,14 +70,20 @@ class Manifest(_Frozen):
 
 
 def tensor_specs(values: list[onnx.ValueInfoProto]) -> tuple[TensorSpec, ...]:
-    """The v2 view of a graph's inputs or outputs: symbolic dimensions become -1."""
+    """The v2 view of a graph's inputs or outputs: symbolic dimensions become -1 (the zoo's
+    and ``export.triton``'s); a type v2 cannot carry is a ConfigError."""
     specs = []
     for v in values:
         dims = v.type.tensor_type.shape.dim
         shape = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in dims)
-        specs.append(
-            TensorSpec(name=v.name, datatype=_DATATYPES[v.type.tensor_type.elem_type], shape=shape)
-        )
+        kind = onnx.TensorProto.DataType.Name(v.type.tensor_type.elem_type)
+        datatype = from_onnx(kind)
+        if datatype is None:
+            raise ConfigError(
+                f"tensor {v.name!r} is {kind}, which the Open Inference Protocol v2 cannot "
+                "carry; export the model with numeric or string tensors"
+            )
+        specs.append(TensorSpec(name=v.name, datatype=datatype, shape=shape))
     return tuple(specs)
 
 
