@@ -13,6 +13,7 @@ signals the engine reads (``engine``: they make a window at least Warn).
 
 from __future__ import annotations
 
+from ridgeline.health.metrics import DEFAULT, METRICS
 from ridgeline.health.state import Observation
 from ridgeline.telemetry.windows import Window
 
@@ -22,7 +23,6 @@ _QUEUE_NAMES = (
     "vllm:num_requests_waiting",
 )
 _KV_NAMES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
-_TOKEN_METRICS = ("ttft", "itl", "tpot")
 
 
 def observation_from_window(
@@ -33,7 +33,13 @@ def observation_from_window(
     batches = _total(w.server, "nv_inference_exec_count")
     running = _total(w.server, "vllm:num_requests_running")
     kv = [v for k, v in w.server.items() if k.split("{", 1)[0] in _KV_NAMES]
-    tokens = {m: p.model_dump() for m in _TOKEN_METRICS if (p := getattr(w, f"{m}_ms"))}
+    # every metric of the table a window summarises (``Window.ttft_ms`` ...); e2e is its
+    # ``latency_ms``, and a metric a window does not summarise is judged on the step only
+    tokens = {
+        m: p.model_dump()
+        for m in METRICS
+        if m != DEFAULT and (p := getattr(w, f"{m}_ms", None)) is not None
+    }
     return Observation(
         start_s=w.start_s,
         end_s=w.end_s,
