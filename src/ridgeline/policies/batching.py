@@ -1,10 +1,10 @@
 """Dynamic batching as a pure policy: "dispatch now, or wait until when?".
 
 Only ``policies.queue`` asks it (the one queue the fake server, the serving runtime and
-both simulators step), so a simulated timeline and a served one batch alike. Semantics follow Triton's dynamic
-batcher: a batch goes as soon as it is full (``max_batch_size``) or a preferred size
-can be formed; otherwise the batcher waits until the oldest request has waited
-``max_queue_delay_s``, then sends what it has.
+both simulators step), so a simulated timeline and a served one batch alike. Semantics
+follow Triton's dynamic batcher: a batch goes as soon as it is full (``max_batch_size``)
+or a preferred size can be formed; otherwise the batcher waits until the oldest request
+has waited ``max_queue_delay_s``, then sends what it has.
 """
 
 from __future__ import annotations
