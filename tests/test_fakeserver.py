@@ -656,3 +656,51 @@ def test_running_in_process_serves_until_the_block_ends() -> None:
             np.testing.assert_array_equal(client.infer("fake", [tensor]).as_numpy("OUTPUT0"), 2 * X)
         finally:
             client.close()
+
+
+async def test_requests_refused_before_the_model_are_counted_by_outcome(
+    make_server: MakeServer, session: aiohttp.ClientSession
+) -> None:
+    # refused by the shared v2 handlers (aiohttp and gRPC) or by the fast path, counted alike
+    server = await make_server(token="s3cret", max_body_bytes=512)
+    auth = {"Authorization": "Bearer s3cret"}
+    async with session.get(f"{server.http_url}/v2/models/other", headers=auth) as resp:
+        assert resp.status == 404
+    async with session.post(f"{server.model_url}/infer", json=v2_body(), headers=auth) as resp:
+        assert resp.status == 200
+    bad = v2_body(data=[1.0] * 15)
+    async with session.post(f"{server.model_url}/infer", json=bad, headers=auth) as resp:
+        assert resp.status == 400
+    big = v2_body(shape=[8, 16])
+    async with session.post(f"{server.model_url}/infer", json=big, headers=auth) as resp:
+        assert resp.status == 413
+    async with session.get(server.metrics_url) as resp:
+        assert resp.status == 401
+    client = tgrpc_aio.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+    try:
+        headers = {"authorization": "Bearer s3cret"}
+        with pytest.raises(InferenceServerException):
+            await client.get_model_metadata("other", headers=headers)
+        tensor = tgrpc.InferInput("INPUT0", [1, 15], "FP32")
+        tensor.set_data_from_numpy(np.zeros((1, 15), np.float32))
+        with pytest.raises(InferenceServerException):
+            await client.infer("fake", [tensor], headers=headers)
+    finally:
+        await client.close()
+    async with session.get(server.metrics_url, headers=auth) as resp:
+        text = await resp.text()
+    counted = {
+        m.group(1): float(m.group(2))
+        for m in re.finditer(
+            r'^fakeserver_requests_total\{model="fake",outcome="(\w+)"\} (\S+)$', text, re.M
+        )
+    }
+    assert counted == {
+        "ok": 1,
+        "error": 0,
+        "rejected": 0,
+        "invalid": 2,
+        "not_found": 2,
+        "unauthorized": 1,
+        "too_large": 1,
+    }

@@ -144,8 +144,8 @@ class FakeServer(AsyncService):
             {fake.name: fake},
             SERVER_NAME,
             self.max_body_bytes,
-            (*EXTENSIONS, "openai"),
-            engine.stats.finish,
+            extensions=(*EXTENSIONS, "openai"),
+            on_refusal=engine.stats.finish,  # counted as fakeserver_requests_total's outcomes
         )
         log = request_log()
         listeners = self._listeners = V2Listeners(
@@ -218,15 +218,13 @@ class FakeServer(AsyncService):
         host = f"[{self.host}]" if ":" in self.host else self.host
         http = f"{'http' if self.tls is None else 'https'}://{host}:{self.http_port}"
         grpc_port = None if self._want_grpc is None else self.grpc_port
-        grpc = "grpc" if self.tls is None else "grpcs"
+        grpc = f"{'grpc' if self.tls is None else 'grpcs'}://{host}:{grpc_port}/{self.model.name}"
         return ServerUrls(
             http_port=self.http_port,
             grpc_port=grpc_port,
             http_url=http,
             model_url=f"{http}/v2/models/{self.model.name}",
-            grpc_url=None
-            if grpc_port is None
-            else f"{grpc}://{host}:{grpc_port}/{self.model.name}",
+            grpc_url=None if grpc_port is None else grpc,
             metrics_url=f"{http}/metrics",
             openai_url=f"{http}/v1",
         )
