@@ -5,7 +5,7 @@ features (``jigsaw``)."""
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Protocol, Self, TypeVar
 
@@ -49,16 +49,27 @@ C = TypeVar("C", bound=_Config)
 T = TypeVar("T")
 
 
-def _config(cls: type[C], quick: bool, **fields: object) -> C:
-    """A study's config from its fields as the options gave them, over its ``--quick``
-    defaults or its own: one unset (None, no value of a repeatable option) is left to
-    them, a repeated one becomes a tuple."""
+_WRITES = ("out", "json_file", "calibration")
+"""The options that say where a study writes, not what it runs."""
+
+
+def _options(ctx: typer.Context) -> dict[str, object]:
+    """What a study runs with, as its options gave it, in the command's order: read by
+    its config (``_config``) and written as its command line (``_command_line``)."""
+    names = [p.name for p in ctx.command.params]
+    return {name: ctx.params[name] for name in names if name and name not in _WRITES}
+
+
+def _config(cls: type[C], options: Mapping[str, object], **renamed: str) -> C:
+    """A study's config from its options (some under another name: ``spec="specs"``),
+    over its ``--quick`` defaults or its own: one unset (None, no value of a repeatable
+    option) is left to them, a repeated one becomes a tuple."""
     given = {
-        name: tuple(value) if isinstance(value, list) else value
-        for name, value in fields.items()
-        if value is not None and value != []
+        renamed.get(name, name): tuple(value) if isinstance(value, list) else value
+        for name, value in options.items()
+        if name != "quick" and value is not None and value != []
     }
-    return cls.quick(**given) if quick else cls.model_validate(given)
+    return cls.quick(**given) if options["quick"] else cls.model_validate(given)
 
 
 def _printing(line: Callable[[T], str]) -> Callable[[T], None]:
@@ -66,7 +77,7 @@ def _printing(line: Callable[[T], str]) -> Callable[[T], None]:
     return lambda done: err.print(line(done), markup=False, highlight=False)
 
 
-def _command_line(command: str, **options: object) -> str:
+def _command_line(command: str, options: Mapping[str, object]) -> str:
     """The command line that makes a study's tables again, written beside them: a flag
     that is on, each value of a repeated option, each option given."""
     words = [command]
@@ -98,6 +109,7 @@ def _written(out: Path, result: _Result, json_file: Path | None) -> None:
 
 @app.command("vanguard")
 def vanguard(
+    ctx: typer.Context,
     seeds: Annotated[
         int | None,
         typer.Option(help="probes per held-out case and strategy (default 5; --quick 2)"),
@@ -138,26 +150,12 @@ def vanguard(
     from ridgeline.study.vanguard import StudyConfig, run_study
 
     with failing(values=True):
-        cfg = _config(
-            StudyConfig,
-            quick,
-            jobs=jobs,
-            seeds=seeds,
-            dev_seeds=dev_seeds,
-            cases=case,
-            ablation_seeds=ablation_seeds,
-        )
+        options = _options(ctx)
+        cfg = _config(StudyConfig, options, case="cases")
         commit = _commit()
         result = run_study(cfg, on_case=_printing(case_line))
-        command = _command_line(
-            "ridgeline study vanguard",
-            seeds=result.seeds,
-            dev_seeds=result.dev_seeds,
-            jobs=jobs,
-            quick=quick,
-            case=case,
-            ablation_seeds=ablation_seeds,
-        )
+        run = options | {"seeds": result.seeds, "dev_seeds": result.dev_seeds}
+        command = _command_line("ridgeline study vanguard", run)
         blocks = {
             BANK: bank_markdown(result),
             RESULTS: results_markdown(result, command=command, commit=commit),
@@ -175,6 +173,7 @@ def vanguard(
 
 @app.command("jigsaw")
 def jigsaw(
+    ctx: typer.Context,
     quick: Annotated[
         bool, typer.Option(help="the central inputs only, 5,000 simulated requests a plan")
     ] = False,
@@ -208,27 +207,10 @@ def jigsaw(
     from ridgeline.study.jigsaw import JigsawConfig, run_jigsaw
 
     with failing(values=True):
-        cfg = _config(
-            JigsawConfig,
-            quick,
-            grid=grid,
-            jobs=jobs,
-            gpus=gpus,
-            central_gpus=central_gpus,
-            specs=spec,
-            requests=requests,
-        )
+        options = _options(ctx)
+        cfg = _config(JigsawConfig, options, spec="specs")
         commit = _commit()
         result = run_jigsaw(cfg, on_task=_printing(task_line))
-        command = _command_line(
-            "ridgeline study jigsaw",
-            quick=quick,
-            gpus=gpus,
-            central_gpus=central_gpus,
-            spec=spec,
-            grid=grid,
-            requests=requests,
-            jobs=jobs,
-        )
+        command = _command_line("ridgeline study jigsaw", options)
         update_document(out, blocks(result, command=command, commit=commit))
         _written(out, result, json_file)

@@ -88,44 +88,38 @@ class GpuType:
         return max(self.profiles, key=lambda p: (p.compute, p.memory_slices))
 
 
+_GEOMETRY = (
+    (1, 1, (0, 1, 2, 3, 4, 5, 6), 19),
+    (1, 2, (0, 2, 4, 6), 15),
+    (2, 2, (0, 2, 4), 14),
+    (3, 4, (0, 4), 9),
+    (4, 4, (0,), 5),
+    (7, 8, (0,), 0),
+)
+"""Every MIG profile's compute slices, memory slices, starts and profile ID: the same on
+each GPU type; what differs is the memory in its name and its SMs."""
+
+
+def _profiles(gb: tuple[int, int, int, int], sms: tuple[int, ...]) -> tuple[MigProfile, ...]:
+    """A GPU type's profiles over ``_GEOMETRY``. ``gb``: the memory in the names of the 1-,
+    2-, 4- and 8-memory-slice profiles; ``sms``: each profile's SMs, in the table's order."""
+    named = dict(zip((1, 2, 4, 8), gb, strict=True))
+    return tuple(
+        MigProfile(f"{c}g.{named[m]}gb", c, m, named[m], s, starts, pid)
+        for (c, m, starts, pid), s in zip(_GEOMETRY, sms, strict=True)
+    )
+
+
 def _a100(memory_gb: int, bandwidth: float) -> GpuType:
     m = memory_gb // 8  # memory per memory slice, as the profile names round it
-    return GpuType(
-        name=f"A100-{memory_gb}GB",
-        memory_gb=memory_gb,
-        sms=108,
-        fp16_tflops=312.0,
-        bandwidth_gbps=bandwidth,
-        profiles=(
-            MigProfile(f"1g.{m}gb", 1, 1, m, 14, (0, 1, 2, 3, 4, 5, 6), 19),
-            MigProfile(f"1g.{2 * m}gb", 1, 2, 2 * m, 14, (0, 2, 4, 6), 15),
-            MigProfile(f"2g.{2 * m}gb", 2, 2, 2 * m, 28, (0, 2, 4), 14),
-            MigProfile(f"3g.{4 * m}gb", 3, 4, 4 * m, 42, (0, 4), 9),
-            MigProfile(f"4g.{4 * m}gb", 4, 4, 4 * m, 56, (0,), 5),
-            MigProfile(f"7g.{8 * m}gb", 7, 8, 8 * m, 98, (0,), 0),
-        ),
-    )
+    profiles = _profiles((m, 2 * m, 4 * m, 8 * m), (14, 14, 28, 42, 56, 98))
+    return GpuType(f"A100-{memory_gb}GB", memory_gb, 108, 312.0, bandwidth, profiles)
 
 
 def _hopper(name: str, memory_gb: int, bandwidth: float, gb: tuple[int, int, int, int]) -> GpuType:
     """H100 and H200: one die (132 SMs, 989 dense FP16 TFLOPS), different memory. ``gb``:
     the memory in the names of the 1-, 2-, 4- and 8-memory-slice profiles."""
-    one, two, four, eight = gb
-    return GpuType(
-        name=name,
-        memory_gb=memory_gb,
-        sms=132,
-        fp16_tflops=989.0,
-        bandwidth_gbps=bandwidth,
-        profiles=(
-            MigProfile(f"1g.{one}gb", 1, 1, one, 16, (0, 1, 2, 3, 4, 5, 6), 19),
-            MigProfile(f"1g.{two}gb", 1, 2, two, 26, (0, 2, 4, 6), 15),
-            MigProfile(f"2g.{two}gb", 2, 2, two, 32, (0, 2, 4), 14),
-            MigProfile(f"3g.{four}gb", 3, 4, four, 60, (0, 4), 9),
-            MigProfile(f"4g.{four}gb", 4, 4, four, 64, (0,), 5),
-            MigProfile(f"7g.{eight}gb", 7, 8, eight, 132, (0,), 0),
-        ),
-    )
+    return GpuType(name, memory_gb, 132, 989.0, bandwidth, _profiles(gb, (16, 26, 32, 60, 64, 132)))
 
 
 GPU_TYPES: Mapping[str, GpuType] = MappingProxyType(
