@@ -1,10 +1,17 @@
 """Generated blocks in a hand-written Markdown document: each between its own marker
 comments (``<!-- PREFIX:NAME:start -->`` … ``<!-- PREFIX:NAME:end -->``), replaced in
-place on every run, the prose around them left as it is."""
+place on every run, the prose around them left as it is; the tables they hold (``table``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+
+def table(head: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table: its header, then one line a row."""
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
 
 
 def markers(prefix: str, name: str) -> tuple[str, str]:

@@ -37,12 +37,6 @@ RANGED = ("none", "A", "S", "T", "A+T", "A+S+T")
 """The settings whose max demand the ranges table shows."""
 
 
-def _table(head: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
 def _x(a: float | None) -> str:
     return "—" if a is None else f"{a:.2f}×"
 
@@ -101,7 +95,7 @@ def inputs_markdown(result: JigsawResult, *, command: str, commit: str | None) -
         f"Variants: {'; '.join(result.variants)} (latency factors exp(±{e:.4f}), e the fit's "
         "RMS log error over all its rows)."
     )
-    apps = _table(
+    apps = _markers.table(
         ["application", "SLO", "paths may use", "T off: each task", "floor", "paths"],
         [
             [
@@ -115,7 +109,7 @@ def inputs_markdown(result: JigsawResult, *, command: str, commit: str | None) -
             for a in result.apps
         ],
     )
-    gpus = _table(
+    gpus = _markers.table(
         ["GPU", "SMs with MIG off (`gpu`)", "largest MIG profile", "its SMs"],
         [[g.pool, str(g.sms), g.whole_mig, str(g.whole_mig_sms)] for g in result.gpu_types],
     )
@@ -131,7 +125,7 @@ def headline_markdown(result: JigsawResult) -> str:
             cells += [ratio_cell(result.ratio(a.name, gpus, num, den)) for a in result.apps]
             rows.append(cells)
     head = ["max demand", "paper", "GPUs", *(a.name for a in result.apps)]
-    return _table(head, rows)
+    return _markers.table(head, rows)
 
 
 def empirical_markdown(result: JigsawResult) -> str:
@@ -169,7 +163,7 @@ def empirical_markdown(result: JigsawResult) -> str:
         "simulated there, as served",
         "no early drops",
     ]
-    return _table(head, rows)
+    return _markers.table(head, rows)
 
 
 def _setting_row(r: SettingRow, none: SettingRow, at: SettingRow) -> list[str]:
@@ -214,7 +208,7 @@ def settings_markdown(result: JigsawResult) -> str:
         for a in result.apps:
             none, at = result.row(a.name, gpus, "none"), result.row(a.name, gpus, "A+T")
             rows = [_setting_row(result.row(a.name, gpus, s), none, at) for s in SETTINGS]
-            parts += [f"##### {a.name} on {gpus}", _table(head, rows)]
+            parts += [f"##### {a.name} on {gpus}", _markers.table(head, rows)]
     return "\n\n".join(parts)
 
 
@@ -238,7 +232,7 @@ def plans_markdown(result: JigsawResult) -> str:
             for s in SETTINGS:
                 r = result.row(a.name, gpus, s)
                 rows.append([a.name, gpus, s, _num(r.path_ms, 0), _plan_cell(r)])
-    return _table(["application", "GPUs", "setting", "longest path (ms)", "tasks"], rows)
+    return _markers.table(["application", "GPUs", "setting", "longest path (ms)", "tasks"], rows)
 
 
 def ranges_markdown(result: JigsawResult) -> str:
@@ -265,7 +259,7 @@ def ranges_markdown(result: JigsawResult) -> str:
                 )
     head = ["application", "GPUs", "inputs", *RANGED]
     head += [f"{num} ÷ {den}" for num, den in HEADLINES]
-    return _table(head, rows)
+    return _markers.table(head, rows)
 
 
 def scopes_markdown(result: JigsawResult) -> str:
@@ -303,7 +297,7 @@ def scopes_markdown(result: JigsawResult) -> str:
         "accuracy path / graph",
         "graph ÷ path",
     ]
-    return _table(head, rows)
+    return _markers.table(head, rows)
 
 
 def occupancy_markdown(result: JigsawResult) -> str:
@@ -322,7 +316,7 @@ def occupancy_markdown(result: JigsawResult) -> str:
     ]
     head = ["GPU", "variant", "GFLOPs an item", "slices"]
     head += [f"throughput ÷ whole GPU, batch {b}" for b in shown]
-    return _table(head, rows)
+    return _markers.table(head, rows)
 
 
 def blocks(result: JigsawResult, *, command: str, commit: str | None) -> dict[str, str]:

@@ -57,12 +57,6 @@ def _rate(x: float | None) -> str:
     return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
 
 
-def _table(head: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
 def bank_markdown(result: StudyResult) -> str:
     """The bank: one row per case, with its truth."""
     rows = []
@@ -80,7 +74,7 @@ def bank_markdown(result: StudyResult) -> str:
             ]
         )
     head = ["case", "class", "split", "hardware", "behaviour", "SLO", "nominal req/s", "truth"]
-    return _table(head, rows)
+    return _markers.table(head, rows)
 
 
 def _summary_row(s: Summary) -> list[str]:
@@ -118,7 +112,7 @@ def _agreement(result: StudyResult) -> str:
         "mean CV",
         "R² (slope)",
     ]
-    return _table(head, rows)
+    return _markers.table(head, rows)
 
 
 def _cost(result: StudyResult) -> str:
@@ -139,14 +133,12 @@ def _cost(result: StudyResult) -> str:
         )
     head = [
         "split",
-        "adaptive test-s",
-        "binary test-s",
-        "adaptive requests",
-        "binary requests",
+        *(f"{s} test-s" for s in STRATEGIES),
+        *(f"{s} requests" for s in STRATEGIES),
         "ratio of sums",
         "median per-case ratio",
     ]
-    return _table(head, rows)
+    return _markers.table(head, rows)
 
 
 def _regressions(result: StudyResult) -> str:
@@ -162,7 +154,7 @@ def _regressions(result: StudyResult) -> str:
         return "Too few probes to regress the error on six parameters."
     head = ["split", "strategy", "probes", "intercept"]
     head += [_PREDICTOR_HEADS[p] for p in PREDICTORS] + ["R²"]
-    return _table(head, rows)
+    return _markers.table(head, rows)
 
 
 def _hardware(result: StudyResult) -> str:
@@ -191,7 +183,7 @@ def _hardware(result: StudyResult) -> str:
         "factor fitted on dev",
         "held-out pairs: a × factor",
     ]
-    return _table(head, rows)
+    return _markers.table(head, rows)
 
 
 def _ablations(result: StudyResult) -> str:
@@ -222,7 +214,7 @@ def _ablations(result: StudyResult) -> str:
         "baseline bias",
         "baseline limits",
     ]
-    return _table(head, rows)
+    return _markers.table(head, rows)
 
 
 def _of(probes: list[ProbeRow], case: str, strategy: str) -> list[ProbeRow]:
@@ -252,7 +244,7 @@ def _per_case(result: StudyResult) -> str:
     head = ["case", "split", "truth"]
     for s in STRATEGIES:
         head += [f"{s}: mean (min–max)", "error", "no capacity", "test-s"]
-    return _table(head, rows)
+    return _markers.table(head, rows)
 
 
 def results_markdown(result: StudyResult, *, command: str, commit: str | None) -> str:
