@@ -48,6 +48,7 @@ from ridgeline.probe.drivers import SimDriver
 from ridgeline.probe.orchestrator import ProbeConfig
 from ridgeline.sim import SimPreset, load_sim_preset
 from ridgeline.study.truth import TruthConfig, broken_records, true_capacity
+from ridgeline.targets.options import TargetOptions
 from ridgeline.workload.arrivals import parse_arrival
 from ridgeline.workload.payloads import RequestShape
 
@@ -191,7 +192,7 @@ def _long_run(url: str, rate: float, slo: str, seed: int) -> tuple[str, float, f
     step = Schedule(sched.times, shapes, sched.duration_s, "truth")
     target = url.replace("http://", "openai+http://")
     result = run_coroutine(
-        measure_step(target, step, StepConfig(), target_options={"model": "fake-llm"})
+        measure_step(target, step, StepConfig(), target_options=TargetOptions(model="fake-llm"))
     )
     why = broken_records(result.records, parse_slo(slo))
     s = result.summary

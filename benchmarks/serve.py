@@ -76,6 +76,7 @@ from ridgeline.loadgen.validity import ValidityConfig
 from ridgeline.probe.drivers import NetworkDriver
 from ridgeline.probe.orchestrator import ProbeConfig, ProbeResult, probe
 from ridgeline.search.base import StepPlan, StepVerdict
+from ridgeline.targets.options import TargetOptions
 from ridgeline.targets.tensors import json_inputs
 from ridgeline.telemetry.summary import StepSummary
 from ridgeline.v2.spec import TensorSpec
@@ -267,7 +268,7 @@ def settling(url: str, inputs: tuple[TensorSpec, ...]) -> SettlingDriver:
         url,
         StepConfig(replay=REPLAY, validity=VALIDITY),
         arrival="poisson",
-        target_options={"inputs": inputs},
+        target_options=TargetOptions(inputs=inputs),
         batching_delay_s=DELAY_MS / 1000,  # the same windows for all (peers have no config)
     )
     return SettlingDriver(network, inputs)
@@ -305,7 +306,7 @@ def at_rate(url: str, rate: float, inputs: tuple[TensorSpec, ...], step_s: float
     """One ridgeline step at a constant ``rate`` (perf_analyzer's gaps are uniform too)."""
     schedule = from_arrival(parse_arrival("constant", rate), step_s)
     cfg = StepConfig(replay=REPLAY, validity=VALIDITY)
-    opts = {"inputs": inputs}
+    opts = TargetOptions(inputs=inputs)
     step = stoppable(lambda stop: measure_step(url, schedule, cfg, target_options=opts, stop=stop))
     return step.summary
 

@@ -28,6 +28,7 @@ from serve import REPLAY, ROOT, VALIDITY, serving_in
 from ridgeline.aio import run_coroutine
 from ridgeline.loadgen.schedule import from_arrival
 from ridgeline.loadgen.step import StepConfig, measure_step
+from ridgeline.targets.options import TargetOptions
 from ridgeline.workload.arrivals import parse_arrival
 
 
@@ -60,7 +61,7 @@ def _cpu_s(pid: int) -> tuple[str, float]:
 
 def _steps(url: str, pid: int, rates: list[float], step_s: float, inputs: tuple) -> Iterator[str]:
     cfg = StepConfig(replay=REPLAY, validity=VALIDITY)
-    opts = {"inputs": inputs}
+    opts = TargetOptions(inputs=inputs)
     warm = from_arrival(parse_arrival("poisson", 20.0), 5.0)
     run_coroutine(measure_step(url, warm, cfg, target_options=opts))
     for rate in rates:

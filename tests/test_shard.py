@@ -13,16 +13,19 @@ from ridgeline.loadgen.replayer import ReplayConfig
 from ridgeline.loadgen.schedule import from_arrival
 from ridgeline.loadgen.shard import per_share, replay_sharded, shares
 from ridgeline.loadgen.step import StepConfig, generator_for, measure_step
+from ridgeline.targets.options import TargetOptions
 from ridgeline.telemetry.records import Outcome
 from ridgeline.workload.arrivals import parse_arrival
 from ridgeline.workload.payloads import RequestShape
+
+NONE = TargetOptions()
 
 
 @pytest.mark.slow
 def test_two_processes_replay_the_whole_schedule_once_on_one_clock() -> None:
     sched = from_arrival(parse_arrival("poisson", 2000.0), 1.5, seed=7)
     rec = run_coroutine(
-        replay_sharded("null://", {}, sched.times, None, ReplayConfig(), processes=2)
+        replay_sharded("null://", NONE, sched.times, None, ReplayConfig(), processes=2)
     )
     np.testing.assert_array_equal(rec.scheduled, sched.times)
     assert rec.count(Outcome.OK) == len(sched.times)
@@ -46,7 +49,12 @@ def test_a_shard_that_cannot_connect_fails_the_step_with_the_reason() -> None:
     with pytest.raises(TargetError, match="could not start"):
         run_coroutine(
             replay_sharded(
-                "python://no_such_module_x:f", {}, np.arange(3.0), None, ReplayConfig(), processes=2
+                "python://no_such_module_x:f",
+                NONE,
+                np.arange(3.0),
+                None,
+                ReplayConfig(),
+                processes=2,
             )
         )
 
@@ -54,11 +62,11 @@ def test_a_shard_that_cannot_connect_fails_the_step_with_the_reason() -> None:
 def test_the_generator_is_chosen_once_from_the_step_settings() -> None:
     one, apart, many = StepConfig(), StepConfig(apart=True), StepConfig(processes=3)
     ray = StepConfig(workers="ray:auto", processes=2)
-    assert isinstance(generator_for("null://", {}, one), InLoop)
-    alone = generator_for("null://", {}, apart)  # one process, apart from this loop
+    assert isinstance(generator_for("null://", NONE, one), InLoop)
+    alone = generator_for("null://", NONE, apart)  # one process, apart from this loop
     assert isinstance(alone, InProcesses) and alone.processes == 1
-    assert isinstance(generator_for("null://", {}, many), InProcesses)
-    assert isinstance(generator_for("null://", {}, ray), OnRay)
+    assert isinstance(generator_for("null://", NONE, many), InProcesses)
+    assert isinstance(generator_for("null://", NONE, ray), OnRay)
 
 
 def test_shares_cut_the_schedule_every_nth_arrival() -> None:

@@ -4,9 +4,11 @@ small recording HTTP server for the generic target's bodies."""
 from __future__ import annotations
 
 import json
+import pickle
 import socket
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import grpc
 import grpc.aio
@@ -25,6 +27,7 @@ from ridgeline.targets import (
     OpenAITarget,
     Reply,
     Target,
+    TargetOptions,
     TensorSpec,
     V2GrpcTarget,
     V2HttpTarget,
@@ -110,7 +113,8 @@ async def test_v2_http_bearer_token() -> None:
     async with FakeServer(FAST, http_port=0, grpc_port=0, token="s3cret") as srv:
         with pytest.raises(TargetUnreachableError, match="HTTP 401"):
             await make_target(srv.model_url).connect(1)
-        assert await roundtrip(make_target(srv.model_url, token="s3cret"), RequestShape()) == [OK]
+        authorised = make_target(srv.model_url, TargetOptions(token="s3cret"))
+        assert await roundtrip(authorised, RequestShape()) == [OK]
 
 
 # --- v2 over gRPC ------------------------------------------------------------------------------
@@ -134,7 +138,8 @@ async def test_v2_grpc_bearer_token() -> None:
     async with FakeServer(FAST, http_port=0, grpc_port=0, token="s3cret") as srv:
         with pytest.raises(TargetUnreachableError, match="UNAUTHENTICATED"):
             await make_target(srv.grpc_url).connect(1)
-        assert await roundtrip(make_target(srv.grpc_url, token="s3cret"), RequestShape()) == [OK]
+        authorised = make_target(srv.grpc_url, TargetOptions(token="s3cret"))
+        assert await roundtrip(authorised, RequestShape()) == [OK]
 
 
 @pytest.mark.parametrize(
@@ -169,7 +174,7 @@ def test_v2_grpc_error_replies(code: grpc.StatusCode, details: str, reply: Reply
 async def test_openai_streaming_times_first_token_and_counts(
     server: FakeServer, api: targets.openai.OpenAIApi
 ) -> None:
-    target = make_target("openai+" + server.http_url, model="m", openai_api=api)
+    target = make_target("openai+" + server.http_url, TargetOptions(model="m", openai_api=api))
     await target.connect(2)
     try:
         before = time.perf_counter()
@@ -182,7 +187,7 @@ async def test_openai_streaming_times_first_token_and_counts(
 
 
 async def test_openai_learns_model_and_runs_without_streaming(server: FakeServer) -> None:
-    target = make_target("openai+" + server.http_url + "/v1", stream=False)
+    target = make_target("openai+" + server.http_url + "/v1", TargetOptions(stream=False))
     assert isinstance(target, OpenAITarget)
     [reply] = await roundtrip(target, RequestShape(prompt_tokens=3, output_tokens=4))
     assert target.model == "m"
@@ -192,7 +197,7 @@ async def test_openai_learns_model_and_runs_without_streaming(server: FakeServer
 async def test_openai_a_model_the_server_does_not_list_fails_the_connect_check(
     server: FakeServer,
 ) -> None:
-    target = make_target("openai+" + server.http_url + "/v1", model="llama")
+    target = make_target("openai+" + server.http_url + "/v1", TargetOptions(model="llama"))
     with pytest.raises(TargetUnreachableError, match=r"does not serve model 'llama'.*lists: m"):
         await target.connect(4)
 
@@ -217,7 +222,7 @@ V2_TEMPLATE = (
 
 
 async def test_http_template_reaches_the_v2_route(server: FakeServer) -> None:
-    target = make_target(f"{server.model_url}/infer", body=V2_TEMPLATE)
+    target = make_target(f"{server.model_url}/infer", TargetOptions(body=V2_TEMPLATE))
     assert isinstance(target, HttpTarget)  # a body template asks for the generic target
     assert await roundtrip(target, RequestShape(items=1)) == [OK]
 
@@ -251,7 +256,8 @@ async def test_http_substitutes_each_shape(
 ) -> None:
     url, seen = recorder
     target = make_target(
-        f"{url}/predict", body='{"n": {items}, "p": "{prompt}", "max": {output_tokens}}'
+        f"{url}/predict",
+        TargetOptions(body='{"n": {items}, "p": "{prompt}", "max": {output_tokens}}'),
     )
     shapes = [RequestShape(2, 3, 4), RequestShape(1, 1, 8), RequestShape(2, 3, 4)]
     assert await roundtrip(target, *shapes) == [OK, OK, OK]
@@ -389,9 +395,23 @@ def test_make_target_parses_urls(url: str, kind: type, where: str) -> None:
 
 
 def test_make_target_model_option_completes_a_bare_url() -> None:
-    v2 = make_target("http://h:8000/v2", model="resnet")
-    grpc = make_target("grpc://h:8001", model="resnet")
+    v2 = make_target("http://h:8000/v2", TargetOptions(model="resnet"))
+    grpc = make_target("grpc://h:8001", TargetOptions(model="resnet"))
     assert (v2.url, grpc.url) == ("http://h:8000/v2/models/resnet", "grpc://h:8001/resnet")  # type: ignore[attr-defined]
+
+
+def test_target_options_arrive_whole_in_another_process() -> None:
+    # a generator process or a Ray worker gets them pickled
+    options = TargetOptions(
+        model="m",
+        headers={"X-Run": "1"},
+        inputs=(TensorSpec("x", "FP32", (4,)),),
+        openai_api="chat",
+        token="s3cret",
+        ca_file=Path("ca.pem"),
+        tokenizer="gpt2",
+    )
+    assert pickle.loads(pickle.dumps(options)) == options
 
 
 def test_make_target_null_and_python() -> None:
@@ -461,7 +481,8 @@ def test_tensor_spec_rejects_unknown_datatype() -> None:
 def test_public_names() -> None:
     # fmt: off
     assert targets.__all__ == [
-        "OK", "HttpTarget", "InProcessTarget", "OpenAITarget", "Reply", "Target", "TensorSpec",
-        "V2GrpcTarget", "V2HttpTarget", "describe_target_urls", "make_target", "null_target",
+        "OK", "HttpTarget", "InProcessTarget", "OpenAITarget", "Reply", "Target", "TargetOptions",
+        "TensorSpec", "V2GrpcTarget", "V2HttpTarget", "describe_target_urls", "make_target",
+        "null_target",
     ]
     # fmt: on

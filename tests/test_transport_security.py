@@ -30,7 +30,7 @@ from ridgeline.errors import ConfigError, TargetUnreachableError
 from ridgeline.fakeserver import FakeServer, load_preset
 from ridgeline.pipeline.plan import Plan
 from ridgeline.serve.runtime import PlanServer
-from ridgeline.targets import make_target
+from ridgeline.targets import TargetOptions, make_target
 from ridgeline.v2.limits import ConnectionLimits
 from ridgeline.v2.security import TOKEN_ENV, resolve_token, tls_files
 from ridgeline.workload.payloads import RequestShape
@@ -64,7 +64,7 @@ def _plan() -> Plan:
 
 
 async def _one_request(url: str, **options: Any) -> bool:
-    target = make_target(url, **options)
+    target = make_target(url, TargetOptions(**options))
     await target.connect(4)
     try:
         return (await target.send(SHAPE)).ok
@@ -120,7 +120,7 @@ def test_bad_tls_files_are_named_where_they_are_given(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"cannot load the TLS certificate .*No such file"):
         tls_files(tmp_path / "missing.pem", text)
     with pytest.raises(ConfigError, match=f"cannot load the CA bundle {text}"):
-        make_target("grpcs://127.0.0.1:1/m", ca_file=text)
+        make_target("grpcs://127.0.0.1:1/m", TargetOptions(ca_file=text))
 
 
 # --- the token: --token, --token-file, $RIDGELINE_TOKEN ---------------------------------

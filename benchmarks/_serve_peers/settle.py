@@ -18,6 +18,7 @@ from ridgeline.loadgen.step import StepResult
 from ridgeline.probe.drivers import NetworkDriver
 from ridgeline.search.base import StepPlan
 from ridgeline.targets.factory import make_target
+from ridgeline.targets.options import TargetOptions
 from ridgeline.v2.spec import TensorSpec
 from ridgeline.workload.payloads import RequestShape
 
@@ -60,7 +61,7 @@ class SettlingDriver:
 
     async def _lone(self, count: int) -> list[float]:
         """The latencies of ``count`` requests sent one after another."""
-        target = make_target(self.inner.url, inputs=self.inputs)
+        target = make_target(self.inner.url, TargetOptions(inputs=self.inputs))
         await target.connect(1)
         try:
             latencies = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
+from typing import TYPE_CHECKING, Annotated, Any, cast, get_type_hints
 
 import typer
 
@@ -29,6 +29,7 @@ from ridgeline.errors import ConfigError
 if TYPE_CHECKING:
     from ridgeline.loadgen.schedule import Schedule
     from ridgeline.loadgen.step import StepConfig
+    from ridgeline.targets.options import OpenAIApi, TargetOptions
     from ridgeline.workload.llm import LlmWorkload
 
 
@@ -139,9 +140,10 @@ class ClientOptions:
         workload.check()  # the tokenizer counts output tokens even when it makes no prompt
         return workload  # inactive, it still makes a trace's prompts: unique, exact in tokens
 
-    def target_options(self) -> dict[str, Any]:
-        """``make_target``'s keyword arguments; a bad header, token file or CA bundle is
-        named now, not in a step."""
+    def target_options(self) -> TargetOptions:
+        """What ``make_target`` is given; a bad header, token file or CA bundle is named
+        now, not in a step."""
+        from ridgeline.targets.options import TargetOptions
         from ridgeline.v2.security import client_context, resolve_token
 
         headers: dict[str, str] = {}
@@ -150,19 +152,18 @@ class ClientOptions:
                 raise typer.BadParameter(f"--header {h!r} must look like 'Name: value'")
             k, v = h.split(":", 1)
             headers[k.strip()] = v.strip()
-        opts: dict[str, Any] = {"headers": headers} if headers else {}
-        if token := resolve_token(self.token, self.token_file):
-            opts["token"] = token
+        token = resolve_token(self.token, self.token_file) or None
         if self.tls_ca is not None:
             client_context(self.tls_ca)
-            opts["ca_file"] = self.tls_ca
-        if self.model:
-            opts["model"] = self.model
-        return opts | {
-            "tokenizer": self.tokenizer,
-            "ignore_eos": self.ignore_eos,
-            "openai_api": self.openai_api,
-        }
+        return TargetOptions(
+            model=self.model or None,
+            headers=headers,
+            token=token,
+            ca_file=self.tls_ca,
+            tokenizer=self.tokenizer,
+            ignore_eos=self.ignore_eos,
+            openai_api=cast("OpenAIApi", self.openai_api),  # checked by workload()
+        )
 
 
 def _client_options(*, header: bool) -> dict[str, tuple[Any, Any]]:

@@ -39,6 +39,7 @@ from ridgeline.loadgen.shard import per_share, shares
 from ridgeline.loadgen.validity import ValidityConfig, fell_behind
 from ridgeline.targets.base import Target
 from ridgeline.targets.factory import make_target
+from ridgeline.targets.options import TargetOptions
 from ridgeline.telemetry.records import Outcome, Records
 from ridgeline.telemetry.summary import WorkerLoad, lateness_ms
 from ridgeline.workload.payloads import RequestShape
@@ -76,7 +77,7 @@ class GeneratorWorker:
     def __init__(
         self,
         target_url: str,
-        target_options: dict[str, Any],
+        target_options: TargetOptions,
         times: NDArray[np.float64],
         shapes: Sequence[RequestShape] | None,
         cfg: ReplayConfig,
@@ -91,7 +92,7 @@ class GeneratorWorker:
         """Connect to the target; the id of the node this worker runs on."""
         import ray
 
-        self._target = make_target(self._url, **self._options)
+        self._target = make_target(self._url, self._options)
         await self._target.connect(self._cfg.max_outstanding)
         return str(ray.get_runtime_context().get_node_id())
 
@@ -142,7 +143,7 @@ class DistributedRun:
 
 async def replay_on_ray(
     target_url: str,
-    target_options: dict[str, Any],
+    target_options: TargetOptions,
     times: NDArray[np.float64],
     shapes: Sequence[RequestShape] | None,
     cfg: ReplayConfig,

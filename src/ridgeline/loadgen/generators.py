@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from ridgeline.errors import TargetError
 from ridgeline.loadgen.distributed import replay_on_ray
@@ -26,6 +26,7 @@ from ridgeline.loadgen.shard import replay_sharded
 from ridgeline.loadgen.validity import ValidityConfig
 from ridgeline.targets.base import Target
 from ridgeline.targets.factory import make_target
+from ridgeline.targets.options import TargetOptions
 from ridgeline.telemetry.records import Records
 from ridgeline.telemetry.summary import WorkerLoad
 
@@ -71,12 +72,12 @@ class InLoop:
     """Sends from this process's event loop, through one connected target."""
 
     url: str
-    options: dict[str, Any]
+    options: TargetOptions
     replay: ReplayConfig
     _target: Target | None = None
 
     async def connect(self) -> None:
-        self._target = make_target(self.url, **self.options)
+        self._target = make_target(self.url, self.options)
         await self._target.connect(self.replay.max_outstanding)
 
     async def run(
@@ -99,13 +100,13 @@ class InProcesses:
     """Sends from ``processes`` local generator processes sharing one start."""
 
     url: str
-    options: dict[str, Any]
+    options: TargetOptions
     replay: ReplayConfig
     processes: int
 
     async def connect(self) -> None:
         """Checked here, then closed: each process connects on its own."""
-        target = make_target(self.url, **self.options)
+        target = make_target(self.url, self.options)
         await target.connect(self.replay.max_outstanding)
         await target.close()
 
@@ -133,7 +134,7 @@ class OnRay:
     """Sends from generator actors on the Ray cluster at ``workers``."""
 
     url: str
-    options: dict[str, Any]
+    options: TargetOptions
     replay: ReplayConfig
     workers: str
     count: int

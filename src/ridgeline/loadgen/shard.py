@@ -23,6 +23,7 @@ from numpy.typing import NDArray
 
 from ridgeline.errors import RidgelineError, TargetError
 from ridgeline.loadgen.replayer import Progress, ReplayConfig, replay
+from ridgeline.targets.options import TargetOptions
 from ridgeline.telemetry.records import Records
 from ridgeline.workload.payloads import RequestShape
 
@@ -45,7 +46,7 @@ def per_share(cfg: ReplayConfig, n: int) -> ReplayConfig:
 def _shard_main(
     conn: Connection,
     target_url: str,
-    target_options: dict[str, Any],
+    target_options: TargetOptions,
     times: NDArray[np.float64],
     shapes: Sequence[RequestShape] | None,
     cfg: ReplayConfig,
@@ -57,7 +58,7 @@ def _shard_main(
     async def main() -> Records | None:
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
-        target = make_target(target_url, **target_options)
+        target = make_target(target_url, target_options)
         try:
             await target.connect(cfg.max_outstanding)
             conn.send(("ready", None))
@@ -88,7 +89,7 @@ def _shard_main(
 
 async def replay_sharded(
     target_url: str,
-    target_options: dict[str, Any],
+    target_options: TargetOptions,
     times: NDArray[np.float64],
     shapes: Sequence[RequestShape] | None,
     cfg: ReplayConfig,

@@ -21,6 +21,7 @@ from ridgeline.loadgen.generators import InLoop, InProcesses, LoadGenerator, OnR
 from ridgeline.loadgen.replayer import Progress, ReplayConfig
 from ridgeline.loadgen.schedule import Schedule
 from ridgeline.loadgen.validity import ValidityConfig, assess_validity, validity_warning
+from ridgeline.targets.options import TargetOptions
 from ridgeline.telemetry.records import Records
 from ridgeline.telemetry.scrape import Scraper
 from ridgeline.telemetry.store import RunStore
@@ -117,9 +118,7 @@ def joined(first: StepResult, then: StepResult) -> StepResult:
     )
 
 
-def generator_for(
-    target_url: str, target_options: dict[str, Any], cfg: StepConfig
-) -> LoadGenerator:
+def generator_for(target_url: str, target_options: TargetOptions, cfg: StepConfig) -> LoadGenerator:
     """Where a step sends from, chosen once from its settings: Ray actors (``workers``),
     local processes (``processes`` > 1, or ``apart``), or this event loop."""
     if cfg.workers is not None:
@@ -136,7 +135,7 @@ async def measure_step(
     schedule: Schedule,
     cfg: StepConfig,
     *,
-    target_options: dict[str, Any] | None = None,
+    target_options: TargetOptions | None = None,
     stop: asyncio.Event | None = None,
     progress: Progress | None = None,
 ) -> StepResult:
@@ -144,7 +143,7 @@ async def measure_step(
     sending anything if the endpoint does not answer its connect check (made by every
     worker, with ``cfg.workers``)."""
     stop = stop or asyncio.Event()
-    generator = generator_for(target_url, target_options or {}, cfg)
+    generator = generator_for(target_url, target_options or TargetOptions(), cfg)
     await generator.connect()
     scraper = Scraper(cfg.metrics_url, cfg.window_s) if cfg.metrics_url else None
     scrape_stop = asyncio.Event()
@@ -195,7 +194,7 @@ def run_step(
     cfg: StepConfig,
     *,
     store: RunStore,
-    target_options: dict[str, Any] | None = None,
+    target_options: TargetOptions | None = None,
     progress: Progress | None = None,
 ) -> StepResult:
     """The ``ridgeline run`` job: one stored step. Ctrl-C or SIGTERM stops sending, waits for

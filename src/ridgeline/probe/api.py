@@ -12,6 +12,7 @@ from ridgeline.loadgen.step import StepConfig
 from ridgeline.probe.drivers import Driver, NetworkDriver, SimDriver
 from ridgeline.probe.orchestrator import ProbeConfig, ProbeResult, ProgressFn, StartFn, probe
 from ridgeline.sim import load_sim_config, load_sim_preset
+from ridgeline.targets.options import TargetOptions
 from ridgeline.telemetry.gpu import GpuMonitor
 from ridgeline.telemetry.store import RunStore
 from ridgeline.workload.llm import LlmWorkload
@@ -24,7 +25,7 @@ def make_driver(
     step: StepConfig | None = None,
     arrival: str = "poisson",
     trace: str | Path | None = None,
-    target_options: dict[str, object] | None = None,
+    target_options: TargetOptions | None = None,
     workload: LlmWorkload | None = None,
 ) -> Driver:
     """``sim:PRESET`` or ``sim:FILE.yaml`` → a simulated server (virtual time);
@@ -50,7 +51,7 @@ def make_driver(
         target,
         step or StepConfig(),
         arrival,
-        dict(target_options or {}),
+        target_options or TargetOptions(),
         trace=tr,
         workload=workload,
     )

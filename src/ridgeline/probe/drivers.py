@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from ridgeline.loadgen.replayer import Progress
 from ridgeline.loadgen.schedule import Schedule, build_schedule, shaped
@@ -15,6 +15,7 @@ from ridgeline.loadgen.validity import assess_validity
 from ridgeline.probe.batching import batching_delay_s, window_for
 from ridgeline.search.base import StepPlan
 from ridgeline.sim import SimPreset, SimState, shapes_for, simulate, simulate_llm
+from ridgeline.targets.options import TargetOptions
 from ridgeline.telemetry.summary import summarize
 from ridgeline.telemetry.windows import windows
 from ridgeline.workload.llm import LlmWorkload
@@ -58,7 +59,7 @@ class NetworkDriver:
     url: str
     step: StepConfig = field(default_factory=StepConfig)
     arrival: str = "poisson"
-    target_options: dict[str, Any] = field(default_factory=dict)
+    target_options: TargetOptions = field(default_factory=TargetOptions)
     trace: Trace | None = None
     """When set, each step replays this trace time-scaled to the step's rate."""
     batching_delay_s: float | None = None

@@ -7,9 +7,8 @@ Each scheme has a builder registered in ``TARGET_SCHEMES`` (``@_scheme("http",
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import replace
 from urllib.parse import SplitResult, urlsplit
 
 from ridgeline._registry import Registry
@@ -18,10 +17,10 @@ from ridgeline.targets._http import with_token
 from ridgeline.targets.base import Target
 from ridgeline.targets.http import HttpTarget
 from ridgeline.targets.inprocess import InProcessTarget, load_callable, null_target
-from ridgeline.targets.openai import OpenAIApi, OpenAITarget
+from ridgeline.targets.openai import OpenAITarget
+from ridgeline.targets.options import TargetOptions
 from ridgeline.targets.v2_grpc import V2GrpcTarget
 from ridgeline.targets.v2_http import V2HttpTarget
-from ridgeline.v2.spec import TensorSpec
 
 _V2_MODEL = re.compile(
     r"^(?P<prefix>.*?)/v2/models/(?P<name>[^/]+)(?:/versions/(?P<version>[^/]+))?(?:/infer)?/?$"
@@ -30,51 +29,20 @@ _V2_BARE = re.compile(r"^(?P<prefix>.*?)/v2(?:/models)?/?$")
 _GRPC_MODEL = re.compile(r"^/(?:v2/models/)?(?P<name>[^/]+)(?:/versions/(?P<version>[^/]+))?/?$")
 
 
-@dataclass(frozen=True, slots=True)
-class _Options:
-    model: str | None
-    headers: dict[str, str]
-    inputs: Sequence[TensorSpec] | None
-    openai_api: OpenAIApi
-    stream: bool
-    method: str
-    body: str | None
-    ca_file: Path | None
-    ignore_eos: bool
-    tokenizer: str | None
-
-
-def make_target(
-    url: str,
-    *,
-    model: str | None = None,
-    headers: Mapping[str, str] | None = None,
-    inputs: Sequence[TensorSpec] | None = None,
-    openai_api: OpenAIApi = "completions",
-    stream: bool = True,
-    method: str = "POST",
-    body: str | None = None,
-    token: str | None = None,
-    ca_file: Path | None = None,
-    ignore_eos: bool = True,
-    tokenizer: str | None = None,
-) -> Target:
-    """The target ``url`` names (see ``describe_target_urls``); nothing is contacted yet.
-        ``token`` is sent as ``Authorization: Bearer``; https and grpcs servers are verified
-        against the system's CAs and ``ca_file``'s (PEM). ``ignore_eos`` and ``tokenizer`` (the
-    one that counts output tokens a server's ``usage`` does not) are the OpenAI target's."""
+def make_target(url: str, options: TargetOptions | None = None) -> Target:
+    """The target ``url`` names (see ``describe_target_urls``), given ``options``;
+    nothing is contacted yet. ``options.token`` is sent as ``Authorization: Bearer``;
+    https and grpcs servers are verified against the system's CAs and ``ca_file``'s (PEM)."""
     scheme = url.partition("://")[0].lower() if "://" in url else ""
     if not scheme:
         raise TARGET_SCHEMES.unknown(url)
     builder = TARGET_SCHEMES.get(scheme)
-    headers = with_token(headers, token)
-    options = _Options(
-        model, headers, inputs, openai_api, stream, method, body, ca_file, ignore_eos, tokenizer
-    )
-    return builder(url, options)
+    options = options or TargetOptions()
+    sent = replace(options, headers=with_token(options.headers, options.token))  # checked
+    return builder(url, sent)
 
 
-_Builder = Callable[[str, _Options], Target]
+_Builder = Callable[[str, TargetOptions], Target]
 TARGET_SCHEMES: Registry[_Builder] = Registry("target scheme")
 """The builder of each URL scheme's target."""
 
@@ -118,7 +86,7 @@ def _split(url: str, form: str) -> SplitResult:
 
 
 @_scheme("http", "https")
-def _http(url: str, options: _Options) -> Target:
+def _http(url: str, options: TargetOptions) -> Target:
     parts = _split(url, "http://HOST:PORT/PATH")
     if options.body is not None:  # a body template asks for the generic target
         return _generic(url, options)
@@ -150,7 +118,7 @@ def _http(url: str, options: _Options) -> Target:
     return _generic(url, options)
 
 
-def _generic(url: str, options: _Options) -> Target:
+def _generic(url: str, options: TargetOptions) -> Target:
     return HttpTarget(
         url,
         method=options.method,
@@ -161,7 +129,7 @@ def _generic(url: str, options: _Options) -> Target:
 
 
 @_scheme("grpc", "grpcs")
-def _grpc(url: str, options: _Options) -> Target:
+def _grpc(url: str, options: TargetOptions) -> Target:
     form = "grpc://HOST:PORT/MODEL[/versions/V] (or grpc://HOST:PORT/v2/models/MODEL)"
     parts = _split(url, form)
     path = parts.path.rstrip("/")
@@ -185,7 +153,7 @@ def _grpc(url: str, options: _Options) -> Target:
 
 
 @_scheme("openai+http", "openai+https")
-def _openai(url: str, options: _Options) -> Target:
+def _openai(url: str, options: TargetOptions) -> Target:
     plain = url.split("+", 1)[1]
     parts = _split(plain, "openai+http://HOST:PORT[/v1]")
     path = parts.path.rstrip("/") or "/v1"
@@ -202,13 +170,13 @@ def _openai(url: str, options: _Options) -> Target:
 
 
 @_scheme("python")
-def _python(url: str, options: _Options) -> Target:
+def _python(url: str, options: TargetOptions) -> Target:
     spec = url.split("://", 1)[1]
     return InProcessTarget(load_callable(spec), name=spec)
 
 
 @_scheme("null")
-def _null(url: str, options: _Options) -> Target:
+def _null(url: str, options: TargetOptions) -> Target:
     return null_target()
 
 

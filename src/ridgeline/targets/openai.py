@@ -19,7 +19,7 @@ import json
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import aiohttp
 import orjson
@@ -34,10 +34,10 @@ from ridgeline.targets._http import (
     parse_url,
 )
 from ridgeline.targets.base import Reply
+from ridgeline.targets.options import OpenAIApi
 from ridgeline.workload.payloads import TURN_SEPARATOR, RequestShape
 from ridgeline.workload.tokenizer import Tokenizer, load_tokenizer
 
-OpenAIApi = Literal["completions", "chat"]
 _ROUTES: dict[str, str] = {"completions": "/completions", "chat": "/chat/completions"}
 _WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "again")
 
