@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ridgeline._fields import MAX_PORT
+from ridgeline._kind_names import arrival_help
 from ridgeline.errors import ConfigError, RidgelineError, RunInterrupted
 from ridgeline.telemetry._sqlite import default_store_path
 from ridgeline.v2.limits import ConnectionLimits
@@ -37,13 +38,7 @@ DbOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="print one JSON object")]
-ArrivalOption = Annotated[
-    str,
-    typer.Option(
-        help="constant | poisson | gamma:cv=2 | ramp:from=10,to=100 | steps:rates=10/20,step=5"
-        " | diurnal:amplitude=0.5,period=60"
-    ),
-]
+ArrivalOption = Annotated[str, typer.Option(help=arrival_help())]
 """An arrival process (``workload.arrivals``), for the commands that make arrivals."""
 ZooOption = Annotated[
     Path | None, typer.Option(help="model zoo directory (default $RIDGELINE_ZOO or cache)")

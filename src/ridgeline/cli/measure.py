@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any, cast, get_type_hints
 
 import typer
 
+from ridgeline._kind_names import strategy_help
 from ridgeline.cli._common import (
     ArrivalOption,
     ClientTokenOption,
@@ -349,9 +350,7 @@ def probe(
             "else 'p99<100ms,errors<1%'"
         ),
     ] = None,
-    strategy: Annotated[
-        str, typer.Option(help="adaptive | binary | sweep | stability")
-    ] = "adaptive",
+    strategy: Annotated[str, typer.Option(help=strategy_help())] = "adaptive",
     min_rate: Annotated[float, typer.Option(help="lowest rate to try, req/s")] = 1.0,
     max_rate: Annotated[float | None, typer.Option(help="highest rate to try")] = None,
     start_rate: Annotated[float | None, typer.Option(help="first rate (default min-rate)")] = None,

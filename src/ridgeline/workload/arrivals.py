@@ -61,7 +61,8 @@ ArrivalSpec = Annotated[
     Field(discriminator="kind"),
 ]
 """Any arrival spec; its ``kind`` field selects the class. The one declaration of the
-arrival kinds: ``ARRIVAL_KINDS`` and ``arrival_help`` are read from it."""
+arrival kinds: ``ARRIVAL_KINDS`` is read from it, and holds the names whose examples
+``ridgeline._kind_names`` gives the command line's help (``arrival_help``)."""
 
 ARRIVAL_KINDS: Registry[type[SpecModel]] = Registry.of_union("arrival kind", ArrivalSpec)
 """Each spec class by its kind, from the union above."""
@@ -102,12 +103,6 @@ def parse_arrival(text: str, rate: float | None = None) -> ArrivalSpec:
             params.setdefault("end_rate", rate)
             params.setdefault("start_rate", 0.0)
     return _validate(kind, params)
-
-
-def arrival_help() -> str:
-    """Every arrival kind as the command line writes it, for help text:
-    ``constant | poisson | gamma:cv=2 | ...``."""
-    return " | ".join(cls.example for _, cls in ARRIVAL_KINDS.items())
 
 
 def arrival_from_dict(spec: Mapping[str, Any]) -> ArrivalSpec:

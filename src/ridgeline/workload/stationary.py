@@ -9,7 +9,7 @@ Poisson at the same mean rate).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import ClassVar, Literal
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -36,15 +36,12 @@ class SpecModel(BaseModel):
     """Base of every arrival spec: frozen, and unknown parameters are errors."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-    example: ClassVar[str]
-    """The kind as the command line writes it, for help text (``gamma:cv=2``)."""
 
 
 class ConstantArrivals(SpecModel):
     """Evenly spaced sends, the first at 0."""
 
     kind: Literal["constant"] = "constant"
-    example: ClassVar[str] = "constant"
     rate: Rate = Field(description="requests per second")
 
     def schedule(self, duration_s: float, seed: int = 0) -> Floats:
@@ -58,7 +55,6 @@ class PoissonArrivals(SpecModel):
     """A Poisson process: independent exponential gaps of mean ``1/rate``."""
 
     kind: Literal["poisson"] = "poisson"
-    example: ClassVar[str] = "poisson"
     rate: Rate = Field(description="mean requests per second")
 
     def schedule(self, duration_s: float, seed: int = 0) -> Floats:
@@ -76,7 +72,6 @@ class GammaArrivals(SpecModel):
     ``cv`` (shape ``1/cv²``): ``cv = 1`` is Poisson, ``cv > 1`` bursty, ``cv < 1`` regular."""
 
     kind: Literal["gamma"] = "gamma"
-    example: ClassVar[str] = "gamma:cv=2"
     rate: Rate = Field(description="mean requests per second")
     cv: float = Field(gt=0, allow_inf_nan=False, description="gap std / gap mean (1 = Poisson)")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import AliasChoices, Field, field_validator, model_validator
@@ -57,7 +57,6 @@ class RampArrivals(_Varying):
     """A rate moving linearly from ``start_rate`` at 0 to ``end_rate`` at the run's end."""
 
     kind: Literal["ramp"] = "ramp"
-    example: ClassVar[str] = "ramp:from=10,to=100"
     start_rate: NonNegativeRate = Field(
         validation_alias=AliasChoices("start_rate", "from"), description="requests/s at 0"
     )
@@ -89,7 +88,6 @@ class StepArrivals(_Varying):
     rate for the rest of the run."""
 
     kind: Literal["steps"] = "steps"
-    example: ClassVar[str] = "steps:rates=10/20,step=5"
     rates: tuple[NonNegativeRate, ...] = Field(
         min_length=1, description="requests/s of each step, in order (10/20/40 on the CLI)"
     )
@@ -133,7 +131,6 @@ class DiurnalArrivals(_Varying):
     """A sinusoidal rate ``rate·(1 + amplitude·sin(2π(t + phase_s)/period_s))``."""
 
     kind: Literal["diurnal"] = "diurnal"
-    example: ClassVar[str] = "diurnal:amplitude=0.5,period=60"
     rate: Rate = Field(description="mean requests per second over a whole period")
     amplitude: float = Field(ge=0, lt=1, description="swing as a fraction of rate, in [0, 1)")
     period_s: float = Field(
