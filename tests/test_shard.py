@@ -11,7 +11,7 @@ from ridgeline.fakeserver import load_preset, running_in_process
 from ridgeline.loadgen.generators import InLoop, InProcesses, OnRay
 from ridgeline.loadgen.replayer import ReplayConfig
 from ridgeline.loadgen.schedule import from_arrival
-from ridgeline.loadgen.shard import per_share, replay_sharded, shares
+from ridgeline.loadgen.shard import Sending, replay_sharded
 from ridgeline.loadgen.step import StepConfig, generator_for, measure_step
 from ridgeline.targets.options import TargetOptions
 from ridgeline.telemetry.records import Outcome
@@ -25,7 +25,7 @@ NONE = TargetOptions()
 def test_two_processes_replay_the_whole_schedule_once_on_one_clock() -> None:
     sched = from_arrival(parse_arrival("poisson", 2000.0), 1.5, seed=7)
     rec = run_coroutine(
-        replay_sharded("null://", NONE, sched.times, None, ReplayConfig(), processes=2)
+        replay_sharded(Sending("null://", NONE, sched.times, None, ReplayConfig()), processes=2)
     )
     np.testing.assert_array_equal(rec.scheduled, sched.times)
     assert rec.count(Outcome.OK) == len(sched.times)
@@ -49,11 +49,7 @@ def test_a_shard_that_cannot_connect_fails_the_step_with_the_reason() -> None:
     with pytest.raises(TargetError, match="could not start"):
         run_coroutine(
             replay_sharded(
-                "python://no_such_module_x:f",
-                NONE,
-                np.arange(3.0),
-                None,
-                ReplayConfig(),
+                Sending("python://no_such_module_x:f", NONE, np.arange(3.0), None, ReplayConfig()),
                 processes=2,
             )
         )
@@ -70,9 +66,13 @@ def test_the_generator_is_chosen_once_from_the_step_settings() -> None:
 
 
 def test_shares_cut_the_schedule_every_nth_arrival() -> None:
-    times = np.arange(7.0)
-    cut = shares(times, [RequestShape(items=i + 1) for i in range(7)], 3)
-    assert [list(t) for t, _ in cut] == [[0.0, 3.0, 6.0], [1.0, 4.0], [2.0, 5.0]]
-    assert [[s.items for s in sizes or ()] for _, sizes in cut] == [[1, 4, 7], [2, 5], [3, 6]]
-    assert per_share(ReplayConfig(max_outstanding=10), 3).max_outstanding == 3
-    assert per_share(ReplayConfig(max_outstanding=2), 3).max_outstanding == 1
+    sizes = [RequestShape(items=i + 1) for i in range(7)]
+    cut = Sending("null://", NONE, np.arange(7.0), sizes, ReplayConfig(max_outstanding=10))
+    shares = cut.shares(3)
+    assert [list(s.times) for s in shares] == [[0.0, 3.0, 6.0], [1.0, 4.0], [2.0, 5.0]]
+    assert [[r.items for r in s.shapes or ()] for s in shares] == [[1, 4, 7], [2, 5], [3, 6]]
+    assert [s.cfg.max_outstanding for s in shares] == [3, 3, 3]
+    assert {s.url for s in shares} == {"null://"} and all(s.options is NONE for s in shares)
+    small = Sending("null://", NONE, np.arange(7.0), None, ReplayConfig(max_outstanding=2))
+    assert [s.cfg.max_outstanding for s in small.shares(3)] == [1, 1, 1]
+    assert [s.shapes for s in small.shares(3)] == [None, None, None]

@@ -25,24 +25,18 @@ import contextlib
 import secrets
 import time
 import warnings
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-from numpy.typing import NDArray
-
 from ridgeline._fields import MAX_PORT
 from ridgeline.errors import ConfigError, TargetError, TargetUnreachableError
-from ridgeline.loadgen.replayer import Progress, ReplayConfig, replay
-from ridgeline.loadgen.shard import per_share, shares
+from ridgeline.loadgen.replayer import Progress, replay
+from ridgeline.loadgen.shard import Sending
 from ridgeline.loadgen.validity import ValidityConfig, fell_behind
 from ridgeline.targets.base import Target
 from ridgeline.targets.factory import make_target
-from ridgeline.targets.options import TargetOptions
 from ridgeline.telemetry.records import Outcome, Records
 from ridgeline.telemetry.summary import WorkerLoad, lateness_ms
-from ridgeline.workload.payloads import RequestShape
 
 WORKER_FORMS = "ray://HOST:PORT (a Ray client address) or ray:auto (the running cluster)"
 ACTOR_PREFIX = "ridgeline-generator-"
@@ -74,16 +68,8 @@ class GeneratorWorker:
     wraps this class when a step asks for Ray). Async: ``progress`` and ``stop`` are
     answered between sends."""
 
-    def __init__(
-        self,
-        target_url: str,
-        target_options: TargetOptions,
-        times: NDArray[np.float64],
-        shapes: Sequence[RequestShape] | None,
-        cfg: ReplayConfig,
-    ) -> None:
-        self._url, self._options = target_url, target_options
-        self._times, self._shapes, self._cfg = times, shapes, cfg
+    def __init__(self, share: Sending) -> None:
+        self._share = share
         self._target: Target | None = None
         self._stop = asyncio.Event()
         self._progress = Progress()
@@ -92,8 +78,8 @@ class GeneratorWorker:
         """Connect to the target; the id of the node this worker runs on."""
         import ray
 
-        self._target = make_target(self._url, self._options)
-        await self._target.connect(self._cfg.max_outstanding)
+        self._target = make_target(self._share.url, self._share.options)
+        await self._target.connect(self._share.cfg.max_outstanding)
         return str(ray.get_runtime_context().get_node_id())
 
     async def run(self, epoch: float) -> Records:
@@ -103,12 +89,13 @@ class GeneratorWorker:
         target = self._target
         if target is None:
             raise TargetError("a generator worker was asked to run before it connected")
+        share = self._share
         try:
             return await replay(
                 target,
-                self._times,
-                self._shapes,
-                self._cfg,
+                share.times,
+                share.shapes,
+                share.cfg,
                 start_at=start_at,
                 stop=self._stop,
                 progress=self._progress,
@@ -142,11 +129,7 @@ class DistributedRun:
 
 
 async def replay_on_ray(
-    target_url: str,
-    target_options: TargetOptions,
-    times: NDArray[np.float64],
-    shapes: Sequence[RequestShape] | None,
-    cfg: ReplayConfig,
+    sending: Sending,
     *,
     workers: str,
     count: int | None = None,
@@ -155,22 +138,22 @@ async def replay_on_ray(
     progress: Progress | None = None,
     place_timeout_s: float = 60.0,
 ) -> DistributedRun:
-    """Replay ``times`` from ``count`` Ray actors (default: one per alive node with a
+    """Replay ``sending`` from ``count`` Ray actors (default: one per alive node with a
     CPU) on the cluster at ``workers`` (``ray://HOST:PORT`` or ``ray:auto``; a Ray
     already initialised in this process is used as it is). Raises TargetError when a
     worker cannot connect to the target, ConfigError when Ray is missing, unreachable,
     or cannot place the actors within ``place_timeout_s``."""
     ray = _connected(workers)
     n = count if count is not None and count > 1 else _alive_nodes(ray)
-    per_worker = per_share(cfg, n)
-    split = shares(times, shapes, n)
+    split = sending.shares(n)
+    times, cfg = sending.times, sending.cfg
     remote = ray.remote(num_cpus=1)(GeneratorWorker)
     token = secrets.token_hex(4)
     actors = [
         remote.options(name=f"{ACTOR_PREFIX}{token}-{k}", scheduling_strategy="SPREAD").remote(
-            target_url, target_options, share_times, share_shapes, per_worker
+            share
         )
-        for k, (share_times, share_shapes) in enumerate(split)
+        for k, share in enumerate(split)
     ]
     try:
         nodes = await _all_connected(ray, actors, place_timeout_s)
@@ -191,13 +174,13 @@ async def replay_on_ray(
     judged = [
         _judged(k, nodes[k], rec, validity or ValidityConfig())
         if rec is not None
-        else _lost(k, nodes[k], len(split[k][0]), reported[k][0], runs[k])
+        else _lost(k, nodes[k], len(split[k].times), reported[k][0], runs[k])
         for k, rec in enumerate(parts)
     ]
     survivors = [p for p in parts if p is not None]
     whole = [
-        p if p is not None else Records.empty(share)
-        for p, (share, _) in zip(parts, split, strict=True)
+        p if p is not None else Records.empty(share.times)
+        for p, share in zip(parts, split, strict=True)
     ]
     records = Records.merge(whole)
     if progress is not None:

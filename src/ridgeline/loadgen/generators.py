@@ -22,7 +22,7 @@ from ridgeline.errors import TargetError
 from ridgeline.loadgen.distributed import replay_on_ray
 from ridgeline.loadgen.replayer import Progress, ReplayConfig, replay
 from ridgeline.loadgen.schedule import Schedule
-from ridgeline.loadgen.shard import replay_sharded
+from ridgeline.loadgen.shard import Sending, replay_sharded
 from ridgeline.loadgen.validity import ValidityConfig
 from ridgeline.targets.base import Target
 from ridgeline.targets.factory import make_target
@@ -68,12 +68,22 @@ class LoadGenerator(Protocol):
 
 
 @dataclass
-class InLoop:
-    """Sends from this process's event loop, through one connected target."""
+class _Generator:
+    """What every generator is given: the target, its options, how to replay."""
 
     url: str
     options: TargetOptions
     replay: ReplayConfig
+
+    def sending(self, schedule: Schedule) -> Sending:
+        """``schedule``'s requests to the target, as processes and workers share them."""
+        return Sending(self.url, self.options, schedule.times, schedule.shapes, self.replay)
+
+
+@dataclass
+class InLoop(_Generator):
+    """Sends from this process's event loop, through one connected target."""
+
     _target: Target | None = None
 
     async def connect(self) -> None:
@@ -96,12 +106,9 @@ class InLoop:
 
 
 @dataclass
-class InProcesses:
+class InProcesses(_Generator):
     """Sends from ``processes`` local generator processes sharing one start."""
 
-    url: str
-    options: TargetOptions
-    replay: ReplayConfig
     processes: int
 
     async def connect(self) -> None:
@@ -114,14 +121,7 @@ class InProcesses:
         self, schedule: Schedule, *, stop: asyncio.Event, progress: Progress | None
     ) -> Sent:
         records = await replay_sharded(
-            self.url,
-            self.options,
-            schedule.times,
-            schedule.shapes,
-            self.replay,
-            self.processes,
-            stop=stop,
-            progress=progress,
+            self.sending(schedule), self.processes, stop=stop, progress=progress
         )
         return Sent(records, records, processes=self.processes)
 
@@ -130,12 +130,9 @@ class InProcesses:
 
 
 @dataclass
-class OnRay:
+class OnRay(_Generator):
     """Sends from generator actors on the Ray cluster at ``workers``."""
 
-    url: str
-    options: TargetOptions
-    replay: ReplayConfig
     workers: str
     count: int
     validity: ValidityConfig
@@ -147,11 +144,7 @@ class OnRay:
         self, schedule: Schedule, *, stop: asyncio.Event, progress: Progress | None
     ) -> Sent:
         spread = await replay_on_ray(
-            self.url,
-            self.options,
-            schedule.times,
-            schedule.shapes,
-            self.replay,
+            self.sending(schedule),
             workers=self.workers,
             count=self.count,
             validity=self.validity,

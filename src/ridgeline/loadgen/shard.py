@@ -15,6 +15,7 @@ import signal
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -30,27 +31,36 @@ from ridgeline.workload.payloads import RequestShape
 _START_LEAD_S = 0.25
 
 
-def shares(
-    times: NDArray[np.float64], shapes: Sequence[RequestShape] | None, n: int
-) -> list[tuple[NDArray[np.float64], list[RequestShape] | None]]:
-    """The schedule cut ``n`` ways: share k is every n-th arrival from the k-th (k, k+n,
-    ...) with its sizes, so each keeps the schedule's shape at 1/n of its rate."""
-    return [(times[k::n], None if shapes is None else list(shapes[k::n])) for k in range(n)]
+@dataclass(frozen=True, slots=True, eq=False)
+class Sending:
+    """Requests for one target: each one's send time (from a start given later) and
+    size, and how they are replayed. A generator process or Ray worker is given its
+    share as one value (it pickles)."""
+
+    url: str
+    options: TargetOptions
+    times: NDArray[np.float64]
+    shapes: Sequence[RequestShape] | None
+    cfg: ReplayConfig
+
+    def shares(self, n: int) -> list[Sending]:
+        """Cut ``n`` ways: share k is every n-th arrival from the k-th (k, k+n, ...) with
+        its sizes, so each keeps the schedule's shape at 1/n of its rate; the in-flight
+        bound is split between them."""
+        cfg = self.cfg.model_copy(update={"max_outstanding": max(1, self.cfg.max_outstanding // n)})
+        shapes = self.shapes
+        return [
+            replace(
+                self,
+                times=self.times[k::n],
+                shapes=None if shapes is None else list(shapes[k::n]),
+                cfg=cfg,
+            )
+            for k in range(n)
+        ]
 
 
-def per_share(cfg: ReplayConfig, n: int) -> ReplayConfig:
-    """The replay settings of one of ``n`` shares: the in-flight bound split between them."""
-    return cfg.model_copy(update={"max_outstanding": max(1, cfg.max_outstanding // n)})
-
-
-def _shard_main(
-    conn: Connection,
-    target_url: str,
-    target_options: TargetOptions,
-    times: NDArray[np.float64],
-    shapes: Sequence[RequestShape] | None,
-    cfg: ReplayConfig,
-) -> None:
+def _shard_main(conn: Connection, share: Sending) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     from ridgeline.aio import run_coroutine
     from ridgeline.targets.factory import make_target
@@ -58,9 +68,9 @@ def _shard_main(
     async def main() -> Records | None:
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
-        target = make_target(target_url, target_options)
+        target = make_target(share.url, share.options)
         try:
-            await target.connect(cfg.max_outstanding)
+            await target.connect(share.cfg.max_outstanding)
             conn.send(("ready", None))
             msg, start_at = await loop.run_in_executor(None, conn.recv)
             if msg != "start":
@@ -74,7 +84,9 @@ def _shard_main(
                     loop.call_soon_threadsafe(stop.set)
 
             threading.Thread(target=watch, daemon=True).start()
-            return await replay(target, times, shapes, cfg, start_at=start_at, stop=stop)
+            return await replay(
+                target, share.times, share.shapes, share.cfg, start_at=start_at, stop=stop
+            )
         finally:
             await target.close()
 
@@ -88,28 +100,21 @@ def _shard_main(
 
 
 async def replay_sharded(
-    target_url: str,
-    target_options: TargetOptions,
-    times: NDArray[np.float64],
-    shapes: Sequence[RequestShape] | None,
-    cfg: ReplayConfig,
+    sending: Sending,
     processes: int,
     *,
     stop: asyncio.Event | None = None,
     progress: Progress | None = None,
 ) -> Records:
+    """Replay ``sending`` from ``processes`` local processes, each its share, from one
+    start; their records merged."""
     loop = asyncio.get_running_loop()
     ctx = mp.get_context("spawn")
-    per_shard_cfg = per_share(cfg, processes)
     conns: list[Connection] = []
     procs = []
-    for shard_times, shard_shapes in shares(times, shapes, processes):
+    for share in sending.shares(processes):
         parent, child = ctx.Pipe()
-        p = ctx.Process(
-            target=_shard_main,
-            args=(child, target_url, target_options, shard_times, shard_shapes, per_shard_cfg),
-            daemon=True,
-        )
+        p = ctx.Process(target=_shard_main, args=(child, share), daemon=True)
         p.start()
         child.close()
         conns.append(parent)
@@ -126,7 +131,7 @@ async def replay_sharded(
         for c in conns:
             c.send(("start", start_at))
         if progress is not None:
-            progress.total = int(times.shape[0])
+            progress.total = int(sending.times.shape[0])
         results = asyncio.gather(*(loop.run_in_executor(None, c.recv) for c in conns))
         if stop is not None:
             stopper: asyncio.Future[Any] = loop.create_task(stop.wait())
