@@ -33,11 +33,9 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import multiprocessing
 import os
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
@@ -60,6 +58,7 @@ from ridgeline.pipeline.profiles import ProfileTable
 from ridgeline.pipeline.roofline import FIT_FILE, fitted_roofline, modelled_rows, variant_gflops
 from ridgeline.pipeline.spec import PipelineSpec, load_spec
 from ridgeline.plansim import PlanSimResult, SimConfig, arrival_schedule, simulate_plan
+from ridgeline.study._pool import as_finished
 
 SETTINGS: tuple[str, ...] = ("none", "A", "S", "T", "A+T", "A+S", "S+T", "A+S+T")
 """The eight settings, as ``Features.label`` writes them."""
@@ -528,7 +527,7 @@ def run_jigsaw(cfg: JigsawConfig, *, on_task: DoneFn | None = None) -> JigsawRes
                 tasks.append(_Task(path, gpus, CENTRAL, "graph", cfg, size / 2))
     tasks.sort(key=lambda t: -t.cost)
     rows: list[SettingRow] = []
-    for i, done in enumerate(_execute(tasks, cfg.jobs), start=1):
+    for i, done in enumerate(as_finished(_run, tasks, cfg.jobs), start=1):
         rows += done
         if on_task is not None and done:
             on_task(TaskDone(i, len(tasks), done, time.perf_counter() - started))
@@ -577,17 +576,3 @@ def run_jigsaw(cfg: JigsawConfig, *, on_task: DoneFn | None = None) -> JigsawRes
         occupancy=list(unique.values()),
         rows=rows,
     )
-
-
-def _execute(tasks: list[_Task], jobs: int) -> Iterable[list[SettingRow]]:
-    """Each task's rows as it finishes: in this process for one job, else in ``jobs``
-    spawned processes."""
-    if jobs == 1:
-        for t in tasks:
-            yield _run(t)
-        return
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=ctx) as pool:
-        futures: list[Future[list[SettingRow]]] = [pool.submit(_run, t) for t in tasks]
-        for f in as_completed(futures):
-            yield f.result()

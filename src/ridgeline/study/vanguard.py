@@ -36,12 +36,10 @@ the result are in ``study.stats``; rendering in ``report.vanguard``.
 from __future__ import annotations
 
 import math
-import multiprocessing
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -54,6 +52,7 @@ from ridgeline.loadgen.step import StepConfig
 from ridgeline.probe.api import default_slo, make_driver, run_probe
 from ridgeline.probe.batching import window_for
 from ridgeline.probe.orchestrator import ProbeConfig, ProbeResult
+from ridgeline.study._pool import as_finished
 from ridgeline.study.bank import Case, interference_load, load_bank, select, stall_fraction
 from ridgeline.study.truth import Recorded, Traffic, Truth, TruthConfig, true_capacity
 from ridgeline.workload.traces import bundled_trace_path, read_trace
@@ -397,7 +396,7 @@ def run_study(cfg: StudyConfig, *, on_case: CaseFn | None = None) -> StudyResult
         truths: list[TruthRow] = []
         probes: list[ProbeRow] = []
         done = 0
-        for finished in _execute(tasks, cfg.jobs):
+        for finished in as_finished(_run, tasks, cfg.jobs):
             for row in finished:
                 if isinstance(row, TruthRow):
                     truths.append(row)
@@ -431,22 +430,6 @@ def run_study(cfg: StudyConfig, *, on_case: CaseFn | None = None) -> StudyResult
         truths=sorted(truths, key=lambda t: (order[t.case], t.variant)),
         probes=sorted(probes, key=lambda p: (order[p.case], p.variant, p.strategy, p.seed)),
     )
-
-
-def _execute(
-    tasks: list[_ProbeTask | _TruthTask], jobs: int
-) -> Iterable[list[ProbeRow | TruthRow]]:
-    """Each task's row as it finishes: in this process for one job, else in ``jobs``
-    fresh processes (spawned: nothing of the caller's state leaks into a probe)."""
-    if jobs == 1:
-        for t in tasks:
-            yield _run(t)
-        return
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-        futures: list[Future[list[ProbeRow | TruthRow]]] = [pool.submit(_run, t) for t in tasks]
-        for f in as_completed(futures):
-            yield f.result()
 
 
 def relative_error(estimate: float | None, truth: float) -> float:

@@ -1,0 +1,25 @@
+"""A study's tasks run side by side: both studies hand theirs to ``as_finished``."""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from typing import TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def as_finished(run: Callable[[T], R], tasks: Sequence[T], jobs: int) -> Iterator[R]:
+    """``run(task)`` for each task, yielded as it finishes: in this process for one job,
+    else in ``jobs`` fresh processes at most (spawned: nothing of the caller's state leaks
+    into a task; ``run`` and the tasks must pickle)."""
+    if jobs == 1:
+        yield from map(run, tasks)
+        return
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)) or 1, mp_context=ctx) as pool:
+        futures: list[Future[R]] = [pool.submit(run, t) for t in tasks]
+        for f in as_completed(futures):
+            yield f.result()
