@@ -77,20 +77,18 @@ def bank_markdown(result: StudyResult) -> str:
     return _markers.table(head, rows)
 
 
+_AGREEMENT_HEAD = ["cases", "probes", "no capacity", "bias", "95 % limits of agreement"]
+"""The columns of a summary's agreement (``_agreement_cells``), in both tables that show it."""
+
+
+def _agreement_cells(s: Summary) -> list[str]:
+    return [str(s.cases), str(s.probes), str(s.failures), _pct(s.agreement.bias), _loa(s.agreement)]
+
+
 def _summary_row(s: Summary) -> list[str]:
     r2 = "n/a" if s.r_squared is None else f"{s.r_squared:.3f} ({_num(s.slope)})"
-    return [
-        SPLIT_NAMES[s.split],
-        s.strategy,
-        str(s.cases),
-        str(s.probes),
-        str(s.failures),
-        _pct(s.agreement.bias),
-        _loa(s.agreement),
-        _num(s.icc, 3),
-        _num(s.mean_cv, 3),
-        r2,
-    ]
+    cells = [*_agreement_cells(s), _num(s.icc, 3), _num(s.mean_cv, 3), r2]
+    return [SPLIT_NAMES[s.split], s.strategy, *cells]
 
 
 def _agreement(result: StudyResult) -> str:
@@ -100,18 +98,7 @@ def _agreement(result: StudyResult) -> str:
         for strategy in STRATEGIES
         if (s := summarise(result, split, strategy)) is not None
     ]
-    head = [
-        "split",
-        "strategy",
-        "cases",
-        "probes",
-        "no capacity",
-        "bias",
-        "95 % limits of agreement",
-        "ICC(2,1)",
-        "mean CV",
-        "R² (slope)",
-    ]
+    head = ["split", "strategy", *_AGREEMENT_HEAD, "ICC(2,1)", "mean CV", "R² (slope)"]
     return _markers.table(head, rows)
 
 
@@ -189,31 +176,11 @@ def _hardware(result: StudyResult) -> str:
 def _ablations(result: StudyResult) -> str:
     rows = []
     for a in ablations(result):
-        s = a.summary
-        rows.append(
-            [
-                a.variant,
-                str(s.cases),
-                str(s.probes),
-                str(s.failures),
-                _pct(s.agreement.bias),
-                _loa(s.agreement),
-                _pct(a.baseline.bias),
-                _loa(a.baseline),
-            ]
-        )
+        baseline = [_pct(a.baseline.bias), _loa(a.baseline)]
+        rows.append([a.variant, *_agreement_cells(a.summary), *baseline])
     if not rows:
         return "No ablation ran."
-    head = [
-        "variant",
-        "cases",
-        "probes",
-        "no capacity",
-        "bias",
-        "95 % limits of agreement",
-        "baseline bias",
-        "baseline limits",
-    ]
+    head = ["variant", *_AGREEMENT_HEAD, "baseline bias", "baseline limits"]
     return _markers.table(head, rows)
 
 
