@@ -43,8 +43,6 @@ CREATE TABLE IF NOT EXISTS registry (
 );
 """
 
-_COLUMNS = "id, model, version, hardware, revision, digest, serving_config, capacity, created_at"
-
 
 class CapacityResult(BaseModel):
     """What a probe found for one model on one hardware, as the registry keeps it."""
@@ -104,19 +102,16 @@ def artifact_digest(artifact: Path | str) -> str:
     return f"sha256:{h.hexdigest()}"
 
 
+_COLUMNS = ", ".join(RegistryEntry.model_fields)
+"""An entry's columns, as its fields are named and ordered: what ``_entry`` reads."""
+
+
 def _entry(row: tuple[Any, ...]) -> RegistryEntry:
-    rid, model, version, hardware, revision, digest, config, capacity, created = row
-    return RegistryEntry(
-        id=rid,
-        model=model,
-        version=version,
-        hardware=hardware,
-        revision=revision,
-        digest=digest,
-        serving_config=json.loads(config),
-        capacity=CapacityResult.model_validate_json(capacity),
-        created_at=datetime.fromtimestamp(created, UTC),
-    )
+    stored: dict[str, Any] = dict(zip(RegistryEntry.model_fields, row, strict=True))
+    stored["serving_config"] = json.loads(stored["serving_config"])
+    stored["capacity"] = CapacityResult.model_validate_json(stored["capacity"])
+    stored["created_at"] = datetime.fromtimestamp(stored["created_at"], UTC)
+    return RegistryEntry.model_validate(stored)
 
 
 def _required(**names: str) -> None:
