@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ridgeline._fields import Seconds
+from ridgeline._kind_names import strategy_help
 from ridgeline.health.hysteresis import HysteresisConfig
 from ridgeline.health.sampling import judged_quantile, needed_samples, tail_requests
 from ridgeline.health.slo import SLOPolicy, SLOText, parse_slo
@@ -32,7 +33,7 @@ class ProbeConfig(BaseModel):
         parse_slo("p99<100ms,errors<1%"),
         description="the SLO, read once from its text, e.g. 'p99<100ms,errors<0.1%'",
     )
-    strategy: str = Field("adaptive", description="adaptive | binary | sweep | stability")
+    strategy: str = Field("adaptive", description=strategy_help())
     strategy_options: dict[str, Any] = Field(
         default_factory=dict, description="fields of the strategy's config (min_rate, ...)"
     )

@@ -14,7 +14,7 @@ from ridgeline.loadgen.step import StepConfig, StepResult, measure_step
 from ridgeline.loadgen.validity import assess_validity
 from ridgeline.probe.batching import batching_delay_s, window_for
 from ridgeline.search.base import StepPlan
-from ridgeline.sim import SimPreset, SimState, shapes_for, simulate, simulate_llm
+from ridgeline.sim import SimPreset, SimState, shapes_for, simulate_preset
 from ridgeline.targets.options import TargetOptions
 from ridgeline.telemetry.summary import summarize
 from ridgeline.telemetry.windows import windows
@@ -131,16 +131,13 @@ class SimDriver:
         shapes = sched.shapes or shapes_for(self.preset, len(times), seed)
         if self.workload is not None:  # its lengths over the preset's (or trace's) shapes
             shapes = self.workload.shapes(len(times), seed, shapes, text=False) or shapes
-        serve = simulate if self.preset.model.llm is None else simulate_llm
-        records, self.state = serve(
-            self.preset.model,
+        records, self.state = simulate_preset(
+            self.preset,
             times,
-            shapes,  # type: ignore[arg-type]  # an LLM preset always has shapes
+            shapes,
             state=self.state,
             seed=seed,
             timeout_s=self.timeout_s,
-            speed=self.preset.speed,
-            interference=self.preset.interference,
             span_s=plan.duration_s,
         )
         self.state = self.state.advance(self.gap_s)

@@ -13,6 +13,7 @@ from ridgeline.sim.presets import (
     load_sim_preset,
     shapes_for,
     sim_preset_names,
+    simulate_preset,
 )
 from ridgeline.sim.server import SimState, simulate
 
@@ -26,4 +27,5 @@ __all__ = [
     "sim_preset_names",
     "simulate",
     "simulate_llm",
+    "simulate_preset",
 ]

@@ -9,13 +9,19 @@ by key).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ridgeline._yaml_config import Presets
 from ridgeline.sim.interference import Interference
+from ridgeline.sim.llm import simulate_llm
+from ridgeline.sim.server import SimState, simulate
 from ridgeline.synthetic.model import LatencyModel
+from ridgeline.telemetry.records import Records
 from ridgeline.workload.payloads import (
     FixedSize,
     LognormalSize,
@@ -106,6 +112,34 @@ def shapes_for(preset: SimPreset, n: int, seed: int) -> list[RequestShape] | Non
     if isinstance(preset.sizes, FixedSize) and preset.sizes.value == 1:
         return None
     return sampled_shapes(n, seed, items=preset.sizes)
+
+
+def simulate_preset(
+    preset: SimPreset,
+    times: NDArray[np.float64],
+    shapes: Sequence[RequestShape] | None,
+    *,
+    state: SimState | None = None,
+    seed: int = 0,
+    timeout_s: float = 30.0,
+    span_s: float | None = None,
+) -> tuple[Records, SimState]:
+    """Serve requests arriving at ``times`` on the preset's server, as fast as its
+    ``speed`` and beside its ``interference``: ``simulate``, or ``simulate_llm`` for an
+    LLM preset (whose requests always have shapes)."""
+    kw: dict[str, Any] = {
+        "state": state,
+        "seed": seed,
+        "timeout_s": timeout_s,
+        "speed": preset.speed,
+        "interference": preset.interference,
+        "span_s": span_s,
+    }
+    if preset.model.llm is None:
+        return simulate(preset.model, times, shapes, **kw)
+    if shapes is None:
+        raise ValueError("an LLM preset's requests need shapes (shapes_for gives them)")
+    return simulate_llm(preset.model, times, shapes, **kw)
 
 
 _PRESETS = Presets(

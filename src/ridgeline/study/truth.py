@@ -49,7 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ridgeline.health.sampling import QUANTILES
 from ridgeline.health.slo import SLOPolicy, parse_slo
-from ridgeline.sim import SimPreset, shapes_for, simulate, simulate_llm
+from ridgeline.sim import SimPreset, shapes_for, simulate_preset
 from ridgeline.sim.llm import DEFAULT_MAX_TOKENS
 from ridgeline.synthetic.llm import saturated_rps
 from ridgeline.synthetic.model import capacity_rps
@@ -230,9 +230,11 @@ class _Judge:
         self.runs = 0
         self.broken: dict[float, str] = {}
         """What the full-length runs broke, by rate."""
-        self._inputs: dict[tuple[int, int], tuple[NDArray[np.float64], object]] = {}
+        self._inputs: dict[
+            tuple[int, int], tuple[NDArray[np.float64], list[RequestShape] | None]
+        ] = {}
 
-    def _input(self, n: int, seed: int) -> tuple[NDArray[np.float64], object]:
+    def _input(self, n: int, seed: int) -> tuple[NDArray[np.float64], list[RequestShape] | None]:
         key = (n, seed)
         if key not in self._inputs:
             self._inputs[key] = (
@@ -247,15 +249,8 @@ class _Judge:
         runs = []
         for seed in range(self.cfg.first_seed, self.cfg.first_seed + self.cfg.seeds):
             unit, shapes = self._input(per_seed, seed)
-            serve = simulate if self.preset.model.llm is None else simulate_llm
-            rec, _ = serve(
-                self.preset.model,
-                unit / rate,
-                shapes,  # type: ignore[arg-type]
-                seed=seed,
-                timeout_s=self.cfg.timeout_s,
-                speed=self.preset.speed,
-                interference=self.preset.interference,
+            rec, _ = simulate_preset(
+                self.preset, unit / rate, shapes, seed=seed, timeout_s=self.cfg.timeout_s
             )
             runs.append(rec)
         why = broken_records(Records.concat(runs), self.policy)
