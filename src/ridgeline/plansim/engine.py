@@ -43,8 +43,9 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from heapq import heappop, heappush
 from itertools import count
 from typing import Any
@@ -130,6 +131,8 @@ class Noise:
 class _Task:
     __slots__ = (
         "after",
+        "after_fn",
+        "arm",
         "batched",
         "batches",
         "budget_s",
@@ -138,6 +141,7 @@ class _Task:
         "drops",
         "edges",
         "expected",
+        "expected_fn",
         "gen",
         "mean",
         "name",
@@ -172,6 +176,10 @@ class _Task:
         self.q: BatchQueue[list[Any]] = BatchQueue(cfg, instances, drop=drop, exec_model=warm)
         self.running = 0
         self.gen = 0
+        # the queue's callbacks, bound by the engine (``Engine.__init__``)
+        self.arm: Callable[[float], None]
+        self.after_fn: Callable[[], float]
+        self.expected_fn: Callable[[], float]
         self.expected: float | None = None
         self.after: float | None = None
         self.budget_s = math.inf
@@ -237,6 +245,10 @@ class Engine:
             src.children.append(dst)
             src.edges.append((i, dst, e.factor))
             dst.parents.append(src)
+        for task in self.tasks.values():
+            task.arm = partial(self._arm, task)
+            task.after_fn = partial(self._after, task)
+            task.expected_fn = partial(self._expected, task)
         self.sources = [self.tasks[s] for s in plan.sources()]
         self._carry = [0.0] * len(plan.edges)
         self._heap: list[tuple[float, int, int, _Task, Any]] = []
@@ -365,7 +377,7 @@ class Engine:
         q.arrive(now, rows)
         self._dirty(t)
         entry = Entry(node, rows, now, deadline, self._arrival[node[0]] + t.budget_s, keep)
-        if q.refuses(entry, now, lambda: self._expected(t)) is not None:
+        if q.refuses(entry, now, t.expected_fn) is not None:
             t.drops += 1
             self._chunk_done(node, now, failed=True)
             return
@@ -376,7 +388,10 @@ class Engine:
 
     def _pump(self, t: _Task, now: float) -> None:
         """``TaskQueue._pump``: batches to free instances while the queue forms them."""
-        for formed in t.q.batches(now, lambda until: self._arm(t, until), lambda: self._after(t)):
+        q = t.q
+        if not q.items or not q.free:
+            return
+        for formed in q.batches(now, t.arm, t.after_fn):
             for entry, _ in formed.dropped:
                 t.drops += 1
                 self._chunk_done(entry.payload, now, failed=True)

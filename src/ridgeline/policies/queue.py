@@ -225,9 +225,18 @@ class BatchQueue(Generic[P]):
         return True
 
     def release(self, slot: int, at: float) -> None:
-        """Instance ``slot`` is free again since ``at``."""
-        self.free.append(slot)
-        self._free_at[slot] = at
+        """Instance ``slot`` is free again since ``at``. The free list stays in the order
+        instances came free (ties: in the order they were released), so the one free the
+        longest is its first."""
+        free, free_at = self.free, self._free_at
+        free_at[slot] = at
+        if not free or free_at[free[-1]] <= at:
+            free.append(slot)
+        else:  # released out of order (the fake server's logical ends)
+            k = len(free)
+            while k and free_at[free[k - 1]] > at:
+                k -= 1
+            free.insert(k, slot)
 
     def add_instance(self, at: float) -> int:
         """One more instance, free now; its slot."""
@@ -310,12 +319,7 @@ class BatchQueue(Generic[P]):
         ready = batch[-1].arrival
         if not on_time:
             ready = max(ready, head + cfg.max_queue_delay_s)  # sent on its deadline
-        if len(free) == 1:
-            slot = free.pop()
-        else:
-            slot = min(free, key=self._free_at.__getitem__)
-            free.remove(slot)
-        return Formed(slot, batch, rows, dropped, ready)
+        return Formed(free.pop(0), batch, rows, dropped, ready)
 
 
 # --- the bulk driver's questions (``sim/_queue.py``) -----------------------------------
