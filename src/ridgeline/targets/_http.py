@@ -140,3 +140,38 @@ def with_token(headers: Mapping[str, str] | None, token: str | None) -> dict[str
     if token:
         merged["Authorization"] = f"Bearer {check_token(token)}"
     return merged
+
+
+class JsonHttpTarget:
+    """What the JSON-over-HTTP targets share: the URL they report, their headers (JSON's
+    content type, the user's laid over it), the connect timeout and CA bundle, and a
+    connect that opens a session on which the target's own ``_check`` passed."""
+
+    def __init__(
+        self,
+        url: str,
+        headers: Mapping[str, str] | None,
+        ca_file: Path | None,
+        connect_timeout: float,
+    ) -> None:
+        self._reported_url = url
+        self._headers = {"Content-Type": "application/json", **(headers or {})}
+        self._ca_file = ca_file
+        self._connect_timeout = connect_timeout
+
+    @property
+    def url(self) -> str:
+        return self._reported_url
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    async def _check(self, get: Get) -> None:
+        raise NotImplementedError
+
+    async def _checked_session(self, max_outstanding: int) -> aiohttp.ClientSession:
+        """What was open closed, then a new session the target's ``_check`` passed on."""
+        await self.close()
+        return await checked_session(
+            max_outstanding, self._headers, self._connect_timeout, self._check, self._ca_file
+        )

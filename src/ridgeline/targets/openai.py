@@ -27,7 +27,7 @@ import orjson
 from ridgeline.errors import TargetError, TargetUnreachableError, UnknownKindError
 from ridgeline.targets._http import (
     Get,
-    checked_session,
+    JsonHttpTarget,
     failed_reply,
     not_connected,
     parse_json,
@@ -47,7 +47,7 @@ def prompt_words(count: int) -> str:
     return " ".join(_WORDS[i % len(_WORDS)] for i in range(max(1, count)))
 
 
-class OpenAITarget:
+class OpenAITarget(JsonHttpTarget):
     """``OpenAITarget("http://127.0.0.1:8000/v1", model="llama")`` streams completions."""
 
     def __init__(
@@ -65,34 +65,25 @@ class OpenAITarget:
         ignore_eos: bool = True,
         tokenizer: str | None = None,
     ) -> None:
-        self._ca_file = ca_file
         self._ignore_eos = ignore_eos
         self._tokenizer_spec = tokenizer
         self._tokenizer: Tokenizer | None = None
         if api not in _ROUTES:
             raise UnknownKindError("OpenAI API", api, _ROUTES)
         self._base = base_url.rstrip("/")
+        super().__init__(self._base, headers, ca_file, connect_timeout)
         self._url = parse_url(self._base + _ROUTES[api])
         self._chat = api == "chat"
         self._stream = stream
-        self._headers = {"Content-Type": "application/json", **(headers or {})}
         self._default_max_tokens = default_max_tokens
         self._extra_body = dict(extra_body or {})
-        self._connect_timeout = connect_timeout
         self.model = model
         """The model asked for: given, or the first the server lists at connect."""
         self._bodies: dict[RequestShape, bytes] = {}
         self._session: aiohttp.ClientSession | None = None
 
-    @property
-    def url(self) -> str:
-        return self._base
-
     async def connect(self, max_outstanding: int) -> None:
-        await self.close()
-        session = await checked_session(
-            max_outstanding, self._headers, self._connect_timeout, self._check, self._ca_file
-        )
+        session = await self._checked_session(max_outstanding)
         self._bodies.clear()
         self._tokenizer = load_tokenizer(self._tokenizer_spec)  # once per process and spec
         self._session = session

@@ -16,7 +16,7 @@ from ridgeline.errors import TargetUnreachableError
 from ridgeline.targets._fastpool import Http1Pool
 from ridgeline.targets._http import (
     Get,
-    checked_session,
+    JsonHttpTarget,
     failed_reply,
     not_connected,
     parse_json,
@@ -29,7 +29,7 @@ from ridgeline.v2.spec import TensorSpec
 from ridgeline.workload.payloads import RequestShape
 
 
-class V2HttpTarget:
+class V2HttpTarget(JsonHttpTarget):
     """``V2HttpTarget("http://127.0.0.1:8000", "resnet")`` posts to ``/v2/models/resnet/infer``."""
 
     def __init__(
@@ -44,26 +44,17 @@ class V2HttpTarget:
         connect_timeout: float = 10.0,
     ) -> None:
         base = base_url.rstrip("/")
-        self._ca_file = ca_file
         self._model_url = f"{base}/v2/models/{model}" + (f"/versions/{version}" if version else "")
+        super().__init__(self._model_url, headers, ca_file, connect_timeout)
         self._health_url = f"{base}/v2/health/ready"
         self._infer_url = parse_url(f"{self._model_url}/infer")
-        self._headers = {"Content-Type": "application/json", **(headers or {})}
-        self._connect_timeout = connect_timeout
         self.inputs: tuple[TensorSpec, ...] | None = tuple(inputs) if inputs else None
         """The model's inputs: given, or learnt from its metadata at connect."""
         self._requests: dict[int, bytes] = {}
         self._pool: Http1Pool | None = None
 
-    @property
-    def url(self) -> str:
-        return self._model_url
-
     async def connect(self, max_outstanding: int) -> None:
-        await self.close()
-        checked = await checked_session(
-            max_outstanding, self._headers, self._connect_timeout, self._check, self._ca_file
-        )
+        checked = await self._checked_session(max_outstanding)
         await checked.close()  # it served the checks; requests go through the pool
         tls = None if self._ca_file is None else client_context(self._ca_file)
         self._pool = Http1Pool(str(self._infer_url.origin()), max_outstanding, tls)
