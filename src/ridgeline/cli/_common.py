@@ -40,6 +40,27 @@ DbOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="print one JSON object")]
 ArrivalOption = Annotated[str, typer.Option(help=arrival_help())]
 """An arrival process (``workload.arrivals``), for the commands that make arrivals."""
+RateOption = Annotated[
+    float | None,
+    typer.Option(
+        help="mean arrival rate, requests/s (of --arrival; of --trace without --target-rate)"
+    ),
+]
+"""The mean rate of the arrivals ``run`` sends and ``simulate`` serves."""
+TraceOption = Annotated[
+    Path | None,
+    typer.Option(help="arrivals from a recorded trace (CSV/JSONL) instead of --arrival"),
+]
+"""A recorded trace as the arrivals of ``run`` and ``simulate``."""
+TargetRateOption = Annotated[
+    float | None, typer.Option(help="the mean rate to bring --trace to, requests/s")
+]
+"""The rate a trace is brought to: by ``run`` time-scaled, by ``simulate`` as its
+``--trace-scale`` says."""
+PlanArgument = Annotated[Path, typer.Argument(help="the plan YAML (hand-written or from `plan`)")]
+"""The plan a command serves, simulates or exports."""
+DropOption = Annotated[bool, typer.Option(help="drop requests that cannot meet the SLO")]
+"""Early dropping, as ``serve`` runs a plan and ``simulate`` serves it."""
 ZooOption = Annotated[
     Path | None, typer.Option(help="model zoo directory (default $RIDGELINE_ZOO or cache)")
 ]

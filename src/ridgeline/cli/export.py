@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from ridgeline.cli._common import ZooOption, emit, failing
+from ridgeline.cli._common import PlanArgument, ZooOption, emit, failing
 
 app = typer.Typer(no_args_is_help=True)
 """Mounted by ``ridgeline.cli``, which holds its help and imports this module when the
@@ -21,7 +21,7 @@ group is used."""
 
 @app.command("ray-serve")
 def ray_serve(
-    plan: Annotated[Path, typer.Argument(help="the plan YAML (hand-written or from `plan`)")],
+    plan: PlanArgument,
     out: Annotated[Path, typer.Option("--out", help="directory to write the application to")],
     zoo: ZooOption = None,
     working_dir: Annotated[
@@ -76,7 +76,7 @@ def _writable_dir(out: Path) -> Path:
 
 @app.command("triton")
 def triton(
-    plan: Annotated[Path, typer.Argument(help="the plan YAML (hand-written or from `plan`)")],
+    plan: PlanArgument,
     out: Annotated[Path, typer.Option("--out", help="directory to write the repository to")],
     zoo: ZooOption = None,
 ) -> None:
@@ -96,7 +96,7 @@ def triton(
 
 @app.command("kserve")
 def kserve(
-    plan: Annotated[Path, typer.Argument(help="the plan YAML (hand-written or from `plan`)")],
+    plan: PlanArgument,
     out: Annotated[Path, typer.Option("--out", help="directory to write the manifests to")],
     storage_uri: Annotated[
         str,

@@ -15,8 +15,11 @@ from ridgeline.cli._common import (
     DbOption,
     JsonOption,
     ProcessesOption,
+    RateOption,
+    TargetRateOption,
     TlsCaOption,
     TokenFileOption,
+    TraceOption,
     emit,
     err,
     expanded,
@@ -195,6 +198,13 @@ LatenessOption = Annotated[
         "p99 for `run`), and at least 1 ms"
     ),
 ]
+WindowOption = Annotated[float, typer.Option(help="telemetry window width, s")]
+MetricsUrlOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Prometheus endpoint of the server (batch sizes, queue, GPU), scraped beside the load"
+    ),
+]
 
 
 @expanded("client", _client_options(header=True), ClientOptions)
@@ -207,14 +217,11 @@ def run(
             "openai+http://127.0.0.1:8000/v1, null://"
         ),
     ],
-    rate: Annotated[float | None, typer.Option(help="mean offered rate, requests/s")] = None,
+    rate: RateOption = None,
     duration: Annotated[float, typer.Option(help="step length, seconds")] = 10.0,
     arrival: ArrivalOption = "poisson",
-    trace: Annotated[Path | None, typer.Option(help="replay a recorded trace (CSV/JSONL)")] = None,
-    target_rate: Annotated[
-        float | None,
-        typer.Option(help="time-scale the trace to this mean rate, keeping its relative gaps"),
-    ] = None,
+    trace: TraceOption = None,
+    target_rate: TargetRateOption = None,
     trace_start: Annotated[float, typer.Option(help="start of the trace window, s")] = 0.0,
     seed: Annotated[int, typer.Option(help="seed of the arrival schedule")] = 0,
     processes: ProcessesOption = 1,
@@ -222,10 +229,8 @@ def run(
     timeout: Annotated[float, typer.Option(help="per-request timeout, s")] = 30.0,
     max_outstanding: Annotated[int, typer.Option(help="requests in flight at most")] = 10_000,
     lateness_bound_ms: LatenessOption = None,
-    window: Annotated[float, typer.Option(help="telemetry window, s")] = 1.0,
-    metrics_url: Annotated[
-        str | None, typer.Option(help="Prometheus endpoint of the server, scraped beside the load")
-    ] = None,
+    window: WindowOption = 1.0,
+    metrics_url: MetricsUrlOption = None,
     *,
     client: ClientOptions,
     store_requests: Annotated[bool, typer.Option(help="store one row per request")] = False,
@@ -240,9 +245,10 @@ def run(
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Run one open-loop step against TARGET and print its result. Exit status 0 for a
-    valid step, 3 for one marked INVALID (the generator fell behind), 2 for bad input or
-    an endpoint failing its connect check, 130 when interrupted."""
+    """Run one open-loop step against TARGET and print its result (a --trace time-scaled
+    to its --target-rate, keeping its relative gaps). Exit status 0 for a valid step, 3
+    for one marked INVALID (the generator fell behind), 2 for bad input or an endpoint
+    failing its connect check, 130 when interrupted."""
     from ridgeline.health.slo import parse_slo
     from ridgeline.loadgen.replayer import Progress, ReplayConfig
     from ridgeline.loadgen.schedule import shaped
@@ -392,17 +398,15 @@ def probe(
         float,
         typer.Option(help="no step lasts longer, s (unless its percentile needs more)"),
     ] = 600.0,
-    arrival: Annotated[str, typer.Option(help="arrival process of every step")] = "poisson",
+    arrival: ArrivalOption = "poisson",
     trace: Annotated[
         Path | None,
         typer.Option(help="replay this trace in every step, time-scaled to the step's rate"),
     ] = None,
     processes: ProcessesOption = 1,
     workers: WorkersOption = None,
-    window: Annotated[float, typer.Option(help="health window, s")] = 1.0,
-    metrics_url: Annotated[
-        str | None, typer.Option(help="Prometheus endpoint of the server (batch sizes, queue, GPU)")
-    ] = None,
+    window: WindowOption = 1.0,
+    metrics_url: MetricsUrlOption = None,
     gpu_metrics_url: Annotated[
         str | None,
         typer.Option(

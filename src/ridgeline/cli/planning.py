@@ -22,9 +22,12 @@ if TYPE_CHECKING:
     from ridgeline.pipeline.profiles import ProfileRow
     from ridgeline.plansim.check import CheckedPlan
 
+SpecArgument = Annotated[Path, typer.Argument(help="pipeline spec YAML (examples/specs/)")]
+"""The pipeline spec ``profile`` measures and ``plan`` plans."""
+
 
 def profile_command(
-    spec: Annotated[Path, typer.Argument(help="pipeline spec YAML (examples/specs/)")],
+    spec: SpecArgument,
     out_path: Annotated[
         Path, typer.Option("--out", help="profile table CSV to write (what `plan` reads)")
     ] = Path("profiles.csv"),
@@ -35,7 +38,7 @@ def profile_command(
     gpus: Annotated[
         str, typer.Option(help="GPU types to add roofline rows for, e.g. A100-80GB,H100-80GB")
     ] = "",
-    as_json: Annotated[bool, typer.Option("--json", help="print the rows as JSON")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Measure every variant of a pipeline spec on this host's CPU (the serving runtime,
     one instance per core count and batch size), add roofline rows for GPU types (fitted
@@ -136,7 +139,7 @@ def result_json(r: PlanResult) -> dict[str, Any]:
 
 
 def plan_command(
-    spec: Annotated[Path, typer.Argument(help="pipeline spec YAML (examples/specs/)")],
+    spec: SpecArgument,
     profiles: Annotated[Path, typer.Option(help="profile table CSV (`ridgeline profile`)")],
     gpus: Annotated[
         str, typer.Option(help="GPUs: COUNTxTYPE[,...], e.g. 8xA100-80GB; or Ncpu for cores")

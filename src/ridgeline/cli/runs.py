@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ridgeline.cli._common import DbOption, emit, failing, opened_store, out
+from ridgeline.cli._common import DbOption, JsonOption, emit, failing, opened_store, out
 
 app = typer.Typer(help="Runs kept in the run store.", no_args_is_help=True)
 
@@ -25,9 +25,7 @@ def runs_list(
 
 
 @app.command("show")
-def runs_show(
-    run_id: int, db: DbOption = None, as_json: Annotated[bool, typer.Option("--json")] = False
-) -> None:
+def runs_show(run_id: int, db: DbOption = None, as_json: JsonOption = False) -> None:
     """Show one run: its steps and their windows."""
     from ridgeline.report._view import step_label
     from ridgeline.report.terminal import step_table
@@ -75,7 +73,7 @@ def analyze_command(
         typer.Option(help="the endpoint's capacity measured apart (long runs), req/s"),
     ] = None,
     db: DbOption = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """How alike repeated probes of one endpoint are (mean, SD, CV), and with --truth how
     far from it (bias and 95 % limits of agreement)."""

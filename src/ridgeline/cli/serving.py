@@ -8,7 +8,9 @@ from typing import Annotated, Any, Literal
 import typer
 
 from ridgeline.cli._common import (
+    DropOption,
     HostOption,
+    PlanArgument,
     ZooOption,
     emit,
     failing,
@@ -20,12 +22,12 @@ from ridgeline.errors import ConfigError
 
 @with_server_options
 def serve(
-    plan: Annotated[Path, typer.Argument(help="the plan YAML (hand-written or from `plan`)")],
+    plan: PlanArgument,
     port: Annotated[int, port_option("HTTP port (v2, /metrics)")] = 8000,
     grpc_port: Annotated[int | None, port_option("gRPC port")] = 8001,
     host: HostOption = "127.0.0.1",
     zoo: ZooOption = None,
-    drop: Annotated[bool, typer.Option(help="drop requests that cannot meet the SLO")] = True,
+    drop: DropOption = True,
     reconfigure: Annotated[
         bool,
         typer.Option(

@@ -8,22 +8,27 @@ from typing import Annotated
 
 import typer
 
-from ridgeline.cli._common import ArrivalOption, JsonOption, emit, failing, out, warn
+from ridgeline.cli._common import (
+    ArrivalOption,
+    DropOption,
+    JsonOption,
+    PlanArgument,
+    RateOption,
+    TargetRateOption,
+    TraceOption,
+    emit,
+    failing,
+    out,
+    warn,
+)
 
 
 def simulate(
-    plan: Annotated[Path, typer.Argument(help="the plan YAML (what `ridgeline serve` runs)")],
-    rate: Annotated[
-        float | None, typer.Option(help="mean arrival rate, requests/s (with --arrival)")
-    ] = None,
+    plan: PlanArgument,
+    rate: RateOption = None,
     arrival: ArrivalOption = "poisson",
-    trace: Annotated[
-        Path | None, typer.Option(help="arrivals from a recorded trace (CSV/JSONL) instead")
-    ] = None,
-    target_rate: Annotated[
-        float | None,
-        typer.Option(help="the rate to bring the trace to, requests/s (see --trace-scale)"),
-    ] = None,
+    trace: TraceOption = None,
+    target_rate: TargetRateOption = None,
     trace_scale: Annotated[
         str,
         typer.Option(
@@ -62,7 +67,7 @@ def simulate(
             "default: every instance has its own processor",
         ),
     ] = None,
-    drop: Annotated[bool, typer.Option(help="drop requests that cannot meet the SLO")] = True,
+    drop: DropOption = True,
     as_json: JsonOption = False,
 ) -> None:
     """Simulate PLAN in virtual time as `ridgeline serve` would run it: the same batching

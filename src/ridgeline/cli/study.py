@@ -22,6 +22,9 @@ JobsOption = Annotated[int, typer.Option(help="processes")]
 DocumentOption = Annotated[
     Path, typer.Option(help="the document the tables are written into, between markers")
 ]
+JsonFileOption = Annotated[
+    Path | None, typer.Option("--json", help="write all the study found as JSON here")
+]
 
 
 def _commit() -> str | None:
@@ -120,9 +123,7 @@ def vanguard(
     ] = None,
     jobs: JobsOption = 2,
     out: DocumentOption = Path("docs/reproduction-vanguard.md"),
-    json_file: Annotated[
-        Path | None, typer.Option("--json", help="write every probe and truth as JSON here")
-    ] = None,
+    json_file: JsonFileOption = None,
     calibration: Annotated[
         Path | None,
         typer.Option(help="write the dev pairs' a → b calibration here, for `allocate`"),
@@ -196,9 +197,7 @@ def jigsaw(
     ] = None,
     jobs: JobsOption = 2,
     out: DocumentOption = Path("docs/reproduction-jigsawserve.md"),
-    json_file: Annotated[
-        Path | None, typer.Option("--json", help="write every row as JSON here")
-    ] = None,
+    json_file: JsonFileOption = None,
 ) -> None:
     """What each of JigsawServe's features (accuracy scaling, spatial partitioning,
     task-graph budgeting) buys in max demand on the example applications, over the
