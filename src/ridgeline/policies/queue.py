@@ -186,10 +186,6 @@ class BatchQueue(Generic[P]):
         t = self.timing()
         return expected_wait_s(t) + self.exec.time(t.batch_rows) + after_s
 
-    def idle(self) -> bool:
-        """Nothing waiting, no instance busy."""
-        return not self.items and len(self.free) == self.instances
-
     # --- what happened -----------------------------------------------------------------
 
     def arrive(self, now: float, rows: int) -> None:
@@ -204,11 +200,7 @@ class BatchQueue(Generic[P]):
         joining, read only when it matters)."""
         if not self.drop or entry.keep:
             return None
-        if spent(now, entry.budget):
-            return DropReason.SPENT
-        if should_drop(now, entry.deadline, expected()):
-            return DropReason.LATE
-        return None
+        return late_or_spent(now, entry.deadline, entry.budget, expected())
 
     def push(self, entry: Entry[P]) -> None:
         self.items.append(entry)
@@ -246,12 +238,14 @@ class BatchQueue(Generic[P]):
         self.free.append(slot)
         return slot
 
-    def retire(self, slot: int, busy: bool) -> None:
-        """No batch goes to ``slot`` any more (``busy``: it runs one now, whose end the
-        driver will not ``release``)."""
+    def retire(self, slot: int) -> bool:
+        """No batch goes to ``slot`` any more; whether it runs one now (the driver will
+        not ``release`` its end)."""
         self.instances -= 1
+        busy = slot not in self.free
         if not busy:
             self.free.remove(slot)
+        return busy
 
     def learn(self, rows: int, took_s: float) -> None:
         """A batch of ``rows`` took ``took_s``: the execution model learns."""

@@ -94,9 +94,7 @@ class TaskQueue:
         any, has finished and been answered. What is queued goes to the others."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.retired.add(slot)
-        busy = slot not in self.core.free
-        self.core.retire(slot, busy)
-        if busy:
+        if self.core.retire(slot):
             self._draining[slot] = done
         else:
             done.set_result(None)
