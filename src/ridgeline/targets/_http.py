@@ -143,18 +143,21 @@ def with_token(headers: Mapping[str, str] | None, token: str | None) -> dict[str
 
 
 class JsonHttpTarget:
-    """What the JSON-over-HTTP targets share: the URL they report, their headers (JSON's
-    content type, the user's laid over it), the connect timeout and CA bundle, and a
-    connect that opens a session on which the target's own ``_check`` passed."""
+    """What the JSON-over-HTTP targets share: the URL they report, the URL they post
+    requests to (read once, here), their headers (JSON's content type, the user's laid
+    over it), the connect timeout and CA bundle, and a connect that opens a session on
+    which the target's own ``_check`` passed."""
 
     def __init__(
         self,
         url: str,
+        post_url: str,
         headers: Mapping[str, str] | None,
         ca_file: Path | None,
         connect_timeout: float,
     ) -> None:
         self._reported_url = url
+        self._post_url = parse_url(post_url)
         self._headers = {"Content-Type": "application/json", **(headers or {})}
         self._ca_file = ca_file
         self._connect_timeout = connect_timeout

@@ -25,14 +25,7 @@ import aiohttp
 import orjson
 
 from ridgeline.errors import TargetError, TargetUnreachableError, UnknownKindError
-from ridgeline.targets._http import (
-    Get,
-    JsonHttpTarget,
-    failed_reply,
-    not_connected,
-    parse_json,
-    parse_url,
-)
+from ridgeline.targets._http import Get, JsonHttpTarget, failed_reply, not_connected, parse_json
 from ridgeline.targets.base import Reply
 from ridgeline.targets.options import OpenAIApi
 from ridgeline.workload.payloads import TURN_SEPARATOR, RequestShape
@@ -71,8 +64,7 @@ class OpenAITarget(JsonHttpTarget):
         if api not in _ROUTES:
             raise UnknownKindError("OpenAI API", api, _ROUTES)
         self._base = base_url.rstrip("/")
-        super().__init__(self._base, headers, ca_file, connect_timeout)
-        self._url = parse_url(self._base + _ROUTES[api])
+        super().__init__(self._base, self._base + _ROUTES[api], headers, ca_file, connect_timeout)
         self._chat = api == "chat"
         self._stream = stream
         self._default_max_tokens = default_max_tokens
@@ -115,7 +107,7 @@ class OpenAITarget(JsonHttpTarget):
         session = self._session
         if session is None:
             raise not_connected(self)
-        async with session.post(self._url, data=body) as resp:
+        async with session.post(self._post_url, data=body) as resp:
             if resp.status != 200:
                 return failed_reply(resp.status, await resp.read())
             if not self._stream:

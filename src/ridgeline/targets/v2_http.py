@@ -14,14 +14,7 @@ from typing import Any
 
 from ridgeline.errors import TargetUnreachableError
 from ridgeline.targets._fastpool import Http1Pool
-from ridgeline.targets._http import (
-    Get,
-    JsonHttpTarget,
-    failed_reply,
-    not_connected,
-    parse_json,
-    parse_url,
-)
+from ridgeline.targets._http import Get, JsonHttpTarget, failed_reply, not_connected, parse_json
 from ridgeline.targets.base import OK, Reply
 from ridgeline.targets.tensors import json_inputs
 from ridgeline.v2.security import client_context
@@ -45,9 +38,9 @@ class V2HttpTarget(JsonHttpTarget):
     ) -> None:
         base = base_url.rstrip("/")
         self._model_url = f"{base}/v2/models/{model}" + (f"/versions/{version}" if version else "")
-        super().__init__(self._model_url, headers, ca_file, connect_timeout)
+        infer_url = f"{self._model_url}/infer"
+        super().__init__(self._model_url, infer_url, headers, ca_file, connect_timeout)
         self._health_url = f"{base}/v2/health/ready"
-        self._infer_url = parse_url(f"{self._model_url}/infer")
         self.inputs: tuple[TensorSpec, ...] | None = tuple(inputs) if inputs else None
         """The model's inputs: given, or learnt from its metadata at connect."""
         self._requests: dict[int, bytes] = {}
@@ -57,7 +50,7 @@ class V2HttpTarget(JsonHttpTarget):
         checked = await self._checked_session(max_outstanding)
         await checked.close()  # it served the checks; requests go through the pool
         tls = None if self._ca_file is None else client_context(self._ca_file)
-        self._pool = Http1Pool(str(self._infer_url.origin()), max_outstanding, tls)
+        self._pool = Http1Pool(str(self._post_url.origin()), max_outstanding, tls)
 
     async def send(self, shape: RequestShape) -> Reply:
         pool = self._pool
@@ -96,7 +89,7 @@ class V2HttpTarget(JsonHttpTarget):
             raise not_connected(self)
         doc = {"inputs": json_inputs(self.inputs, items)}
         body = json.dumps(doc, separators=(",", ":")).encode()
-        raw = self._pool.prepare("POST", self._infer_url.raw_path_qs, self._headers, body)
+        raw = self._pool.prepare("POST", self._post_url.raw_path_qs, self._headers, body)
         self._requests[items] = raw
         return raw
 
