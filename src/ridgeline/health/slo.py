@@ -41,6 +41,7 @@ from pydantic import (
     model_validator,
 )
 
+from ridgeline._fields import Positive, Share
 from ridgeline._repeats import repeated
 from ridgeline.errors import ConfigError
 from ridgeline.health.metrics import DEFAULT
@@ -69,7 +70,7 @@ class LatencyBound(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     percentile: Percentile = Field(description="which latency statistic is bounded")
-    bound_ms: float = Field(gt=0, allow_inf_nan=False, description="its largest allowed value, ms")
+    bound_ms: Positive = Field(description="its largest allowed value, ms")
     metric: Metric = Field(
         DEFAULT, description="which latency (a row of health.metrics.METRICS): e2e, ttft, ..."
     )
@@ -106,10 +107,8 @@ class SLOPolicy(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     latency: tuple[LatencyBound, ...] = Field((), description="latency bounds, one per statistic")
-    max_error_rate: float = Field(0.01, gt=0, le=1, description="largest tolerated error rate")
-    min_attainment: float = Field(
-        0.95, gt=0, le=1, description="least achieved/offered throughput in a window"
-    )
+    max_error_rate: Share = Field(0.01, description="largest tolerated error rate")
+    min_attainment: Share = Field(0.95, description="least achieved/offered throughput in a window")
     warn_fraction: float = Field(
         0.8, gt=0, lt=1, description="a metric above this fraction of its bound is Warn"
     )

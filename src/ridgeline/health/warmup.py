@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ridgeline._fields import Share
+
 BATCH = 5
 SHORT_TOLERANCE = 0.1
 """The simple rule for short series: steady from the first value at most 10 % above the
@@ -80,8 +82,8 @@ class WarmupConfig(BaseModel):
     rate: float | None = Field(
         None, gt=0, description="explicit warmup rate, req/s; default rate_fraction × first rate"
     )
-    rate_fraction: float = Field(
-        1.0, gt=0, le=1, description="warmup rate as a fraction of the search's first step"
+    rate_fraction: Share = Field(
+        1.0, description="warmup rate as a fraction of the search's first step"
     )
     requests: int | None = Field(
         None,
