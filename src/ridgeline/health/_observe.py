@@ -13,6 +13,7 @@ signals the engine reads (``engine``: they make a window at least Warn).
 
 from __future__ import annotations
 
+from ridgeline._same_named import same_named
 from ridgeline.health.metrics import DEFAULT, METRICS
 from ridgeline.health.state import Observation
 from ridgeline.telemetry.windows import Window
@@ -40,12 +41,9 @@ def observation_from_window(
         for m in METRICS
         if m != DEFAULT and (p := getattr(w, f"{m}_ms", None)) is not None
     }
-    return Observation(
-        start_s=w.start_s,
-        end_s=w.end_s,
-        offered_rps=w.offered_rps,
-        achieved_rps=w.achieved_rps,
-        error_rate=w.error_rate,
+    return same_named(
+        Observation,
+        w,
         latency_ms=w.latency_ms.model_dump(),
         answered=w.ok + w.failed + w.dropped,
         queue_length=next(

@@ -10,6 +10,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
+from ridgeline._same_named import same_named
 from ridgeline.errors import TargetError, TargetUnreachableError
 from ridgeline.health.slo import format_slo
 from ridgeline.health.warmup import WarmupState, warmup_step
@@ -254,12 +255,9 @@ class Run:
                 f"{self.cfg.confirm_effective()} wanted, within {v.duration_s:g} s "
                 f"(raise --max-step-s for more)"
             )
-        result = ProbeResult(
-            capacity_rps=est.capacity_rps,
-            ci_low=est.ci_low,
-            ci_high=est.ci_high,
-            strategy=est.strategy,
-            steps=est.steps,
+        result = same_named(
+            ProbeResult,
+            est,  # capacity_rps, ci_low, ci_high, strategy, steps
             test_seconds=self.t_s,  # every run once: pooled verdicts repeat their runs
             requests_sent=self.sent,
             warmup_excluded_s=self.warmup_s + self.excluded_s,

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ridgeline._same_named import same_named
 from ridgeline.health.engine import assess, observation_from_window
 from ridgeline.health.hysteresis import HysteresisConfig, HysteresisState, smooth
 from ridgeline.health.judge import judge
@@ -151,9 +152,10 @@ def assess_step(
                 else ""
             )
         )
-    verdict = StepVerdict(
-        rate=plan.rate,
-        duration_s=plan.duration_s,
+    verdict = same_named(
+        StepVerdict,
+        plan,  # rate, duration_s, purpose
+        tail,  # samples, beyond, allowed, interval_ms, dispersion
         state=state,
         score=score,
         valid=s.valid,
@@ -161,16 +163,10 @@ def assess_step(
         p99_ms=step_obs.latency_ms.get("p99"),
         excluded_warmup_s=sum(w.end_s - w.start_s for w in wins[:start]),
         reason=reason,
-        purpose=plan.purpose,
         score_se=score_se(quarters),
         quarters=quarters,
-        samples=tail.samples,
-        beyond=tail.beyond,
-        allowed=tail.allowed,
         judged=tail.percentile,
-        interval_ms=tail.interval_ms,
         decided=decided,
-        dispersion=tail.dispersion,
         shortfall=shortfall if not decided else 1.0,
     )
     return StepAssessment(verdict, timeline)

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ridgeline._fields import Seconds
 from ridgeline._kind_names import strategy_help
+from ridgeline._same_named import same_named
 from ridgeline.health.hysteresis import HysteresisConfig
 from ridgeline.health.sampling import judged_quantile, needed_samples, tail_requests
 from ridgeline.health.slo import SLOPolicy, SLOText, parse_slo
@@ -130,17 +131,7 @@ class AtCapacity(BaseModel):
 
     @classmethod
     def of(cls, rate: float, s: StepSummary) -> AtCapacity:
-        return cls(
-            rate_rps=rate,
-            achieved_rps=s.achieved_rps,
-            goodput_rps=s.goodput_rps,
-            input_tokens_per_s=s.input_tokens_per_s,
-            output_tokens_per_s=s.output_tokens_per_s,
-            e2e_ms=s.latency_ms,
-            ttft_ms=s.ttft_ms,
-            itl_ms=s.itl_ms,
-            tpot_ms=s.tpot_ms,
-        )
+        return same_named(cls, s, rate_rps=rate, e2e_ms=s.latency_ms)
 
 
 class ProbeResult(BaseModel):

@@ -44,6 +44,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ridgeline._same_named import same_named
 from ridgeline.errors import InfeasiblePlan
 from ridgeline.pipeline.gpu import NO_MIG, compute_slices, gpu_type, parse_gpus
 from ridgeline.pipeline.planned import max_demand, to_plan
@@ -373,16 +374,16 @@ def _choices(spec: PipelineSpec, result: PlanResult) -> list[TaskChoice]:
     out = []
     for t, p in result.tasks.items():
         row = p.config.row
+        best = spec.tasks[t].variant(p.variant).accuracy == spec.tasks[t].best_accuracy()
+        # the row's variant, segment and batch; the plan's instances and wait
         out.append(
-            TaskChoice(
+            same_named(
+                TaskChoice,
+                row,
+                p,
                 task=t,
-                variant=p.variant,
-                best=spec.tasks[t].variant(p.variant).accuracy == spec.tasks[t].best_accuracy(),
-                segment=row.segment,
-                batch=row.batch,
-                instances=p.instances,
+                best=best,
                 fill_ms=p.queue_ms,
-                wait_ms=p.wait_ms,
                 exec_ms=row.latency_ms,
                 utilisation=p.utilisation,
             )
@@ -426,14 +427,13 @@ def _run(task: _Task) -> list[SettingRow]:
     for s in settings:
         started = time.perf_counter()
         top, result = max_demand(spec, table, pools, features(s), options, rel=cfg.rel)
-        row = SettingRow(
+        row = same_named(  # the task's GPUs and scope, the variant's scales
+            SettingRow,
+            v,
+            task,
             app=spec.name,
-            gpus=task.gpus,
             variant=v.label,
-            latency_scale=v.latency_scale,
-            slo_scale=v.slo_scale,
             slo_ms=spec.slo_ms,
-            scope=task.scope,
             setting=s,
             max_demand_rps=top,
         )

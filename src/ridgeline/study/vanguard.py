@@ -47,6 +47,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ridgeline._same_named import same_named
 from ridgeline.health.slo import parse_slo
 from ridgeline.loadgen.step import StepConfig
 from ridgeline.probe.api import default_slo, make_driver, run_probe
@@ -252,34 +253,14 @@ def probe_as_cli(
 def _probe(task: _ProbeTask) -> ProbeRow:
     started = time.perf_counter()
     r = probe_as_cli(task.sim_file, task.strategy, task.seed, task.variant, window_s=task.window_s)
-    return ProbeRow(
-        case=task.case,
-        strategy=task.strategy,
-        variant=task.variant,
-        seed=task.seed,
-        capacity_rps=r.capacity_rps,
-        confirmed=r.confirmed,
-        test_seconds=r.test_seconds,
-        requests_sent=r.requests_sent,
-        status=r.status,
-        reason=r.reason[:200],
-        wall_s=time.perf_counter() - started,
+    # the task's strategy, variant and seed; the result's capacity, cost and status
+    return same_named(
+        ProbeRow, r, task, reason=r.reason[:200], wall_s=time.perf_counter() - started
     )
 
 
 def _truth_row(case: str, variant: TruthVariant, slo: str, t: Truth, note: str = "") -> TruthRow:
-    return TruthRow(
-        case=case,
-        variant=variant,
-        slo=slo,
-        capacity_rps=t.capacity_rps,
-        failing_rps=t.failing_rps,
-        broken_by=t.broken_by,
-        requests_per_rate=t.requests_per_rate,
-        evaluations=t.evaluations,
-        wall_s=t.seconds,
-        note=note,
-    )
+    return same_named(TruthRow, t, case=case, variant=variant, slo=slo, wall_s=t.seconds, note=note)
 
 
 def _truths(task: _TruthTask) -> list[TruthRow]:
@@ -318,13 +299,9 @@ def _run(task: _ProbeTask | _TruthTask) -> list[ProbeRow | TruthRow]:
 
 def case_row(case: Case) -> CaseRow:
     m = case.preset.model
-    return CaseRow(
-        name=case.name,
-        klass=case.klass,
-        split=case.split,
-        hardware=case.hardware,
-        pair=case.pair,
-        behaviour=case.behaviour,
+    return same_named(
+        CaseRow,
+        case,
         traits=sorted(case.traits),
         slo=case.preset.slo,
         speed=case.preset.speed,
