@@ -28,7 +28,7 @@ from pathlib import Path
 from _doc import add_rows, ensure_section, machine
 
 from ridgeline.errors import InfeasiblePlan
-from ridgeline.pipeline.planned import max_demand
+from ridgeline.pipeline.planned import PlanFn, max_demand
 from ridgeline.pipeline.planner import Features, PlanResult, plan_pipeline
 from ridgeline.pipeline.profiles import ProfileTable
 from ridgeline.pipeline.roofline import modelled_rows
@@ -55,7 +55,7 @@ def slices(n: int) -> dict[str, float]:
 
 def solve_time(spec: PipelineSpec, table: ProfileTable, gpus: int) -> tuple[float, float, float]:
     """(demand, median seconds, gap) at 70 % of what ``gpus`` serve."""
-    top, _ = max_demand(spec, table, slices(gpus))
+    top, _ = max_demand(spec, lambda s: plan_pipeline(s, table, slices(gpus)))
     demand = 0.7 * top
     runs: list[PlanResult] = []
     for _ in range(3):
@@ -65,11 +65,15 @@ def solve_time(spec: PipelineSpec, table: ProfileTable, gpus: int) -> tuple[floa
     return demand, statistics.median(r.solve_s for r in runs), max(r.gap for r in runs)
 
 
+def _planner(table: ProfileTable, setting: str) -> PlanFn:
+    """Plans on ABLATION_GPUS with the features of ``setting``."""
+    features, available = Features.parse(setting), slices(ABLATION_GPUS)
+    return lambda spec: plan_pipeline(spec, table, available, features)
+
+
 def ablation(spec: PipelineSpec, table: ProfileTable) -> dict[str, tuple[float, float | None]]:
     """Per setting: (max demand on ABLATION_GPUS, cost at what none serves)."""
-    tops = {
-        s: max_demand(spec, table, slices(ABLATION_GPUS), Features.parse(s))[0] for s in SETTINGS
-    }
+    tops = {s: max_demand(spec, _planner(table, s))[0] for s in SETTINGS}
     fixed = spec.model_copy(update={"demand_rps": tops["none"] or spec.demand_rps / 10})
     out: dict[str, tuple[float, float | None]] = {}
     for s in SETTINGS:

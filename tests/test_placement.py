@@ -394,7 +394,9 @@ def test_the_max_demand_plan_places_on_the_gpus_given(
 ) -> None:
     spec, table, gpus = case
     available = {g: 7.0 * n for g, n in gpus.items()}
-    top, result = max_demand(spec, table, available, Features.parse(setting), rel=0.05)
+    top, result = max_demand(
+        spec, lambda s: plan_pipeline(s, table, available, Features.parse(setting)), 0.05
+    )
     if result is None:
         return
     assert top > 0

@@ -292,7 +292,7 @@ def test_a_variant_without_profile_rows_is_named() -> None:
 
 def test_max_demand_is_the_edge_of_feasibility() -> None:
     t, avail = table_two_tasks(), {GPU: 7.0}
-    top, result = max_demand(spec(), t, avail, rel=0.01)
+    top, result = max_demand(spec(), lambda s: plan_pipeline(s, t, avail), rel=0.01)
     assert result is not None
     check(result, t, avail)
     with pytest.raises(InfeasiblePlan):

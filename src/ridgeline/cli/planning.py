@@ -226,7 +226,7 @@ def plan_command(
             return got.result
 
         if find_max_demand:
-            top, result = max_demand(s, table, available, f, options, plan_fn=make)
+            top, result = max_demand(s, make)
             if result is None:
                 raise InfeasiblePlan(f"no demand fits {gpus} under {f.label}", "resources")
             if not as_json:

@@ -4,13 +4,11 @@ largest demand a set of GPUs serves (``max_demand``, by bisection over plans).""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 from ridgeline.errors import InfeasiblePlan, PlanCheckFailed
-from ridgeline.pipeline.choices import ALL_FEATURES, DEFAULT_OPTIONS
 from ridgeline.pipeline.plan import Plan, TaskPlan
-from ridgeline.pipeline.planner import Features, PlannerOptions, PlanResult, plan_pipeline
-from ridgeline.pipeline.profiles import ProfileTable
+from ridgeline.pipeline.planner import PlanResult
 from ridgeline.pipeline.segments import plan_segment
 from ridgeline.pipeline.spec import PipelineSpec
 
@@ -19,26 +17,18 @@ PlanFn = Callable[[PipelineSpec], PlanResult]
 
 
 def max_demand(
-    spec: PipelineSpec,
-    table: ProfileTable,
-    available: Mapping[str, float],
-    features: Features = ALL_FEATURES,
-    options: PlannerOptions = DEFAULT_OPTIONS,
-    rel: float = 0.01,
-    plan_fn: PlanFn | None = None,
+    spec: PipelineSpec, plan_fn: PlanFn, rel: float = 0.01
 ) -> tuple[float, PlanResult | None]:
-    """The largest demand ``available`` can serve (to relative precision ``rel``), by
+    """The largest demand ``plan_fn`` can plan for (to relative precision ``rel``), by
     bisection over plans, and the plan there (None when not even the smallest fits).
-    ``plan_fn`` makes each plan (default ``plan_pipeline``); one that raises
-    ``InfeasiblePlan`` or ``PlanCheckFailed`` (the plan did not hold in simulation)
-    counts as a demand that cannot be served."""
+    ``plan_fn`` makes each plan: ``lambda s: plan_pipeline(s, table, available)`` for the
+    largest demand ``available`` slices serve; one that raises ``InfeasiblePlan`` or
+    ``PlanCheckFailed`` (the plan did not hold in simulation) counts as a demand that
+    cannot be served."""
 
     def feasible(rate: float) -> PlanResult | None:
-        moved = spec.model_copy(update={"demand_rps": rate})
         try:
-            if plan_fn is not None:
-                return plan_fn(moved)
-            return plan_pipeline(moved, table, available, features, options)
+            return plan_fn(spec.model_copy(update={"demand_rps": rate}))
         except (InfeasiblePlan, PlanCheckFailed):
             return None
 

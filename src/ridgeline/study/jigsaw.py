@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -426,7 +427,10 @@ def _run(task: _Task) -> list[SettingRow]:
     plans: dict[str, PlanResult] = {}
     for s in settings:
         started = time.perf_counter()
-        top, result = max_demand(spec, table, pools, features(s), options, rel=cfg.rel)
+        plan = partial(
+            plan_pipeline, table=table, available=pools, features=features(s), options=options
+        )
+        top, result = max_demand(spec, plan, cfg.rel)
         row = same_named(  # the task's GPUs and scope, the variant's scales
             SettingRow,
             v,
