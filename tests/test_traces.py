@@ -314,10 +314,11 @@ def test_trace_misuse_is_a_config_error() -> None:
 def test_a_trace_step_offers_its_labelled_rate_with_the_traces_gaps(
     times: list[float], rate: float, duration: float
 ) -> None:
-    """A probe step on a trace holds exactly its rate (round(rate·duration) arrivals in
-    [0, duration]), and its gaps are the trace's own, cycled and scaled by one factor."""
+    """A probe step on a trace sped up (``--trace-scale speed``) holds exactly its rate
+    (round(rate·duration) arrivals in [0, duration]), and its gaps are the trace's own,
+    cycled and scaled by one factor."""
     trace = trace_of(times)
-    step = step_schedule(StepPlan(rate, duration, "t"), 0, "poisson", trace)
+    step = step_schedule(StepPlan(rate, duration, "t"), 0, "poisson", trace, "speed")
     n = max(1, round(rate * duration))
     assert len(step.times) == n and step.duration_s == duration
     assert step.times[0] == 0.0 and np.all(np.diff(step.times) >= 0)

@@ -57,6 +57,15 @@ TargetRateOption = Annotated[
 ]
 """The rate a trace is brought to: by ``run`` time-scaled, by ``simulate`` as its
 ``--trace-scale`` says."""
+TraceScaleOption = Annotated[
+    str,
+    typer.Option(
+        help="how --trace is brought to a rate: overlay (copies of it at their own pace, "
+        "from random starting points: that many times its users) or speed (the one trace "
+        "sped up, every burst shortened: the stress case)"
+    ),
+]
+"""How ``simulate`` and ``probe`` bring a recorded trace to a rate (default ``overlay``)."""
 PlanArgument = Annotated[Path, typer.Argument(help="the plan YAML (hand-written or from `plan`)")]
 """The plan a command serves, simulates or exports."""
 DropOption = Annotated[bool, typer.Option(help="drop requests that cannot meet the SLO")]

@@ -20,6 +20,7 @@ from ridgeline.cli._common import (
     TlsCaOption,
     TokenFileOption,
     TraceOption,
+    TraceScaleOption,
     emit,
     err,
     expanded,
@@ -401,8 +402,9 @@ def probe(
     arrival: ArrivalOption = "poisson",
     trace: Annotated[
         Path | None,
-        typer.Option(help="replay this trace in every step, time-scaled to the step's rate"),
+        typer.Option(help="replay this trace in every step, brought to the step's rate"),
     ] = None,
+    trace_scale: TraceScaleOption = "overlay",
     processes: ProcessesOption = 1,
     workers: WorkersOption = None,
     window: WindowOption = 1.0,
@@ -465,6 +467,7 @@ def probe(
             step=step,
             arrival=arrival,
             trace=trace,
+            trace_scale=trace_scale,
             target_options=client.target_options(),
             workload=workload,
         )

@@ -16,6 +16,7 @@ from ridgeline.cli._common import (
     RateOption,
     TargetRateOption,
     TraceOption,
+    TraceScaleOption,
     emit,
     failing,
     out,
@@ -29,14 +30,7 @@ def simulate(
     arrival: ArrivalOption = "poisson",
     trace: TraceOption = None,
     target_rate: TargetRateOption = None,
-    trace_scale: Annotated[
-        str,
-        typer.Option(
-            help="how the trace reaches --target-rate: overlay (copies of it at their own "
-            "pace, from random starting points: that many times its users) or speed (the "
-            "one trace sped up, every burst shortened: the stress case)"
-        ),
-    ] = "overlay",
+    trace_scale: TraceScaleOption = "overlay",
     duration: Annotated[float, typer.Option(help="arrival window, simulated seconds")] = 60.0,
     profiles: Annotated[
         Path | None,

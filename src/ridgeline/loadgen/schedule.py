@@ -37,11 +37,11 @@ class Schedule:
 
 TraceScale = Literal["overlay", "speed", "window"]
 """How a recorded trace is brought to a rate: copies of it overlaid, each at its own pace
-(``trace_overlaid``: that many times its users); the one trace sped up to hold the rate
-from its first arrival (``trace_at_rate``: every burst shortened in proportion, the
-stress case, as a probe's steps replay a trace); or the whole trace time-scaled and a
-window of it cut out (``from_trace``, as ``ridgeline run`` replays one: at its own pace
-when no rate is given)."""
+(``trace_overlaid``: that many times its users; ``trace_superposed`` for a probe's
+step, its count drawn); the one trace sped up to hold the rate from its first arrival
+(``trace_at_rate``: every burst shortened in proportion, the stress case); or the whole
+trace time-scaled and a window of it cut out (``from_trace``, as ``ridgeline run``
+replays one: at its own pace when no rate is given)."""
 
 
 def build_schedule(
@@ -54,12 +54,15 @@ def build_schedule(
     target_rate: float | None = None,
     trace_scale: TraceScale = "overlay",
     trace_start_s: float = 0.0,
+    drawn: bool = False,
 ) -> Schedule:
     """``duration_s`` of arrivals: the arrival spec ``arrival`` at ``rate``
     (``parse_arrival``), or, given a ``trace``, the trace brought to ``target_rate``
     (``rate`` when no target rate is given) as ``trace_scale`` says; a ``window`` starts
     ``trace_start_s`` into the scaled trace. ``seed`` draws the arrivals, and an overlaid
-    trace's starting points."""
+    trace's starting points. An overlaid trace holds exactly ``rate × duration_s``
+    arrivals (``trace_overlaid``), or with ``drawn`` as many as its copies' stretches
+    hold, their mean the rate (``trace_superposed``, a probe's step)."""
     if trace is None:
         return from_arrival(parse_arrival(arrival, rate), duration_s, seed)
     target = rate if target_rate is None else target_rate
@@ -72,6 +75,8 @@ def build_schedule(
     recorded = trace if isinstance(trace, Trace) else read_trace(trace)
     if trace_scale == "speed":
         return trace_at_rate(recorded, target, duration_s)
+    if drawn:
+        return trace_superposed(recorded, target, duration_s, seed)
     return trace_overlaid(recorded, target, duration_s, seed)
 
 
@@ -228,6 +233,114 @@ def trace_overlaid(trace: Trace, rate: float, duration_s: float, seed: int = 0) 
         f"cop{'y' if copies == 1 else 'ies'} overlaid at {rate:g}/s over {duration_s:g} s, "
         f"seed {seed}",
     )
+
+
+def trace_superposed(trace: Trace, rate: float, duration_s: float, seed: int = 0) -> Schedule:
+    """``duration_s`` of the traffic of ``k = rate / mean rate`` times the trace's users:
+    ``⌊k⌋`` copies of the trace, and one more thinned to the fraction left (each of its
+    requests kept with that probability), each copy replaying ``duration_s`` of the trace
+    at its own pace from its own random point of it (uniform over the whole trace, which
+    cycles; seed ``seed``), merged. Nothing is time-scaled: a burst lasts as long and
+    holds as many requests as recorded, and each copy's stretch of the trace is as long
+    as the step, so the step's count varies as the trace's counts over that length do
+    (``trace_overlaid`` instead holds the count at ``rate·duration_s`` and time-scales
+    the merged stream to it: a step starting in a burst then replays a stretch of the
+    trace far shorter than itself, and its count never varies).
+
+    The count is drawn, its mean ``rate·duration_s`` (exactly, but for the one request
+    an empty draw is given: a copy from a uniform point of a trace cycling with period
+    ``P`` holds on average ``len·duration_s / P`` requests). A step's seed draws it
+    anew, so two steps at one rate see different stretches as two spells of one
+    service's traffic would. A draw holding no request holds one: the first copy's next
+    request, at 0 (a step sends one at least). Each request keeps its row's sizes."""
+    _check_step(rate, duration_s)
+    _check_gaps(trace)
+    period = trace.duration + _last_gap(trace.times)
+    k = rate * period / len(trace)
+    whole = int(np.floor(k + 1e-9))
+    part = k - whole if whole == 0 or k - whole > 1e-9 else 0.0
+    rng = np.random.default_rng(seed)
+    starts = rng.uniform(0.0, period, whole + (part > 0))
+    places, offsets = _places(trace, starts[:whole], duration_s)
+    if part > 0:
+        # the fraction of a copy, its users thinned: a binomial count of its requests,
+        # chosen uniformly (Floyd's sampling: a trace far faster than the step's rate
+        # puts many more requests in the copy's stretch than the step keeps)
+        first, last = _place_bounds(trace, starts[whole:], duration_s)
+        m = int(last[0] - first[0])
+        kept = first[0] + np.sort(rng.choice(m, rng.binomial(m, part), replace=False))
+        places = np.concatenate([places, kept])
+        offsets = np.concatenate([offsets, np.full(len(kept), starts[whole])])
+    if len(places) == 0:  # the first copy's next request, at 0
+        places = _place_bounds(trace, starts[:1], duration_s)[0]
+        offsets = trace.times[places % len(trace)] + (places // len(trace)) * period
+    times, rows = _at(trace, places, offsets, duration_s)
+    order = np.argsort(times, kind="stable")
+    times, rows = times[order], rows[order]
+    sized = Trace(times - times[0], {c: v[rows] for c, v in trace.columns.items()}, trace.source)
+    return Schedule(
+        np.asarray(times, dtype=np.float64),
+        shapes_from_trace(sized),
+        duration_s,
+        f"trace {Path(trace.source).name or '(unnamed)'}, its users ×{k:.3g} (copies "
+        f"overlaid at their own pace), {rate:g}/s on average over {duration_s:g} s "
+        f"({len(times)} requests), seed {seed}",
+    )
+
+
+def trace_copies(
+    trace: Trace, starts: NDArray[np.float64], duration_s: float
+) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+    """Copies of the trace overlaid: for each start ``s``, the requests the trace (cycling
+    with period ``duration + one mean gap``) holds at ``s ≤ t < s + duration_s``, at
+    ``t - s``. Returns their times, copy after copy (unsorted), and the trace row of
+    each. The copies add up: those from two lists of starts are those of each."""
+    places, offsets = _places(trace, np.asarray(starts, dtype=np.float64), duration_s)
+    return _at(trace, places, offsets, duration_s)
+
+
+def _place_bounds(
+    trace: Trace, starts: NDArray[np.float64], duration_s: float
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """Each copy's requests as places in the cycling trace (``lap · len + row``): the
+    first at or after its start, and one past the last before its end."""
+    period = trace.duration + _last_gap(trace.times)
+    if len(trace) * (duration_s / period) > 2.0**53:  # places past a float's whole numbers
+        raise ConfigError(
+            f"trace {trace.source!r} holds {len(trace)} requests in {period:g} s: too fast "
+            f"to replay for {duration_s:g} s; record a longer stretch of it"
+        )
+    starts = np.mod(starts, period)
+    ends = starts + duration_s
+    laps = np.floor(ends / period)
+    lo = np.searchsorted(trace.times, starts, side="left").astype(np.int64)
+    hi = laps.astype(np.int64) * len(trace) + np.searchsorted(
+        trace.times, ends - laps * period, side="left"
+    )
+    return lo, np.maximum(hi, lo)
+
+
+def _places(
+    trace: Trace, starts: NDArray[np.float64], duration_s: float
+) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    """Every copy's places, copy after copy, and each one's copy's start."""
+    lo, hi = _place_bounds(trace, starts, duration_s)
+    taken = hi - lo
+    firsts = np.cumsum(taken) - taken
+    places = np.repeat(lo - firsts, taken) + np.arange(int(taken.sum()), dtype=np.int64)
+    return places, np.repeat(np.mod(starts, trace.duration + _last_gap(trace.times)), taken)
+
+
+def _at(
+    trace: Trace, places: NDArray[np.int64], offsets: NDArray[np.float64], duration_s: float
+) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+    """Places in the cycling trace as times from their copy's start, and their rows."""
+    period = trace.duration + _last_gap(trace.times)
+    rows = (places % len(trace)).astype(np.int64)
+    times = trace.times[rows] + (places // len(trace)) * period - offsets
+    # within [0, duration_s) though the sums round
+    times = np.clip(times, 0.0, np.nextafter(duration_s, 0.0))
+    return np.asarray(times, dtype=np.float64), rows
 
 
 def _check_step(rate: float, duration_s: float) -> None:

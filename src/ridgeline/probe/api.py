@@ -9,7 +9,7 @@ from typing import Any
 
 from ridgeline.aio import run_coroutine, stopping_on_signal
 from ridgeline.loadgen.step import StepConfig
-from ridgeline.probe.drivers import Driver, NetworkDriver, SimDriver
+from ridgeline.probe.drivers import Driver, NetworkDriver, SimDriver, check_trace_scale
 from ridgeline.probe.orchestrator import ProbeConfig, ProbeResult, ProgressFn, StartFn, probe
 from ridgeline.sim import load_sim_config, load_sim_preset
 from ridgeline.targets.options import TargetOptions
@@ -27,10 +27,13 @@ def make_driver(
     trace: str | Path | None = None,
     target_options: TargetOptions | None = None,
     workload: LlmWorkload | None = None,
+    trace_scale: str = "overlay",
 ) -> Driver:
     """``sim:PRESET`` or ``sim:FILE.yaml`` → a simulated server (virtual time);
     anything else → the endpoint at that URL (real time). ``workload`` sets every step's
-    prompts and output lengths."""
+    prompts and output lengths; ``trace_scale`` (``overlay`` or ``speed``) how a
+    ``trace`` is brought to each step's rate (``drivers.step_schedule``)."""
+    scale = check_trace_scale(trace_scale)
     tr: Trace | None = read_trace(trace) if trace is not None else None
     if target.startswith("sim:"):
         name = target.removeprefix("sim:")
@@ -44,6 +47,7 @@ def make_driver(
             label=name,
             arrival=arrival,
             trace=tr,
+            trace_scale=scale,
             window_s=(step or StepConfig()).window_s,
             workload=workload,
         )
@@ -53,6 +57,7 @@ def make_driver(
         arrival,
         target_options or TargetOptions(),
         trace=tr,
+        trace_scale=scale,
         workload=workload,
     )
 

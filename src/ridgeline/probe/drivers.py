@@ -8,8 +8,9 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ridgeline.errors import ConfigError
 from ridgeline.loadgen.replayer import Progress
-from ridgeline.loadgen.schedule import Schedule, build_schedule, shaped
+from ridgeline.loadgen.schedule import Schedule, TraceScale, build_schedule, shaped
 from ridgeline.loadgen.step import StepConfig, StepResult, measure_step
 from ridgeline.loadgen.validity import assess_validity
 from ridgeline.probe.batching import batching_delay_s, window_for
@@ -21,18 +22,46 @@ from ridgeline.telemetry.windows import windows
 from ridgeline.workload.llm import LlmWorkload
 from ridgeline.workload.traces import Trace
 
+STEP_TRACE_SCALES: tuple[TraceScale, ...] = ("overlay", "speed")
+"""How a probe's step may bring a trace to its rate (``--trace-scale``)."""
 
-def step_schedule(plan: StepPlan, seed: int, arrival: str, trace: Trace | None) -> Schedule:
-    """A step's schedule: the arrival process at the step's rate, or the trace's opening
-    arrivals time-scaled to hold it (``trace_at_rate``: its gaps and sizes kept)."""
+
+def step_schedule(
+    plan: StepPlan,
+    seed: int,
+    arrival: str,
+    trace: Trace | None,
+    trace_scale: TraceScale = "overlay",
+) -> Schedule:
+    """A step's schedule: the arrival process at the step's rate, or the trace brought to
+    it. ``overlay``: that many times the trace's users, copies of it each replaying the
+    step's length of the trace from a random point of it, the step's seed drawing the
+    points (``trace_superposed``: the count drawn, its mean the rate, as the trace's
+    counts over the step's length vary; every step, confirmations included, a fresh
+    draw). ``speed``: the trace's opening arrivals time-scaled to hold the rate exactly
+    (``trace_at_rate``: every step the same stretch, its bursts shortened). Sizes
+    recorded in the trace travel with its arrivals either way."""
+    if trace is not None:
+        check_trace_scale(trace_scale)
     return build_schedule(
         arrival,
         rate=plan.rate,
         duration_s=plan.duration_s,
         seed=seed,
         trace=trace,
-        trace_scale="speed",
+        trace_scale=trace_scale,
+        drawn=True,
     )
+
+
+def check_trace_scale(trace_scale: str) -> TraceScale:
+    """``trace_scale`` if a probe's step can bring a trace to its rate so, else a
+    ``ConfigError`` naming the choices."""
+    if trace_scale not in STEP_TRACE_SCALES:
+        raise ConfigError(
+            f"--trace-scale must be {' or '.join(STEP_TRACE_SCALES)}, got {trace_scale!r}"
+        )
+    return trace_scale
 
 
 class Driver(Protocol):
@@ -61,7 +90,9 @@ class NetworkDriver:
     arrival: str = "poisson"
     target_options: TargetOptions = field(default_factory=TargetOptions)
     trace: Trace | None = None
-    """When set, each step replays this trace time-scaled to the step's rate."""
+    """When set, each step replays this trace brought to the step's rate."""
+    trace_scale: TraceScale = "overlay"
+    """How the trace is brought to a step's rate (``step_schedule``)."""
     batching_delay_s: float | None = None
     """The server's dynamic-batching delay, read from its model config at the first step
     (0 when it has none); windows are widened to many batching cycles."""
@@ -72,7 +103,8 @@ class NetworkDriver:
     name: str = "network"
 
     def schedule(self, plan: StepPlan, seed: int) -> Schedule:
-        return shaped(step_schedule(plan, seed, self.arrival, self.trace), self.workload, seed)
+        sched = step_schedule(plan, seed, self.arrival, self.trace, self.trace_scale)
+        return shaped(sched, self.workload, seed)
 
     async def run(self, plan: StepPlan, seed: int, stop: asyncio.Event) -> StepResult:
         if self.batching_delay_s is None:
@@ -121,12 +153,14 @@ class SimDriver:
     gap_s: float = 1.0
     """Idle server time between steps (the real driver's connect and set-up)."""
     trace: Trace | None = None
+    trace_scale: TraceScale = "overlay"
+    """How the trace is brought to a step's rate (``step_schedule``)."""
     workload: LlmWorkload | None = None
     """Each step's prompt and output lengths (the server simulated reads no text)."""
     name: str = "sim"
 
     async def run(self, plan: StepPlan, seed: int, stop: asyncio.Event) -> StepResult:
-        sched = step_schedule(plan, seed, self.arrival, self.trace)
+        sched = step_schedule(plan, seed, self.arrival, self.trace, self.trace_scale)
         times = sched.times
         shapes = sched.shapes or shapes_for(self.preset, len(times), seed)
         if self.workload is not None:  # its lengths over the preset's (or trace's) shapes
