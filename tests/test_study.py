@@ -25,10 +25,11 @@ from ridgeline.report.vanguard import (
 )
 from ridgeline.sim import SimPreset, load_sim_config
 from ridgeline.sizing.calibration import read_calibration, write_calibration
-from ridgeline.study.bank import CLASSES, SPLITS, load_bank, pairs, select
-from ridgeline.study.stats import cross_hardware, measured_calibration, summarise
+from ridgeline.study.bank import CLASSES, SPLITS, bank_dir, load_bank, pairs, select
+from ridgeline.study.stats import cross_hardware, measured_calibration, over_share, summarise
 from ridgeline.study.truth import TruthConfig, broken, true_capacity
 from ridgeline.study.vanguard import (
+    QUICK_DEV_CASES,
     CaseRow,
     ProbeRow,
     StudyConfig,
@@ -37,6 +38,7 @@ from ridgeline.study.vanguard import (
     batching_window_s,
     p99_only,
     probe_as_cli,
+    relative_error,
     run_study,
 )
 from ridgeline.workload.traces import bundled_trace_path
@@ -105,6 +107,28 @@ def test_a_pair_is_one_server_on_two_speeds_and_a_bad_pair_is_refused(tmp_path: 
 def test_each_case_is_a_plain_sim_file_the_probe_command_reads(tmp_path: Path) -> None:
     for case in load_bank():
         assert load_sim_config(case.write_sim_file(tmp_path)) == case.preset, case.name
+
+
+@pytest.mark.timeout(60)
+def test_quick_runs_every_held_out_case_and_a_dev_sample(tmp_path: Path) -> None:
+    bank = load_bank()
+    held = {c.name for c in bank if c.split == "heldout"}
+    cases = StudyConfig.quick().cases
+    assert cases is not None and len(held) >= 12
+    assert held <= set(cases)  # every held-out case, chosen by split
+    assert set(cases) - held == set(QUICK_DEV_CASES)
+    assert {c.name for c in bank if c.name in QUICK_DEV_CASES} == set(QUICK_DEV_CASES)
+    # a held-out case added to a bank later is in its quick study, a dev one is not
+    for f in bank_dir().glob("*.yaml"):
+        (tmp_path / f.name).write_text(f.read_text())
+    for name, split in (("new-held", "heldout"), ("new-dev", "dev")):
+        (tmp_path / f"{name}.yaml").write_text(
+            f"name: {name}\nclass: vision\nsplit: {split}\nhardware: a\nbehaviour: x\n"
+            "server: {preset: vision}\n"
+        )
+    grown = StudyConfig.quick(bank=tmp_path).cases
+    assert grown is not None and set(grown) == set(cases) | {"new-held"}
+    assert StudyConfig.quick(cases=("nlp-bert",)).cases == ("nlp-bert",)  # given: kept
 
 
 # ---------------------------------------------------------------------------- the truth
@@ -448,6 +472,77 @@ def test_a_probe_without_a_capacity_is_an_error_of_minus_100_percent() -> None:
     assert (s.probes, s.failures, s.cases) == (4, 1, 2)
     assert s.agreement.bias == pytest.approx(-0.25)  # errors 0, 0, −1, 0
     assert s.mean_cv == pytest.approx((0.0 + math.sqrt(2) * 100 / 100) / 2)
+
+
+def _three_cases(estimates: dict[str, tuple[float, float]]) -> StudyResult:
+    """Cases x, y, z (truths 100, 200, 400), two adaptive seeds each."""
+    truths = {"x": 100.0, "y": 200.0, "z": 400.0}
+    return _result(
+        [_case(name, "dev", "a") for name in truths],
+        [_probe_row(c, k, e) for c, pair in estimates.items() for k, e in enumerate(pair)],
+        [_truth_row(c, t) for c, t in truths.items()],
+    )
+
+
+def test_the_over_estimate_share_and_the_icc_of_the_errors_by_hand() -> None:
+    # Errors (estimate / truth − 1): x +10 %, +12 %; y −5 %, −3 %; z +30 %, +28 %: each
+    # case off by its own amount, the seeds within 1 % of it.
+    #   above truth by > 5 %: 0.10, 0.12, 0.30, 0.28: 4 of 6
+    #   bias (0.10 + 0.12 − 0.05 − 0.03 + 0.30 + 0.28) / 6 = 0.72 / 6 = 0.12
+    #   ICC(1,1), n = 3 cases, k = 2 seeds: case means 0.11, −0.04, 0.29, grand 0.12
+    #     BMS = k·Σ(mean − grand)² / (n − 1) = 2·(0.0001 + 0.0256 + 0.0289) / 2 = 0.0546
+    #     WMS = Σ(error − case mean)² / (n·(k − 1)) = 6·0.0001 / 3 = 0.0002
+    #     (BMS − WMS) / (BMS + (k − 1)·WMS) = 0.0544 / 0.0548 = 136/137 ≈ 0.9927
+    #   the errors are the cases' own: near 1, though capacities' ICC says nothing of it
+    systematic = summarise(
+        _three_cases({"x": (110.0, 112.0), "y": (190.0, 194.0), "z": (520.0, 512.0)}),
+        "dev",
+        "adaptive",
+    )
+    assert systematic is not None
+    assert systematic.over == pytest.approx(4 / 6)
+    assert systematic.agreement.bias == pytest.approx(0.12)
+    assert systematic.error_icc == pytest.approx(136 / 137)
+    # Errors x +10 %, −10 %; y +15 %, +5 %; z 0 %, +5 %: run-to-run noise, no case's own.
+    #   above truth by > 5 %: 0.10 and 0.15 (+5 % exactly, 210 / 200 and 420 / 400, is
+    #   not above it): 2 of 6
+    #   ICC(1,1): case means 0, 0.10, 0.025, grand 0.25 / 6 = 1/24
+    #     BMS = 2·((1/24)² + (7/120)² + (1/60)²) / 2 = 13/2400
+    #     WMS = (0.01 + 0.01 + 0.0025 + 0.0025 + 0.000625 + 0.000625) / 3 = 21/2400
+    #     (13 − 21) / (13 + 21) = −4/17 ≈ −0.235: below 0, noise
+    noisy = summarise(
+        _three_cases({"x": (110.0, 90.0), "y": (230.0, 210.0), "z": (400.0, 420.0)}),
+        "dev",
+        "adaptive",
+    )
+    assert noisy is not None
+    assert noisy.over == pytest.approx(2 / 6)
+    assert noisy.error_icc == pytest.approx(-4 / 17)
+    # every error 0: the ICC is 0 / 0, none; nothing above the truth
+    perfect = summarise(
+        _three_cases({"x": (100.0, 100.0), "y": (200.0, 200.0), "z": (400.0, 400.0)}),
+        "dev",
+        "adaptive",
+    )
+    assert perfect is not None and perfect.error_icc is None and perfect.over == 0.0
+    # no capacity (−100 %) is never an over-estimate; 5.1 % is
+    assert over_share([relative_error(None, 100.0), relative_error(105.1, 100.0)]) == 0.5
+
+    md = results_markdown(
+        _three_cases({"x": (110.0, 112.0), "y": (190.0, 194.0), "z": (520.0, 512.0)}),
+        command="ridgeline study vanguard",
+        commit=None,
+    )
+    head = (
+        "| split | strategy | cases | probes | no capacity | bias | 95 % limits of agreement "
+        "| above truth by > 5 % | ICC(2,1) of capacities | ICC(1,1) of errors | mean CV "
+        "| R² (slope) |"
+    )
+    assert head in md
+    row = next(line for line in md.splitlines() if line.startswith("| dev | adaptive |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2:6] == ["3", "6", "0", "+12.0 %"]
+    assert (cells[7], cells[9]) == ("66.7 %", "0.993")
 
 
 def test_the_calibration_fitted_on_dev_pairs_is_their_known_factor(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from ridgeline.analysis.agreement import Agreement
 from ridgeline.report import _markers
 from ridgeline.study.stats import (
+    OVER_MARGIN,
     PREDICTORS,
     Summary,
     ablations,
@@ -77,18 +78,34 @@ def bank_markdown(result: StudyResult) -> str:
     return _markers.table(head, rows)
 
 
-_AGREEMENT_HEAD = ["cases", "probes", "no capacity", "bias", "95 % limits of agreement"]
+_AGREEMENT_HEAD = [
+    "cases",
+    "probes",
+    "no capacity",
+    "bias",
+    "95 % limits of agreement",
+    f"above truth by > {OVER_MARGIN * 100:g} %",
+]
 """The columns of a summary's agreement (``_agreement_cells``), in both tables that show it."""
 
 
+def _share(x: float) -> str:
+    return f"{x * 100:.1f} %"
+
+
 def _agreement_cells(s: Summary) -> list[str]:
-    return [str(s.cases), str(s.probes), str(s.failures), _pct(s.agreement.bias), _loa(s.agreement)]
+    a = s.agreement
+    return [str(s.cases), str(s.probes), str(s.failures), _pct(a.bias), _loa(a), _share(s.over)]
 
 
 def _summary_row(s: Summary) -> list[str]:
     r2 = "n/a" if s.r_squared is None else f"{s.r_squared:.3f} ({_num(s.slope)})"
-    cells = [*_agreement_cells(s), _num(s.icc, 3), _num(s.mean_cv, 3), r2]
+    cells = [*_agreement_cells(s), _num(s.icc, 3), _num(s.error_icc, 3), _num(s.mean_cv, 3), r2]
     return [SPLIT_NAMES[s.split], s.strategy, *cells]
+
+
+_RELIABILITY_HEAD = ["ICC(2,1) of capacities", "ICC(1,1) of errors"]
+"""``Summary.icc`` and ``Summary.error_icc`` (see ``study.stats``)."""
 
 
 def _agreement(result: StudyResult) -> str:
@@ -98,7 +115,7 @@ def _agreement(result: StudyResult) -> str:
         for strategy in STRATEGIES
         if (s := summarise(result, split, strategy)) is not None
     ]
-    head = ["split", "strategy", *_AGREEMENT_HEAD, "ICC(2,1)", "mean CV", "R² (slope)"]
+    head = ["split", "strategy", *_AGREEMENT_HEAD, *_RELIABILITY_HEAD, "mean CV", "R² (slope)"]
     return _markers.table(head, rows)
 
 

@@ -5,6 +5,20 @@ A probe that gave no capacity is an error of −100 % (an estimate of 0): it is 
 every agreement figure, never dropped, and counted apart as a failure. Only the
 calibration factor, a geometric mean, cannot take a zero: the failures it leaves out are
 counted beside it.
+
+Beside the bias and limits of agreement, the share of probes above their truth by more
+than ``OVER_MARGIN`` (5 %): an over-estimate is the dangerous direction (a server sized
+on it misses its SLO), and a symmetric band does not say how many probes fell there.
+
+Two ICCs, each over a cases × seeds table. ICC(2,1) of the capacities says little on a
+bank whose capacities span four decades: the spread between cases dwarfs any error, and
+it stays near 1 with limits of ±165 %. ICC(1,1) of the relative errors is the share of
+the errors' variance that belongs to the case (a bias that repeats with every seed)
+rather than to the run: near 1, the errors are systematic per case (a behaviour the probe
+misreads every time); near 0 (or below), they are run-to-run noise. It is one-way
+because seeds are not raters: seed k on one case and on another share nothing (other
+servers, other rates), so there is no seed effect to take out. It is undefined (None)
+when every error of the table is the same, as a perfect probe's are.
 """
 
 from __future__ import annotations
@@ -13,6 +27,7 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -39,6 +54,9 @@ PREDICTORS = (
 )
 """What the relative error is regressed on, one value per case."""
 
+OVER_MARGIN = 0.05
+"""An estimate above its truth by more than this share is an over-estimate."""
+
 _TRUTH_OF: dict[Variant, TruthVariant] = {
     "cli": "poisson",
     "trace": "trace",
@@ -60,8 +78,14 @@ class Summary:
     failures: int
     """Probes that gave no capacity (each an error of −100 % in the figures)."""
     agreement: Agreement
+    over: float
+    """The share of probes whose estimate is above the truth by more than
+    ``OVER_MARGIN`` (relative error > +5 %)."""
     icc: float | None
     """ICC(2,1) of the cases × seeds table of capacities (None: fewer than 2 × 2)."""
+    error_icc: float | None
+    """ICC(1,1) of the cases × seeds table of relative errors (None: fewer than 2 × 2,
+    or every error the same)."""
     mean_cv: float | None
     """Mean over cases of the seeds' coefficient of variation (cases with any capacity)."""
     r_squared: float | None
@@ -165,31 +189,54 @@ def summarise(
     truths = _truths(result, rows, variant)
     estimates = [p.capacity_rps or 0.0 for p in rows]
     agreement = bland_altman(estimates, truths)  # no capacity: 0, an error of −100 %
-    by_case: dict[str, dict[int, float]] = {}
-    for p, e in zip(rows, estimates, strict=True):
-        by_case.setdefault(p.case, {})[p.seed] = e
-    table = [[v for _, v in sorted(seeds_of.items())] for seeds_of in by_case.values()]
-    width = min(len(r) for r in table)
-    reliability = None
-    if len(table) >= 2 and width >= 2:
-        reliability = icc([r[:width] for r in table], "2,1")
+    errors = [relative_error(p.capacity_rps, t) for p, t in zip(rows, truths, strict=True)]
+    table = _by_case(rows, estimates)
     cvs = [cv(r) for r in table if sum(r) > 0]
     fit = linear_fit(estimates, [truths]) if len(rows) > 2 else None
     return Summary(
         split=split or "all",
         strategy=strategy,
         variant=variant,
-        cases=len(by_case),
+        cases=len(table),
         probes=len(rows),
         failures=sum(p.capacity_rps is None for p in rows),
         agreement=agreement,
-        icc=reliability,
+        over=over_share(errors),
+        icc=_icc(table, "2,1"),
+        error_icc=_icc(_by_case(rows, errors), "1,1"),
         mean_cv=statistics.fmean(cvs) if cvs else None,
         r_squared=None if fit is None else fit.r_squared,
         slope=None if fit is None else fit.coefficients[1],
         test_seconds=sum(p.test_seconds for p in rows),
         requests=sum(p.requests_sent for p in rows),
     )
+
+
+def over_share(errors: Sequence[float]) -> float:
+    """The share of ``errors`` (estimate / truth − 1) above ``OVER_MARGIN``; an error of
+    exactly 5 % (to rounding) is not above it."""
+    return sum(e > OVER_MARGIN + 1e-9 for e in errors) / len(errors)
+
+
+def _by_case(rows: Sequence[ProbeRow], values: Sequence[float]) -> list[list[float]]:
+    """One row per case of ``values`` (one per probe), in seed order."""
+    by_case: dict[str, dict[int, float]] = {}
+    for p, v in zip(rows, values, strict=True):
+        by_case.setdefault(p.case, {})[p.seed] = v
+    return [[v for _, v in sorted(seeds_of.items())] for seeds_of in by_case.values()]
+
+
+def _icc(table: list[list[float]], form: Literal["1,1", "2,1"]) -> float | None:
+    """``icc`` of the table cut to the seeds every case has; None with fewer than 2 cases
+    or 2 seeds, or where it is 0 / 0 (every value the same, for one)."""
+    width = min(len(r) for r in table)
+    cut = [r[:width] for r in table]
+    if len(cut) < 2 or width < 2 or len({v for r in cut for v in r}) == 1:
+        return None  # (all the same: their mean may round off them, and 0 / 0 read 0.3)
+    try:
+        return icc(cut, form)
+    except ZeroDivisionError:
+        return None
 
 
 def _predictors(case: CaseRow, truth: float) -> list[float]:

@@ -19,7 +19,13 @@ exclusion and no hysteresis:
 
 Arrivals are Poisson (or a recorded trace's gaps, cycled) at the rate; several seeds'
 runs are pooled, and each run is long: ``requests`` in all and at least ``periods``
-periods of the server's stalls or neighbour, bounded by ``max_requests``. The rate is
+periods of the server's stalls or neighbour, bounded by ``max_requests``, each run a
+whole number of the longest of those periods. Each run meets the server at a random
+point of its periodic behaviour, drawn per seed from the truth's own stream: it starts at
+a random server time within a stall period, and its neighbour's cycle at a random phase
+(``phased``). Started at server time 0, every run would see the same stalls: a 12 s
+period gives 9 stalls in 120 s, never 10, and a neighbour always busy at the start. The
+rate is
 bisected (in log space, with the same unit-rate arrivals at every rate, so the verdict
 moves with the rate and not with the draw) to ``tolerance``: a short-run pass brackets
 it, full-length runs narrow the bracket.
@@ -49,7 +55,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ridgeline.health.sampling import QUANTILES
 from ridgeline.health.slo import SLOPolicy, parse_slo
-from ridgeline.sim import SimPreset, shapes_for, simulate_preset
+from ridgeline.sim import SimPreset, SimState, shapes_for, simulate_preset
 from ridgeline.sim.llm import DEFAULT_MAX_TOKENS
 from ridgeline.synthetic.llm import saturated_rps
 from ridgeline.synthetic.model import capacity_rps
@@ -59,6 +65,7 @@ from ridgeline.workload.payloads import RequestShape
 from ridgeline.workload.traces import Trace
 
 _SEED = 0x7275_7468  # the truth's own arrival streams, apart from any probe's
+_PHASE = 1  # the tag of each seed's phase stream, beside its arrivals' ([_SEED, seed])
 
 
 class TruthConfig(BaseModel):
@@ -68,7 +75,11 @@ class TruthConfig(BaseModel):
 
     requests: int = Field(200_000, ge=1_000, description="requests per rate, all seeds")
     seeds: int = Field(4, ge=1, le=64, description="runs pooled per rate")
-    periods: int = Field(10, ge=1, description="stall or neighbour periods a run covers")
+    periods: int = Field(
+        10,
+        ge=1,
+        description="stall or neighbour periods all runs cover together, each a whole number",
+    )
     run_s: float = Field(120.0, gt=0, description="seconds each run lasts at least")
     max_requests: int = Field(2_000_000, ge=1_000, description="requests per rate at most")
     tolerance: float = Field(0.005, gt=0, lt=0.2, description="relative width of the answer")
@@ -209,27 +220,60 @@ def _warm(preset: SimPreset) -> SimPreset:
     return preset.model_copy(update={"model": preset.model.model_copy(update={"warmup": None})})
 
 
-def _per_seed(preset: SimPreset, rate: float, cfg: TruthConfig, share: float) -> int:
-    """Requests in each seed's run at ``rate``: ``requests`` over all seeds, each run at
-    least ``run_s`` long (an overload shows as a queue that grows with time, not with
-    the number of runs), and ``periods`` stall or neighbour periods over all runs."""
+def _period(preset: SimPreset) -> float:
+    """The longest period of the server's periodic behaviours (its stalls, its neighbour
+    when not always busy); 0 when it has none."""
     m, i = preset.model, preset.interference
     periods = [m.periodic_stall.every_s] if m.periodic_stall is not None else []
     if i is not None and i.duty < 1.0:
         periods.append(i.period_s)
-    span = cfg.periods * max(periods, default=0.0) / cfg.seeds
-    n = max(cfg.requests / cfg.seeds, rate * cfg.run_s, rate * span)
-    return max(100, math.ceil(min(n, cfg.max_requests / cfg.seeds) * share))
+    return max(periods, default=0.0)
 
 
-class _Judge:
-    """Runs at a rate, pooled over seeds; the unit arrivals and shapes are made once."""
+def _per_seed(preset: SimPreset, rate: float, cfg: TruthConfig, share: float) -> int:
+    """Requests in each seed's run at ``rate``: ``requests`` over all seeds, each run at
+    least ``run_s`` long (an overload shows as a queue that grows with time, not with
+    the number of runs), and ``periods`` stall or neighbour periods over all runs; each
+    run (the short ones, ``share`` of that, too) rounded up to a whole number of the
+    longest period, so that with its random phase it sees each stall or busy window as
+    often as any other (fewer whole periods, or none, when ``max_requests`` cuts it)."""
+    period = _period(preset)
+    span = cfg.periods * period / cfg.seeds
+    cap = cfg.max_requests / cfg.seeds
+    n = min(max(cfg.requests / cfg.seeds, rate * cfg.run_s, rate * span), cap) * share
+    if period > 0.0:
+        per_period = rate * period
+        whole = max(1, math.ceil(n / per_period - 1e-9))
+        if whole * per_period > cap:
+            whole = math.floor(cap / per_period)
+        n = whole * per_period if whole >= 1 else cap
+    return max(100, math.ceil(n - 1e-9))
 
-    def __init__(self, preset: SimPreset, policy: SLOPolicy, traffic: Traffic, cfg: TruthConfig):
-        self.preset, self.policy, self.traffic, self.cfg = _warm(preset), policy, traffic, cfg
-        self.runs = 0
-        self.broken: dict[float, str] = {}
-        """What the full-length runs broke, by rate."""
+
+def phased(preset: SimPreset, seed: int) -> tuple[SimPreset, SimState]:
+    """The server as seed ``seed``'s run meets it, and the state it starts in: at a
+    random server time within its stall period (its stalls fall at every_s, 2·every_s, …
+    of server time) and its neighbour (when not always busy) at a random phase of its
+    cycle, both uniform, drawn from the truth's own stream for the seed. A server with
+    neither is unchanged and starts at 0, as ``simulate`` starts one."""
+    draw = np.random.default_rng([_SEED, seed, _PHASE]).random(2)  # both drawn, always
+    stall = preset.model.periodic_stall
+    start = float(draw[0]) * stall.every_s if stall is not None else 0.0
+    i = preset.interference
+    if i is not None and i.duty < 1.0:
+        phase = (i.phase_s + float(draw[1]) * i.period_s) % i.period_s
+        preset = preset.model_copy(update={"interference": i.model_copy(update={"phase_s": phase})})
+    return preset, SimState(server_time_s=start)
+
+
+class _Runs:
+    """The runs at a rate, one per seed, each from its seed's phase (``phased``); the unit
+    arrivals and shapes are made once per length and seed."""
+
+    def __init__(self, preset: SimPreset, traffic: Traffic, cfg: TruthConfig):
+        self.preset, self.traffic, self.cfg = _warm(preset), traffic, cfg
+        seeds = range(cfg.first_seed, cfg.first_seed + cfg.seeds)
+        self._phased = {seed: phased(self.preset, seed) for seed in seeds}
         self._inputs: dict[
             tuple[int, int], tuple[NDArray[np.float64], list[RequestShape] | None]
         ] = {}
@@ -243,17 +287,44 @@ class _Judge:
             )
         return self._inputs[key]
 
-    def __call__(self, rate: float, share: float) -> bool:
-        self.runs += 1
+    def __call__(self, rate: float, share: float) -> list[Records]:
         per_seed = _per_seed(self.preset, rate, self.cfg, share)
         runs = []
-        for seed in range(self.cfg.first_seed, self.cfg.first_seed + self.cfg.seeds):
+        for seed, (server, state) in self._phased.items():
             unit, shapes = self._input(per_seed, seed)
             rec, _ = simulate_preset(
-                self.preset, unit / rate, shapes, seed=seed, timeout_s=self.cfg.timeout_s
+                server, unit / rate, shapes, state=state, seed=seed, timeout_s=self.cfg.timeout_s
             )
             runs.append(rec)
-        why = broken_records(Records.concat(runs), self.policy)
+        return runs
+
+
+def runs_at(
+    preset: SimPreset,
+    rate: float,
+    *,
+    traffic: Traffic | None = None,
+    cfg: TruthConfig | None = None,
+    share: float = 1.0,
+) -> list[Records]:
+    """The runs ``true_capacity`` pools to judge ``rate`` (``share`` of their full
+    length: the short pass's), one per seed: what the truth sees of ``preset``, warm."""
+    return _Runs(preset, traffic or Poisson(), cfg or TruthConfig())(rate, share)
+
+
+class _Judge:
+    """Runs at a rate, pooled over seeds, judged against the policy."""
+
+    def __init__(self, preset: SimPreset, policy: SLOPolicy, traffic: Traffic, cfg: TruthConfig):
+        self.policy = policy
+        self._runs = _Runs(preset, traffic, cfg)
+        self.runs = 0
+        self.broken: dict[float, str] = {}
+        """What the full-length runs broke, by rate."""
+
+    def __call__(self, rate: float, share: float) -> bool:
+        self.runs += 1
+        why = broken_records(Records.concat(self._runs(rate, share)), self.policy)
         if why is not None and share == 1.0:
             self.broken[rate] = why
         return why is None

@@ -64,20 +64,23 @@ STRATEGIES: tuple[Strategy, ...] = ("adaptive", "binary")
 ABLATIONS: tuple[Variant, ...] = ("trace", "no-warmup", "batching-windows", "p99-only")
 TruthVariant = Literal["poisson", "trace", "p99-only"]
 
-QUICK_CASES = (
+QUICK_DEV_CASES = (
     "rec-bigbatch-a",
     "rank-tail",
     "vision-stall-a",
     "nlp-bert",
     "rank-pair-a",
     "rank-pair-b",
-    "rec-errors-d",
-    "rank-stall-d",
-    "vision-pair-a",
-    "vision-pair-b",
-    "nlp-warmup-time",
 )
-"""``--quick``: every class in each split, a pair in each, a large batching delay."""
+"""``--quick``'s dev sample, beside every held-out case: every class, a pair, a large
+batching delay, a stall."""
+
+
+def quick_cases(bank: list[Case]) -> tuple[str, ...]:
+    """The cases ``--quick`` runs: every held-out case of ``bank`` (chosen by split, so a
+    case added later is in) and the dev sample ``QUICK_DEV_CASES`` it holds, in the bank's
+    order."""
+    return tuple(c.name for c in bank if c.split == "heldout" or c.name in QUICK_DEV_CASES)
 
 
 class StudyConfig(BaseModel):
@@ -93,10 +96,12 @@ class StudyConfig(BaseModel):
 
     @classmethod
     def quick(cls, **overrides: Any) -> StudyConfig:
-        """A few minutes' study: ``QUICK_CASES``, 2 seeds, 1 per ablation."""
-        return cls.model_validate(
-            {"seeds": 2, "dev_seeds": 2, "ablation_seeds": 1, "cases": QUICK_CASES, **overrides}
-        )
+        """A few minutes' study: every held-out case and a dev sample (``quick_cases`` of
+        the bank, the shipped one or ``bank``), 2 seeds, 1 per ablation; ``cases`` given
+        replace them."""
+        if "cases" not in overrides:
+            overrides["cases"] = quick_cases(load_bank(overrides.get("bank")))
+        return cls.model_validate({"seeds": 2, "dev_seeds": 2, "ablation_seeds": 1, **overrides})
 
     def seeds_for(self, case: Case) -> int:
         """Probes per strategy for ``case``: ``seeds`` held out, ``dev_seeds`` in dev."""
