@@ -1,4 +1,5 @@
-"""Warmup: MSER-5 truncation on constructed series, and the online warmup detector."""
+"""Warmup: MSER-5 truncation on constructed series, and the online warmup detector (its
+trend rule and ramp in detail: tests/test_warmup_trend.py)."""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def test_steady_start_on_a_short_series_waits_for_the_settled_level() -> None:
     assert steady_start([]) == 0 and steady_start([5.0]) == 0
 
 
-CFG = WarmupConfig(min_windows=5, cv_threshold=0.1, max_drop=0.1)
+CFG = WarmupConfig(trend_windows=5, cv_threshold=0.1, max_drop=0.1)
 
 
 def feed(values: list[float], cfg: WarmupConfig = CFG) -> list[bool]:
@@ -69,15 +70,17 @@ def feed(values: list[float], cfg: WarmupConfig = CFG) -> list[bool]:
     return out
 
 
-def test_steady_only_after_min_windows_stable_values() -> None:
+def test_steady_only_after_trend_windows_values_that_do_not_fall() -> None:
     assert feed([10.0] * 6) == [False, False, False, False, True, True]
-    assert feed([30.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0]) == [False] * 5 + [True, True]
+    # one slow window first is no significant fall (t = -1.73 > -4.45 at 3 df)
+    assert feed([30.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0]) == [False] * 4 + [True] * 3
 
 
 def test_not_steady_while_latency_is_still_falling() -> None:
-    falling = [12.0, 11.5, 11.0, 10.5, 10.0]  # CV 0.064 < 0.1, but 2 ms fitted fall > 1.1
+    falling = [12.0, 11.5, 11.0, 10.5, 10.0]  # a straight fall: no noise, certain
     assert feed(falling) == [False] * 5
-    # 11.5 … 10, 10: still a 1.6 ms fitted fall; 11 … 10, 10, 10: 1.0 ms ≤ 10 % of 10.3
+    # 11.5 … 10, 10: t = -6.9, still falling; 11 … 10, 10, 10: a 1.0 ms fitted fall,
+    # at most 10 % of 10.3 with CV < 0.1: negligible (and t = -3.3, not significant)
     assert feed([*falling, 10.0, 10.0, 10.0]) == [False] * 6 + [True, True]
 
 

@@ -7,13 +7,19 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ridgeline._same_named import same_named
 from ridgeline.errors import TargetError, TargetUnreachableError
+from ridgeline.health.judge import judge
 from ridgeline.health.slo import format_slo
-from ridgeline.health.warmup import WarmupState, warmup_step
+from ridgeline.health.warmup import (
+    round_healthy,
+    warmup_ceiling,
+    warmup_round,
+    warmup_start,
+)
 from ridgeline.loadgen.step import StepResult, joined
 from ridgeline.probe.assess import assess_step
 from ridgeline.probe.config import (
@@ -98,6 +104,10 @@ class Run:
         self.t_s = 0.0
         self.index = 0
         self.warmup_s = 0.0
+        self.warmup_requests = 0
+        """Seconds and requests of the warm-up phase (``warmup``)."""
+        self.warmed: Warmed | None = None
+        """What the warm-up phase did, once it has run."""
         self.excluded_s = 0.0
         """Seconds the steady-state detector left out of the steps' verdicts."""
         self.sent = 0
@@ -290,27 +300,56 @@ class Run:
         return AtCapacity.of(rate, summary)
 
 
-async def warmup(run: Run, first_rate: float, stop: asyncio.Event) -> None:
-    """At the first step's rate (``rate_fraction`` of it, or ``rate``) until the server is
-    steady and has had ``requests`` requests, or ``max_s`` has passed with its requests
-    sent: excluded from every verdict."""
+@dataclass(frozen=True, slots=True)
+class Warmed:
+    """What the warm-up phase did: how long, how many requests, at what rate it ended,
+    and whether the server was warm by then (``steady``) or the cap ended it."""
+
+    seconds: float = 0.0
+    requests: int = 0
+    windows: int = 0
+    rate: float = 0.0
+    """The rate it held at its end, req/s."""
+    steady: bool = False
+    """The p50 at the held rate had stopped trending (and ``requests`` were sent)."""
+    capped: bool = False
+    """``max_s`` ended it with the p50 still falling: the server may not be warm."""
+    fall: float = 0.0
+    """The p50's fitted fall across the last trend span tested, as a fraction of its
+    mean (negative: it rose); ``fall_windows`` windows at one rate (0: none tested)."""
+    fall_windows: int = 0
+    note: str = ""
+    """What the probe's reason should say when ``capped``; empty otherwise."""
+
+
+async def warmup(run: Run, first_rate: float, stop: asyncio.Event) -> Warmed:
+    """The warm-up phase, excluded from every verdict: rounds of ``min_windows`` windows
+    at a rate that starts at the search's first (``rate_fraction`` of it, or ``rate``,
+    held) and rises while each round is well inside the SLO (``health.warmup``'s
+    ``round_healthy`` and ``warmup_round``), until the p50 at the held rate has stopped
+    trending and ``requests`` requests were sent, or ``max_s`` (a safety cap) has
+    passed with them sent. Its length is kept in ``run.warmup_s`` and
+    ``run.warmup_requests``; what it did is returned, and kept as ``run.warmed``: when
+    the cap ended it still trending, ``capped`` and a ``note`` for the probe's reason."""
     wc = run.cfg.warmup_config
-    rate = wc.rate if wc.rate is not None else max(first_rate * wc.rate_fraction, 1e-3)
-    state = WarmupState()
-    plan = StepPlan(rate, wc.window_s * wc.min_windows, "warmup")
+    given = run.cfg.strategy_options.get("max_rate")
+    max_rate = float(given) if given is not None else None
+    ceiling = warmup_ceiling(wc, max_rate)
+    state = warmup_start(first_rate, wc, max_rate)
     sent, wanted = 0, wc.requests or 0
-    while run.warmup_s < wc.max_s or sent < wanted:
+    while True:
+        plan = StepPlan(state.rate, wc.window_s * wc.min_windows, "warmup")
         if run.on_start is not None:
             run.on_start(run.index + 1, plan)  # numbered as stored: the steps that follow
         result = await run.measure(plan, run.cfg.seed + 10_000 + run.index, stop)
         sent += result.summary.sent
         run.warmup_s += plan.duration_s
+        run.warmup_requests += result.summary.sent
         run.t_s += plan.duration_s
-        steady = False
+        p50s: list[float | None] = []
         for w in result.windows:
             w.excluded = True
-            if w.offered:  # a window nothing was sent in says nothing, either way
-                steady, state = warmup_step(state, w.latency_ms.p50 or 0.0, wc)
+            p50s.append((w.latency_ms.p50 or 0.0) if w.offered else None)
             run.timeline.append(
                 {
                     "t_s": run.t_s - plan.duration_s + w.start_s,
@@ -320,8 +359,37 @@ async def warmup(run: Run, first_rate: float, stop: asyncio.Event) -> None:
                     "reason": "warmup",
                 }
             )
+        healthy = round_healthy(judge(result.records, run.policy), wc)
+        state = warmup_round(state, p50s, healthy, wc, ceiling)
         if run.store is not None and run.run_id is not None:
             run.store.add_step(run.run_id, run.index, result.summary, result.windows)
         run.index += 1  # with a store or without: every later step's seed follows from it
-        if (steady and sent >= wanted) or result.interrupted:
+        if result.interrupted or (sent >= wanted and (state.steady or run.warmup_s >= wc.max_s)):
             break
+    capped = not state.steady and not result.interrupted
+    note = ""
+    if capped:
+        seen = (
+            f"{state.fall:.1%} over {state.fall_windows} windows at one rate"
+            if state.fall_windows
+            else "not yet tested"
+        )
+        note = (
+            f"the warm-up reached its {wc.max_s:g} s cap (warmup_config.max_s) after "
+            f"{sent:,} requests at up to {state.healthy_rate or state.rate:.4g} req/s, "
+            f"before its p50 had stopped falling (the last trend tested: a fall of {seen}): "
+            "the server may not have been warm, and its capacity may be under-estimated; "
+            "raise the cap for a server that warms this slowly"
+        )
+    run.warmed = Warmed(
+        seconds=run.warmup_s,
+        requests=sent,
+        windows=state.windows,
+        rate=state.rate,
+        steady=state.steady and sent >= wanted,
+        capped=capped,
+        fall=state.fall,
+        fall_windows=state.fall_windows,
+        note=note,
+    )
+    return run.warmed
