@@ -4,7 +4,8 @@ Metric scores (``Assessment.metric_scores``), each a value over its bound, 1.0 o
 
 - one per latency bound (``p99``, ``ttft_p99``, ``itl_p99``, ``tpot_p99`` ...): the
   statistic over its bound — end-to-end and token-level bounds alike, one weight
-  (``weights.latency``), one critical factor;
+  (``weights.latency``), one critical factor; infinite when the statistic falls among
+  requests not answered OK (``health.metrics``: beyond every bound);
 - ``errors``: error rate over ``max_error_rate``;
 - ``attainment``: the throughput shortfall (1 − achieved/offered) over the allowed
   shortfall, max(1 − min_attainment, 3/√n) for n requests offered in the window: a short
@@ -154,7 +155,7 @@ def _weighted_max(readings: list[_Reading]) -> float:
     heaviest = max((r.weight for r in readings), default=0.0)
     if heaviest <= 0:
         return max((r.score for r in readings), default=0.0)
-    return max(r.weight / heaviest * r.score for r in readings)
+    return max(r.weight / heaviest * r.score if r.weight else 0.0 for r in readings)
 
 
 def _readings(
@@ -164,14 +165,18 @@ def _readings(
     out: list[_Reading] = []
     for b in policy.latency:
         v = obs.statistic(b.metric, b.percentile)
-        if v is not None and math.isfinite(v):
+        if v is not None and not math.isnan(v):
+            unit = METRICS[b.metric].unit
+            shown = (
+                f"{v:.1f} {unit}" if math.isfinite(v) else "beyond every bound (not answered OK)"
+            )
             out.append(
                 _Reading(
                     b.name,
                     v / b.bound_ms,
                     w.latency,
-                    f"{b.name.replace('_', ' ')} {v:.1f} {METRICS[b.metric].unit}",
-                    f"{b.bound_ms:g} {METRICS[b.metric].unit}",
+                    f"{b.name.replace('_', ' ')} {shown}",
+                    f"{b.bound_ms:g} {unit}",
                 )
             )
     if obs.answered > 0 or obs.error_rate > 0:

@@ -34,7 +34,8 @@ class Judgment:
 
     statistics: dict[str, Statistics]
     """By metric (``e2e`` always, and every metric the SLO bounds): its statistics, ms,
-    keyed p50 … p999, max, mean (None throughout when it had no samples)."""
+    keyed p50 … p999, max, mean (None throughout when it had no samples; +inf where the
+    statistic falls among requests not answered OK, beyond every bound)."""
     answered: int
     """Judged requests that were sent."""
     error_rate: float

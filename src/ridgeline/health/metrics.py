@@ -13,6 +13,14 @@ metric of the table.)
 Percentiles of every metric come from one estimator, ``telemetry.histogram
 .latency_summary_ms``, under one key set (``p999``, the run store's key; the SLO text
 also reads ``p99.9``, and tables show it so).
+
+A judged request not answered OK — an error, a timeout, a refusal or early drop (a full
+queue's instant 503), an answer the step stopped waiting for — is beyond every bound of
+every metric, whatever time it took to fail: ``Metric.samples`` makes it a sample of
++inf (a pooled metric adds one beyond its gaps), and every reader inherits that — the
+judge's percentiles, the probe's tail count and its intervals. A refusal in 0.2 ms is no
+fast answer. ``study.truth`` judges the same way, with code of its own (one corner
+apart: there a request that failed after its first token keeps its TTFT).
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from ridgeline.telemetry.records import Records
+from ridgeline.telemetry.records import Outcome, Records
 from ridgeline.telemetry.summary import gap_statistic, tpot_s, ttft_s
 
 DEFAULT = "e2e"
@@ -38,7 +46,7 @@ class Samples:
     """A metric's samples among some requests, seconds."""
 
     values: Seconds
-    """NaN: a request judged without a value (no answer): beyond any bound."""
+    """+inf: a request not answered OK, beyond every bound (never NaN)."""
     when: Seconds
     """Each sample's request's scheduled time."""
     owner: NDArray[np.int64] | None = None
@@ -58,10 +66,6 @@ class Metric:
     missing_meets: bool = False
     """Whether a request without a value meets a bound (a one-token answer has no TPOT
     and no gaps) or not (no first token is no TTFT within any bound)."""
-    unanswered_beyond: bool = False
-    """Whether a judged request without a value is a sample beyond every bound (a
-    request never answered has no latency) or no sample at all (an answer that did not
-    stream has no TTFT)."""
     from_schedule: bool = False
     """Timed from the scheduled send, so a late send moves it (the generator's lateness is
     judged against its bound) and a queue shows in it first."""
@@ -73,15 +77,23 @@ class Metric:
     """A request's own statistic of its pooled samples (its p99 gap), for goodput."""
 
     def samples(self, rec: Records, judged: Mask) -> Samples:
-        """The samples of the ``judged`` requests: one per request that has a value (every
-        judged one for end-to-end latency, whose NaN is a request left unanswered), or
-        the pooled ones."""
+        """The samples of the ``judged`` requests: each one not answered OK is +inf,
+        beyond every bound; each answered OK gives its value, or none when it has none
+        (an answer that did not stream has no TTFT, a one-token one no TPOT). A pooled
+        metric gives the pooled samples of every judged request (the gaps that came),
+        and one +inf for each not answered OK."""
+        failed = judged & (rec.outcome != int(Outcome.OK))
         if self.pooled is not None:
-            return self.pooled(rec, judged)
-        values = self.per_request(rec)
-        if not self.unanswered_beyond:
-            judged = judged & np.isfinite(values)
-        return Samples(values[judged], rec.scheduled[judged])
+            pooled, who = self.pooled(rec, judged), np.flatnonzero(failed)
+            owner = None if pooled.owner is None else np.concatenate([pooled.owner, who])
+            return Samples(
+                np.concatenate([pooled.values, np.full(who.size, np.inf)]),
+                np.concatenate([pooled.when, rec.scheduled[who]]),
+                owner,
+            )
+        values = np.where(failed, np.inf, self.per_request(rec))
+        taken = judged & ~np.isnan(values)
+        return Samples(values[taken], rec.scheduled[taken])
 
     def each(self, rec: Records, statistic: str) -> Seconds:
         """Each request's value a bound on ``statistic`` judges it by (goodput)."""
@@ -123,7 +135,6 @@ METRICS: dict[str, Metric] = {
             DEFAULT,
             "end-to-end latency, from the scheduled send",
             _e2e,
-            unanswered_beyond=True,
             from_schedule=True,
         ),
         Metric("ttft", "time to first token, from the scheduled send", ttft_s, from_schedule=True),
@@ -146,7 +157,6 @@ METRICS: dict[str, Metric] = {
             "latency from the actual send: the server's own time, the generator's lateness "
             "left out",
             lambda rec: rec.latency_from_send,
-            unanswered_beyond=True,
         ),
     )
 }

@@ -12,6 +12,7 @@ the same answer is the top of the bucket of the k-th smallest value.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from functools import cache
 
@@ -83,20 +84,27 @@ def latency_summary_ms(seconds: NDArray[np.float64]) -> dict[str, float | None]:
     """``summary_ms(histogram_of(seconds))`` with the exact mean, computed without the
     histogram: hdrh's value at percentile p is the highest value equivalent to the
     k-th smallest recorded one, k = max(1, int(p·n/100 + 0.5)), and its max the highest
-    equivalent to the largest."""
+    equivalent to the largest.
+
+    NaN is no value (skipped); +inf is a sample beyond every bound (a request not
+    answered OK, ``health.metrics``): it counts in n and ranks above every value, so a
+    percentile whose rank falls among such samples, the max and the mean are +inf."""
+    seconds = seconds[~np.isnan(seconds)]
     finite = seconds[np.isfinite(seconds)]
-    if finite.size == 0:
+    n = int(seconds.size)
+    if n == 0:
         return {**dict.fromkeys(PERCENTILES), "max": None, "mean": None}
     us = np.clip(np.rint(finite * 1e6), LOWEST_US, HIGHEST_US).astype(np.int64)
-    n, top = int(us.size), _buckets().get_highest_equivalent_value
+    m, top = int(us.size), _buckets().get_highest_equivalent_value
     ranks = {k: max(int(p * n / 100 + 0.5), 1) for k, p in PERCENTILES.items()}
     # only the order statistics asked for: a partition, not a sort (the same values)
-    us = np.partition(us, sorted({r - 1 for r in ranks.values()} | {n - 1}))
+    if m:
+        us = np.partition(us, sorted({r - 1 for r in ranks.values() if r <= m} | {m - 1}))
 
     def at(k: int) -> float:
-        return float(top(int(us[k - 1]))) / 1000.0
+        return float(top(int(us[k - 1]))) / 1000.0 if k <= m else math.inf
 
     out: dict[str, float | None] = {k: at(r) for k, r in ranks.items()}
     out["max"] = at(n)
-    out["mean"] = float(finite.mean()) * 1000.0
+    out["mean"] = float(finite.mean()) * 1000.0 if m == n else math.inf
     return out

@@ -1,9 +1,12 @@
 """A step's result, summarised from its records: what ``ridgeline run --json`` prints.
 
 Every answered request counts in the latency percentiles — errors at the time the
-error came, timeouts at the time they were given up on — and errors, timeouts and
-incomplete requests all count in ``error_rate``. Drops (the server said at once that a
-request could not meet its SLO) are counted apart, in ``drop_rate``.
+error came, timeouts at the time they were given up on, drops at the time of the
+refusal — and errors, timeouts and incomplete requests all count in ``error_rate``.
+Drops (the server said at once that a request could not meet its SLO) are counted
+apart, in ``drop_rate``. These percentiles show what was measured; the SLO's judgement
+(``health.metrics``, ``health.judge``) counts every request not answered OK beyond
+every bound instead.
 
 Token metrics of streamed answers (vLLM ``benchmark_serving``'s definitions; see
 docs/llm.md): TTFT, first content chunk − scheduled send, over every request that
