@@ -12,7 +12,10 @@ Metric scores (``Assessment.metric_scores``), each a value over its bound, 1.0 o
   window's counting noise (a Poisson count's relative sd is 1/√n) is not overload;
 - ``trend``: the least-squares slope of ``trend_percentile`` over the last
   ``trend_windows`` windows (``history`` then this one), over ``trend_growth`` × the
-  latency bound (that statistic's bound, else the tightest one, else its own mean); of
+  latency bound (that statistic's bound, else the tightest one, else its own mean), when
+  the rise is significant (the slope's t statistic, slope / its standard error, above
+  Student's one-sided 0.99 quantile with n − 2 degrees of freedom), else 0: the scatter
+  of a few noisy windows is no trend; of
   the end-to-end latency, unless the SLO bounds only token metrics: then of the TTFT
   when it is bounded (a queue shows there first; an LLM's end-to-end latency varies with
   each answer's length), else of the first token metric bounded;
@@ -224,22 +227,51 @@ def _trend(obs: Observation, policy: SLOPolicy, history: Sequence[Observation]) 
     ]
     if len(pts) < 3:
         return None
-    mx = sum(x for x, _ in pts) / len(pts)
-    my = sum(y for _, y in pts) / len(pts)
+    n = len(pts)
+    mx = sum(x for x, _ in pts) / n
+    my = sum(y for _, y in pts) / n
     sxx = sum((x - mx) ** 2 for x, _ in pts)
     slope = sum((x - mx) * (y - my) for x, y in pts) / sxx
+    residual = sum((y - my - slope * (x - mx)) ** 2 for x, y in pts)
+    # the slope's t statistic, one-sided: a rise the windows' own scatter explains is
+    # no trend (a few requests a window make a noisy percentile)
+    se = math.sqrt(residual / (n - 2) / sxx)
+    rising = slope > 0 and slope > _t_critical_99(n - 2) * se
     bounds = {b.percentile: b.bound_ms for b in policy.latency if b.metric == metric}
     scale = bounds.get(pct) or min(bounds.values(), default=my)
     limit = policy.trend_growth * scale
     if limit <= 0:
         return None
     label = METRICS[metric].bound_name(pct).replace("_", " ")
+    noise = "" if rising or slope <= 0 else " (not significant)"
     return _Reading(
         "trend",
-        max(0.0, slope) / limit,
+        slope / limit if rising else 0.0,
         policy.weights.trend,
-        f"{label} trend {slope:+.1f} ms/window",
+        f"{label} trend {slope:+.1f} ms/window{noise}",
         f"{limit:.3g} ms/window",
+    )
+
+
+_T_99 = (
+    31.821, 6.965, 4.541, 3.747, 3.365, 3.143, 2.998, 2.896, 2.821, 2.764,
+    2.718, 2.681, 2.650, 2.624, 2.602, 2.583, 2.567, 2.552, 2.539, 2.528,
+    2.518, 2.508, 2.500, 2.492, 2.485, 2.479, 2.473, 2.467, 2.462, 2.457,
+)  # fmt: skip
+"""Student's t, one-sided 0.99 quantile, for 1 … 30 degrees of freedom."""
+
+
+def _t_critical_99(dof: int) -> float:
+    """Student's t one-sided 0.99 quantile for ``dof`` ≥ 1 degrees of freedom: the table
+    up to 30, above it the Cornish-Fisher expansion about the normal's (within 1e-3)."""
+    if dof <= len(_T_99):
+        return _T_99[dof - 1]
+    z, v = 2.3263478740408408, float(dof)
+    return (
+        z
+        + (z**3 + z) / (4 * v)
+        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v**2)
+        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * v**3)
     )
 
 
