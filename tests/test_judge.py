@@ -127,7 +127,6 @@ def test_the_probe_judges_a_step_on_a_send_bound() -> None:
             StepPlan(10.0, 40.0, "probe"),
             parse_slo(slo),
             HysteresisConfig(),
-            warmup=False,
             step_index=0,
             t0_s=0.0,
         ).verdict

@@ -201,7 +201,8 @@ def test_a_recheck_of_a_server_that_has_not_changed_is_one_short_step(strategy: 
         (t for t in steps if t["rate"] == rechecks[0]["rate"] and t["purpose"] != "recheck"),
         key=lambda t: t["duration_s"],
     )
-    assert failed["duration_s"] > rechecks[0]["duration_s"]
+    # never longer than the failure (as long, when the failure was one search step)
+    assert failed["duration_s"] >= rechecks[0]["duration_s"]
 
 
 def test_no_sustainable_rate_is_an_answer_not_a_crash() -> None:
@@ -224,10 +225,11 @@ def test_a_probe_is_stored_with_its_timeline_and_windows(tmp_path: Path) -> None
         run = store.get_run(r.run_id)
     assert run["kind"] == "probe" and run["status"] == "complete"
     assert run["summary"]["capacity_rps"] == r.capacity_rps
-    assert len(run["steps"]) == r.steps + 1  # + the warmup step
-    warm = run["steps"][0]["windows"]
+    rounds = len(run["steps"]) - r.steps  # the warm-up's rounds come first
+    assert rounds >= 1
+    warm = [w for s in run["steps"][:rounds] for w in s["windows"]]
     assert all(w["excluded"] for w in warm)
-    assessed = [w for s in run["steps"][1:] for w in s["windows"] if not w["excluded"]]
+    assessed = [w for s in run["steps"][rounds:] for w in s["windows"] if not w["excluded"]]
     assert {w["state"] for w in assessed} >= {"healthy"}
     assert len(r.health_timeline) == len(assessed) + len(warm)
 

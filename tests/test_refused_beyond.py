@@ -90,7 +90,6 @@ def test_the_probe_counts_refusals_beyond_the_bound() -> None:
         StepPlan(20.0, DURATION_S, "probe"),
         policy,
         HysteresisConfig(),
-        warmup=False,
         step_index=0,
         t0_s=0.0,
     ).verdict

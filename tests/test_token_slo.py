@@ -58,7 +58,6 @@ def test_itl_evidence_counts_requests_not_gaps_when_slow_gaps_come_by_request() 
         StepPlan(100.0, 10.0, "probe"),
         policy,
         HysteresisConfig(),
-        warmup=False,
         step_index=0,
         t0_s=0.0,
     ).verdict

@@ -1,7 +1,7 @@
 """Health: is a window, a step, a server inside its SLO — and does it stay there?
 
 ``assess`` scores one window against an ``SLOPolicy`` (``parse_slo``); ``smooth`` applies
-hysteresis across windows; ``steady_start`` / ``warmup_step`` find where warmup ends.
+hysteresis across windows; the warm-up rounds say when a server is warm.
 """
 
 from ridgeline.health.engine import assess, observation_from_window, severity
@@ -17,8 +17,6 @@ from ridgeline.health.state import Assessment, HealthState, Observation
 from ridgeline.health.warmup import (
     WarmupConfig,
     WarmupState,
-    mser5,
-    steady_start,
     warmup_expired,
     warmup_step,
 )
@@ -36,12 +34,10 @@ __all__ = [
     "WarmupState",
     "assess",
     "format_slo",
-    "mser5",
     "observation_from_window",
     "parse_slo",
     "severity",
     "smooth",
-    "steady_start",
     "warmup_expired",
     "warmup_step",
 ]

@@ -1,12 +1,11 @@
-"""Warmup: where a step's steady state starts, and when an explicit warmup phase is done.
+"""Warmup: when the explicit warm-up phase before a probe's search is done.
 
 A server's first seconds are not its steady state: caches fill, kernels are compiled or
-autotuned, batches form. Two tools, both pure:
+autotuned, batches form. The probe warms it in a phase of its own, left out of every
+verdict; no step is cut afterwards (a steady-state cut inside steps, MSER-5, once
+dropped the first 5-65 s of a third of the steps and passed some that failed over all
+their requests: the verdict must not censor).
 
-- ``steady_start(values)`` — after the fact, the index of the first steady window of a
-  step's window series (p50 per window, say): MSER-5 (White 1997; Franklin & White 2008)
-  when the series is long enough, else a simple rule. Never more than half the series:
-  a step that never settles is judged on its second half, not discarded.
 - ``warmup_round(state, readings, cfg)`` — online, the explicit warm-up phase before the
   search, in rounds of ``min_windows`` windows. Its rate starts at the search's first
   and rises (× ``growth`` a round) while every window is well inside the SLO
@@ -31,44 +30,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ridgeline._fields import Share
 from ridgeline.health.judge import Judgment
-
-BATCH = 5
-SHORT_TOLERANCE = 0.1
-"""The simple rule for short series: steady from the first value at most 10 % above the
-median of the second half."""
-
-
-def mser5(values: Sequence[float]) -> int:
-    """MSER-5 truncation: how many leading values to drop (a multiple of 5).
-
-    Means of batches of 5 consecutive values (a trailing partial batch is ignored); the
-    truncation d (in batches) minimises Σ(remaining batch means − their mean)² / (m − d)²
-    over d < m/2, so at most half the series is dropped. Ties go to the smaller d.
-    """
-    m = len(values) // BATCH
-    batches = [sum(values[i * BATCH : (i + 1) * BATCH]) / BATCH for i in range(m)]
-    best_d, best = 0, math.inf
-    for d in range((m + 1) // 2):
-        rest = batches[d:]
-        mean = sum(rest) / len(rest)
-        stat = sum((b - mean) ** 2 for b in rest) / len(rest) ** 2
-        if stat < best:
-            best_d, best = d, stat
-    return best_d * BATCH
-
-
-def steady_start(values: Sequence[float], min_len: int = 10) -> int:
-    """Index of the first steady value of ``values``: MSER-5 from ``min_len`` values on,
-    else the first value at most 10 % above the median of the second half; never more
-    than half the series."""
-    n = len(values)
-    if n < 2:
-        return 0
-    if n >= min_len:
-        return min(mser5(values), n // 2)
-    settled = statistics.median(values[n // 2 :]) * (1 + SHORT_TOLERANCE)
-    first = next((i for i, v in enumerate(values) if v <= settled), 0)
-    return min(first, n // 2)
 
 
 class WarmupConfig(BaseModel):

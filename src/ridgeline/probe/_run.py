@@ -107,6 +107,9 @@ class Run:
         self.warmup_requests = 0
         """Seconds and requests of the warm-up phase (``warmup``)."""
         self.warmed: Warmed | None = None
+        self.uncovered: str | None = None
+        """Why the last confirmation could not last as long as the server's slow
+        behaviour asked (``orchestrator._covering``), said in the answer."""
         """What the warm-up phase did, once it has run."""
         self.excluded_s = 0.0
         """Seconds the steady-state detector left out of the steps' verdicts."""
@@ -213,10 +216,8 @@ class Run:
             judged_plan,
             self.policy,
             self.cfg.hysteresis,
-            warmup=self.cfg.warmup,
             step_index=self.index,
             t0_s=t0,
-            steady_from=None if pool is None else sum(w.excluded for w in pool.windows),
             gpu_problems=gpu_problems(samples),
             gpu_utilisation=mean_utilisation(samples),
             confidence=self.cfg.confidence,
@@ -271,6 +272,9 @@ class Run:
             test_seconds=self.t_s,  # every run once: pooled verdicts repeat their runs
             requests_sent=self.sent,
             warmup_excluded_s=self.warmup_s + self.excluded_s,
+            warmup_s=self.warmup_s,
+            warmup_requests=self.warmup_requests,
+            warmup_steady=None if self.warmed is None else self.warmed.steady,
             valid=valid,
             confirmed=confirmed,
             reason=reason,

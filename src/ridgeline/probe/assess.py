@@ -3,7 +3,7 @@ hysteresis (the timeline), and one step-level assessment (what the strategy is t
 
 The timeline is window by window: each window is assessed, then smoothed (a state moves
 only after K agreeing windows; a short spike does not move it). The step's verdict rests
-on the step as a whole — every request scheduled after steady state, spike windows
+on the step as a whole — every request it scheduled, spike windows
 included — so a p99 bound is judged on the step's own p99, not on the p99 of one-second
 samples, and is the worse of that and the state the timeline settled in. Spike tolerance
 smooths the *timeline*; it never takes requests out of the SLO: a stall every few
@@ -41,7 +41,6 @@ from ridgeline.health.sampling import (
 )
 from ridgeline.health.slo import LatencyBound, SLOPolicy
 from ridgeline.health.state import HealthState, Observation
-from ridgeline.health.warmup import steady_start
 from ridgeline.loadgen.step import StepResult
 from ridgeline.search.base import StepPlan, StepVerdict
 from ridgeline.telemetry.records import Outcome, Records
@@ -62,7 +61,6 @@ def assess_step(
     policy: SLOPolicy,
     hysteresis: HysteresisConfig,
     *,
-    warmup: bool,
     step_index: int,
     t0_s: float,
     gpu_problems: tuple[str, ...] = (),
@@ -70,28 +68,26 @@ def assess_step(
     confidence: float = 0.95,
     family: int = 1,
     confirm_requests: int = 0,
-    steady_from: int | None = None,
 ) -> StepAssessment:
     """The step's verdict and its timeline. ``confidence`` sets the interval reported
     for the judged percentile and how sure a failure on few requests must be to decide
     (``Tail``). A confirmation that held decides only on the ``confirm_requests`` it was
     sized for, counted as effective requests (``Tail.effective``): one whose requests
-    beyond the bound came in clusters ran too short and is undecided. ``steady_from``
-    fixes the first steady window (pooled runs keep their first run's: re-detected over
-    the pooled windows, a stall early in the first run would read as a transient)."""
+    beyond the bound came in clusters ran too short and is undecided. Every request of
+    the step is judged: the probe's warm-up phase is where a server warms, and nothing
+    of a step is censored
+    (a steady-state cut once dropped the first 5-65 s of a third of the steps and
+    passed some that failed over all their requests)."""
     wins = result.windows
     obs = [
         observation_from_window(w, gpu_problems=gpu_problems, gpu_utilisation=gpu_utilisation)
         for w in wins
     ]
-    p50 = [o.latency_ms.get("p50") or 0.0 for o in obs]
-    if steady_from is not None:  # pooled runs: the first run's steady state stands
-        start = steady_from
-    else:
-        start = steady_start(p50) if warmup and len(wins) >= 4 else 0
+    start = 0  # every window of the step is judged (docstring)
     hs = HysteresisState.initial()
     timeline: list[dict[str, object]] = []
     smoothed = HealthState.HEALTHY
+    late = late_counts(result, policy)
     for k, (w, o) in enumerate(zip(wins, obs, strict=True)):
         if k < start:
             w.excluded = True
@@ -106,6 +102,7 @@ def assess_step(
                 "state": smoothed.value,
                 "score": a.score,
                 "reason": a.reason,
+                "late": late[k],
             }
         )
     grace = _grace_s(result, policy)
@@ -169,6 +166,9 @@ def assess_step(
         decided=decided,
         shortfall=shortfall if not decided else 1.0,
     )
+    steady = step_obs.achieved_rps >= STEADY * step_obs.offered_rps
+    for entry in timeline:  # a step its server kept up with: its late requests come and
+        entry["steady"] = steady  # go with the server's behaviour (``health.timescale``)
     return StepAssessment(verdict, timeline)
 
 
@@ -185,7 +185,7 @@ def _grace_s(result: StepResult, policy: SLOPolicy) -> float:
 def _step_observation(
     result: StepResult, start: int, grace_s: float, policy: SLOPolicy
 ) -> Observation:
-    """The step as one observation: every request scheduled after steady state;
+    """The step as one observation: every request it scheduled;
     throughput from successful answers that came by the step's end plus ``grace_s`` (the
     SLO's latency bound: a request scheduled near the end may still answer in time)."""
     lo, end = _steady_span(result, start)
@@ -225,7 +225,7 @@ class Tail:
     """The step's requests against the SLO's tightest percentile bound."""
 
     samples: int
-    """Requests judged (sent, scheduled after steady state)."""
+    """Requests judged (sent in the step)."""
     beyond: int
     """Of those, how many took longer than the bound (or got no answer)."""
     allowed: float
@@ -372,6 +372,27 @@ def _tail(
     )
 
 
+def late_counts(result: StepResult, policy: SLOPolicy) -> list[int]:
+    """Per window of ``result``, its requests (by scheduled send) that took longer than
+    the SLO's tightest end-to-end bound or got no answer: what ``health.timescale`` reads
+    the server's slowest time scale from. Zeros when the SLO bounds no end-to-end
+    latency."""
+    wins = result.windows
+    bounds = [b.bound_ms for b in policy.latency if b.metric == DEFAULT]
+    if not wins or not bounds:
+        return [0] * len(wins)
+    rec = result.records
+    sent = rec.outcome != int(Outcome.NOT_SENT)
+    took = np.where(rec.outcome == int(Outcome.OK), rec.done - rec.scheduled, np.inf)
+    beyond = sent & ~(took <= min(bounds) / 1000.0)
+    width = max(wins[0].end_s - wins[0].start_s, 1e-9)
+    slot = np.clip((rec.scheduled[beyond] // width).astype(np.int64), 0, len(wins) - 1)
+    return [int(k) for k in np.bincount(slot, minlength=len(wins))]
+
+
+STEADY = 0.97
+"""A step whose answers kept up with this share of its offered rate kept its queue: its
+late requests are the server's behaviour, not a queue growing through the step."""
 QUARTERS = 4
 
 

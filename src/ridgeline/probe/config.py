@@ -145,6 +145,13 @@ class ProbeResult(BaseModel):
     requests_sent: int = 0
     """Requests sent over the whole probe, warmup included: what it cost the server."""
     warmup_excluded_s: float
+    warmup_s: float = 0.0
+    """Seconds of the warm-up phase (its rounds until the p50 stopped falling)."""
+    warmup_requests: int = 0
+    """Requests the warm-up phase sent: a server warming by work needs its requests."""
+    warmup_steady: bool | None = None
+    """Whether the warm-up ended steady (False: its cap ended it still warming; None: no
+    warm-up ran)."""
     valid: bool
     confirmed: bool | None
     reason: str

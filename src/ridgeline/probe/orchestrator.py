@@ -7,7 +7,9 @@ happens. The same orchestrator drives a real endpoint (real time) or a simulated
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -15,7 +17,9 @@ from ridgeline.aio import signal_name
 from ridgeline.errors import RidgelineError, TargetUnreachableError
 from ridgeline.health.metrics import METRICS
 from ridgeline.health.state import HealthState
+from ridgeline.health.timescale import CLUSTERS, TimeScale, Window, time_scale
 from ridgeline.probe._run import POOLED_CAPS, UNDECIDED_RERUNS, Run, Stopped, warmup
+from ridgeline.probe.assess import STEADY
 from ridgeline.probe.config import (
     BOUNDARY_TAIL,
     CONFIRM_TAIL,
@@ -127,6 +131,10 @@ async def probe(
     except RidgelineError as exc:
         status, reason = "failed", f"{HealthState.CRITICAL.value}: {exc}"
         est = _with_confirmation(strategy.result(), run.trajectory)
+    if run.uncovered and confirmed:
+        reason = f"{reason}; but {run.uncovered}"
+    if run.warmed is not None and run.warmed.capped:
+        reason = f"{reason}; but {run.warmed.note}"
     return run.finish(est, confirmed, status, reason)
 
 
@@ -176,7 +184,7 @@ async def _search_and_confirm(
     and why the search ended."""
     cfg = run.cfg
     while (plan := strategy.propose()) is not None:
-        strategy.observe(await run.step(plan, stop))
+        strategy.observe(await run.step(_covering(run, plan), stop))
     est = strategy.result()
     if est.capacity_rps is None:
         return est, None, est.reason
@@ -204,7 +212,7 @@ async def _confirm(
     reason = est.reason
     for attempt in range(cfg.confirm_retries + 1):
         duration = max(strategy_step_s(cfg) * cfg.confirm_factor, cfg.confirm_count() / rate)
-        plan = StepPlan(rate, duration, "confirm")
+        plan = _covering(run, StepPlan(rate, duration, "confirm"))
         runs: list[StepVerdict] = []
         invalid = 0
         decision = Decision.AGAIN
@@ -232,6 +240,74 @@ async def _confirm(
         f"and {cfg.confirm_retries} back-off(s) below it failed; the last: {reason}"
     )
     return replace(est, capacity_rps=None, ci_low=None, ci_high=ceiling), False, refuted
+
+
+def seen_time_scale(run: Run) -> TimeScale:
+    """How the server's late requests have come so far, in the steps whose server kept
+    up with their rate (``health.timescale``)."""
+    held = [e for e in run.timeline if e.get("steady")]
+    windows = [Window(float(e["t_s"]), int(e["step"]), int(e["late"])) for e in held]
+    gaps = [b.t_s - a.t_s for a, b in itertools.pairwise(windows)]
+    width = statistics.median(g for g in gaps if g > 0) if any(g > 0 for g in gaps) else 1.0
+    return time_scale(windows, width)
+
+
+VARYING = 1.1
+"""A server that held a rate in one step and, in another at that rate or above, kept up
+with only ``1/VARYING`` of it has a throughput that moves with time (a neighbour, a
+background job): a stationary server does not serve less when offered more."""
+
+
+def throughput_varied(trajectory: Sequence[StepVerdict]) -> tuple[float, float] | None:
+    """(a rate that held, the lowest throughput of a step offered at least as much) when
+    the second is below the first by ``VARYING`` or more; None when the steps agree."""
+    held = [v.rate for v in trajectory if v.valid and v.sustainable]
+    worst: tuple[float, float] | None = None
+    for v in trajectory:
+        missing = (v.rate - v.achieved_rps) * v.duration_s
+        if not v.valid or v.sustainable or v.achieved_rps >= STEADY * v.rate or missing < 100:
+            continue  # only steps whose server fell behind say what it could serve
+        top = max((r for r in held if r <= v.rate), default=0.0)
+        if top >= VARYING * v.achieved_rps and (
+            worst is None or top / v.achieved_rps > worst[0] / worst[1]
+        ):
+            worst = (top, v.achieved_rps)
+    return worst
+
+
+def _covering(run: Run, plan: StepPlan) -> StepPlan:
+    """A confirmation made long enough for the server's slow behaviour seen so far.
+
+    Its late requests: a confirmation holds ``CLUSTERS`` clusters of them at its rate, as
+    the steps that kept up have seen them come (``health.timescale``): a stall every
+    45 s is then judged at its long-run share, not by the luck of a run's phase. Its
+    throughput: when it has varied between steps (``throughput_varied``: a neighbour's
+    busy phase), as long as the caps allow, and its own windows then say how long the
+    phases are. The step caps still apply (``ProbeConfig.capped_s``); a confirmation
+    they cut short is named in the answer (``Run.uncovered``)."""
+    q = run.cfg.quantile()
+    if plan.purpose != "confirm" or q is None:
+        return plan
+    seen = seen_time_scale(run)
+    wanted = seen.cover_s(plan.rate, 1.0 - q)
+    why = seen.describe(plan.rate, 1.0 - q)
+    varied = throughput_varied(run.trajectory)
+    if varied is not None:
+        wanted = max(wanted, run.cfg.capped_s(plan.rate, math.inf))
+        why = (
+            f"the server's throughput varied between steps (it held {varied[0]:g} req/s "
+            f"and, offered as much or more, kept up with {varied[1]:.0f} req/s); {why}"
+        )
+    if wanted <= plan.duration_s:
+        return plan
+    capped = run.cfg.capped_s(plan.rate, wanted)
+    if capped < wanted:
+        run.uncovered = (
+            f"{why}; a confirmation holding {CLUSTERS} clusters of late requests needs "
+            f"{wanted:.0f} s, and the step caps allow {capped:.0f} s (raise "
+            "--max-step-s): this capacity may be optimistic"
+        )
+    return replace(plan, duration_s=wanted)
 
 
 INVALID_CONFIRM_RETRIES = 2
