@@ -129,7 +129,8 @@ def vanguard(
         typer.Option(help="write the dev pairs' a → b calibration here, for `allocate`"),
     ] = None,
     quick: Annotated[
-        bool, typer.Option(help="11 cases, 2 seeds, 1 per ablation: a few minutes' look")
+        bool,
+        typer.Option(help="every held-out case and a dev sample, 2 seeds, 1 per ablation"),
     ] = False,
     case: Annotated[list[str], typer.Option(help="only this bank case (repeatable)")] = [],  # noqa: B006
     ablation_seeds: Annotated[
