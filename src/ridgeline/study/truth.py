@@ -17,8 +17,9 @@ exclusion and no hysteresis:
 * the SLO's attainment bound is not judged: a server short of throughput fails its
   latency percentile long before a long run's achieved rate falls 5 % short.
 
-Arrivals are Poisson (or a recorded trace's gaps, cycled) at the rate; several seeds'
-runs are pooled, and each run is long: ``requests`` in all and at least ``periods``
+Arrivals are Poisson at the rate, or recorded traffic (``Overlaid``: the whole trace's
+copies superposed, as more users of one service add up; see below); several seeds' runs
+are pooled, and each run is long: ``requests`` in all and at least ``periods``
 periods of the server's stalls or neighbour, bounded by ``max_requests``, each run a
 whole number of the longest of those periods. Each run meets the server at a random
 point of its periodic behaviour, drawn per seed from the truth's own stream: it starts at
@@ -26,9 +27,23 @@ a random server time within a stall period, and its neighbour's cycle at a rando
 (``phased``). Started at server time 0, every run would see the same stalls: a 12 s
 period gives 9 stalls in 120 s, never 10, and a neighbour always busy at the start. The
 rate is
-bisected (in log space, with the same unit-rate arrivals at every rate, so the verdict
-moves with the rate and not with the draw) to ``tolerance``: a short-run pass brackets
-it, full-length runs narrow the bracket.
+bisected (in log space, with arrivals coupled across rates, so the verdict moves with
+the rate and not with the draw: Poisson's are the same unit-rate arrivals time-scaled,
+an overlay's copies at a higher rate hold those at a lower one) to ``tolerance``: a
+short-run pass brackets it, full-length runs narrow the bracket.
+
+Recorded traffic at a rate ``r`` is the trace's users multiplied (``Overlaid``): ``k =
+r / m`` copies of the whole trace (``m`` its mean rate), each cycling with period
+``duration + one mean gap`` (so a copy's mean rate is ``m``) from its own uniformly
+random starting point, superposed; a fractional copy left over (``k`` not whole) is one
+more copy thinned binomially, each of its requests kept with probability ``k − ⌊k⌋``.
+Nothing is time-scaled: a burst of the trace lasts as long and holds as many requests
+as recorded, on top of the other copies, so the traffic's burstiness (the variance of
+its counts over a minute) grows with ``k`` as ``k`` independent copies' does. A run at
+``r`` lasts ``n / r`` seconds of it (``n`` requests on average). The starting points
+and the thinning come from the truth's own streams (``[_SEED, seed, _OVERLAY]``), apart
+from any probe's; the code is this module's own, not the load generator's
+(``loadgen.schedule``'s overlays are what it checks).
 
 A server that warms up is judged warm: the same model without its warm-up. Capacity is
 a steady-state property; a probe that judges a server before it is warm is wrong about
@@ -66,6 +81,7 @@ from ridgeline.workload.traces import Trace
 
 _SEED = 0x7275_7468  # the truth's own arrival streams, apart from any probe's
 _PHASE = 1  # the tag of each seed's phase stream, beside its arrivals' ([_SEED, seed])
+_OVERLAY = 2  # the tag of each seed's overlay streams: the copies' starts, the thinning
 
 
 class TruthConfig(BaseModel):
@@ -88,53 +104,169 @@ class TruthConfig(BaseModel):
     timeout_s: float = Field(30.0, gt=0, description="per-request timeout, as the sim driver's")
 
 
+Arrivals = tuple[NDArray[np.float64], list[RequestShape] | None]
+"""A run's arrival times (seconds from its start, sorted) and its requests' shapes (None:
+one row each, the simulator's default)."""
+
+
 class Traffic(Protocol):
-    """Arrival times at rate 1 and the requests' shapes, per seed."""
+    """A run's arrivals at a rate and its requests' shapes, per seed."""
 
     @property
     def name(self) -> str: ...
 
-    def unit_times(self, n: int, seed: int) -> NDArray[np.float64]: ...
+    def times(self, rate: float, n: int, seed: int) -> NDArray[np.float64]:
+        """``n`` requests' arrival times at mean rate ``rate`` (``n`` on average where the
+        traffic's count over ``n / rate`` seconds varies), sorted, from 0."""
+        ...
 
-    def shapes(self, preset: SimPreset, n: int, seed: int) -> list[RequestShape] | None: ...
+    def arrivals(self, preset: SimPreset, rate: float, n: int, seed: int) -> Arrivals:
+        """``times(rate, n, seed)`` and the shapes of those requests on ``preset``."""
+        ...
 
 
 @dataclass(frozen=True)
 class Poisson:
-    """Poisson arrivals; sizes drawn from the server's size spec."""
+    """Poisson arrivals: the same unit-rate arrivals per seed and count, time-scaled to
+    the rate; sizes drawn from the server's size spec."""
 
     name: str = "poisson"
 
-    def unit_times(self, n: int, seed: int) -> NDArray[np.float64]:
+    def times(self, rate: float, n: int, seed: int) -> NDArray[np.float64]:
         gaps = np.random.default_rng([_SEED, seed]).exponential(1.0, n)
-        return np.asarray(np.cumsum(gaps) - gaps[0], dtype=np.float64)
+        unit = np.asarray(np.cumsum(gaps) - gaps[0], dtype=np.float64)
+        return unit / rate
 
-    def shapes(self, preset: SimPreset, n: int, seed: int) -> list[RequestShape] | None:
-        return shapes_for(preset, n, seed)
+    def arrivals(self, preset: SimPreset, rate: float, n: int, seed: int) -> Arrivals:
+        return self.times(rate, n, seed), shapes_for(preset, n, seed)
+
+
+def _trace_shapes(
+    trace: Trace, preset: SimPreset, rows: NDArray[np.int64]
+) -> list[RequestShape] | None:
+    """The shapes of a trace's ``rows`` where the simulator reads them, as a probe's step
+    replaying the trace sends them: an LLM server their prompt and output tokens (and
+    items), any other server their ``items`` (None, one row each, without the column:
+    the simulated non-LLM server reads no tokens)."""
+    items = trace.columns.get("items")
+    if preset.model.llm is None:
+        return None if items is None else [RequestShape(items=int(r)) for r in items[rows]]
+    cols = [
+        trace.columns[c][rows].tolist() if c in trace.columns else [d] * len(rows)
+        for c, d in (("items", 1), ("prompt_tokens", 0), ("output_tokens", 0))
+    ]
+    return [RequestShape(i, p, o) for i, p, o in zip(*cols, strict=True)]
+
+
+def _check_trace(trace: Trace) -> None:
+    if len(trace) < 2 or not trace.duration > 0:
+        raise ValueError(f"trace {trace.source!r} has no gaps: it needs two requests apart")
 
 
 @dataclass(frozen=True)
 class Recorded:
-    """A recorded trace's gaps, cycled from an offset per seed and scaled to mean 1; one
-    row per request, as the sim driver replays a trace without an ``items`` column."""
+    """A recorded trace's gaps, cycled from an offset per seed and scaled to mean 1, then
+    divided by the rate: the one trace sped up (every burst shortened in proportion), the
+    stress case; the study's recorded traffic is ``Overlaid``. Shapes as ``Overlaid``'s."""
+
+    trace: Trace
+    name: str = "trace-speed"
+
+    def _rows(self, n: int, seed: int) -> NDArray[np.int64]:
+        start = (seed * (len(self.trace) - 1)) // 7 % (len(self.trace) - 1)
+        return np.resize(np.roll(np.arange(len(self.trace) - 1), -start), n)
+
+    def times(self, rate: float, n: int, seed: int) -> NDArray[np.float64]:
+        _check_trace(self.trace)
+        picked = np.diff(self.trace.times)[self._rows(n, seed)]
+        picked = picked / picked.mean()
+        return np.concatenate(([0.0], np.cumsum(picked[:-1]))) / rate
+
+    def arrivals(self, preset: SimPreset, rate: float, n: int, seed: int) -> Arrivals:
+        return self.times(rate, n, seed), _trace_shapes(self.trace, preset, self._rows(n, seed))
+
+
+@dataclass(frozen=True, eq=False)
+class Overlaid:
+    """Recorded traffic at a rate: the whole trace's copies superposed (see the module
+    docstring). At rate ``r``, ``k = r / mean_rate`` copies: copy ``c`` starts at the
+    ``c``-th uniform draw of the seed's stream over the period (the same start at every
+    rate), the last one, when ``k`` is not whole, thinned: each of its requests kept when
+    its own uniform mark (from the copy's stream, the same at every rate) is below ``k −
+    ⌊k⌋``. So a higher rate's arrivals hold a lower one's, over the same span. Each request
+    keeps its trace row's sizes where the simulator reads them (``_trace_shapes``)."""
 
     trace: Trace
     name: str = "trace"
 
-    def unit_times(self, n: int, seed: int) -> NDArray[np.float64]:
-        gaps = np.diff(self.trace.times)
-        start = (seed * len(gaps)) // 7 % len(gaps)
-        picked = np.resize(np.roll(gaps, -start), n)
-        picked = picked / picked.mean()
-        return np.concatenate(([0.0], np.cumsum(picked[:-1])))
+    def __post_init__(self) -> None:
+        _check_trace(self.trace)
 
-    def shapes(self, preset: SimPreset, n: int, seed: int) -> list[RequestShape] | None:
-        items = self.trace.columns.get("items")
-        if items is None:
-            return None
-        start = (seed * len(items)) // 7 % len(items)
-        rows = np.resize(np.roll(items, -start), n)
-        return [RequestShape(items=int(r)) for r in rows]
+    @property
+    def period(self) -> float:
+        """The cycle: the trace's duration and one mean gap (a copy's mean rate is then
+        ``len / period``, the trace's own ``mean_rate``)."""
+        return self.trace.duration * len(self.trace) / (len(self.trace) - 1)
+
+    @property
+    def mean_rate(self) -> float:
+        return len(self.trace) / self.period
+
+    def copies(self, rate: float) -> tuple[int, float]:
+        """Whole copies at ``rate`` and the share kept of one more (0: none)."""
+        k = rate / self.mean_rate
+        whole = math.floor(k + 1e-9)
+        part = k - whole
+        return whole, part if part > 1e-9 else 0.0
+
+    def draw(
+        self, rate: float, span_s: float, seed: int
+    ) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+        """The arrivals of ``span_s`` seconds at ``rate`` (sorted, from the run's start at
+        0) and the trace row of each. Never empty: a draw holding no request holds the
+        first copy's first, at 0 (a run sends one at least)."""
+        if not (rate > 0 and span_s > 0):
+            raise ValueError(f"an overlay needs a rate and a span > 0, got {rate}, {span_s}")
+        times, length, period = self.trace.times, len(self.trace), self.period
+        whole, part = self.copies(rate)
+        count = whole + (part > 0)
+        starts = np.random.default_rng([_SEED, seed, _OVERLAY]).random(count) * period
+        # each copy's requests in [start, start + span) of the cycling trace, as places
+        # lap·length + row: the first at or after the start, one past the last before the end
+        ends = starts + span_s
+        laps = np.floor(ends / period)
+        lo = np.searchsorted(times, starts, side="left").astype(np.int64)
+        hi = laps.astype(np.int64) * length + np.searchsorted(
+            times, ends - laps * period, side="left"
+        ).astype(np.int64)
+        taken = np.maximum(hi - lo, 0)
+        if part > 0:  # the last copy's requests, each kept with probability part
+            marks = np.random.default_rng([_SEED, seed, _OVERLAY, whole]).random(int(taken[-1]))
+            kept_last = np.flatnonzero(marks < part)
+        else:
+            kept_last = None
+        firsts = np.cumsum(taken) - taken
+        places = np.repeat(lo - firsts, taken) + np.arange(int(taken.sum()), dtype=np.int64)
+        origin = np.repeat(starts, taken)
+        if kept_last is not None:
+            keep = np.ones(places.shape[0], dtype=bool)
+            keep[int(firsts[-1]) :] = False
+            keep[int(firsts[-1]) + kept_last] = True
+            places, origin = places[keep], origin[keep]
+        if places.shape[0] == 0:
+            places, origin = lo[:1], np.zeros(1)
+            origin[0] = times[int(lo[0]) % length] + (int(lo[0]) // length) * period
+        rows = places % length
+        at = times[rows] + (places // length) * period - origin
+        order = np.argsort(at, kind="stable")
+        return np.asarray(at[order], dtype=np.float64), np.asarray(rows[order], dtype=np.int64)
+
+    def times(self, rate: float, n: int, seed: int) -> NDArray[np.float64]:
+        return self.draw(rate, n / rate, seed)[0]
+
+    def arrivals(self, preset: SimPreset, rate: float, n: int, seed: int) -> Arrivals:
+        at, rows = self.draw(rate, n / rate, seed)
+        return at, _trace_shapes(self.trace, preset, rows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,33 +399,21 @@ def phased(preset: SimPreset, seed: int) -> tuple[SimPreset, SimState]:
 
 
 class _Runs:
-    """The runs at a rate, one per seed, each from its seed's phase (``phased``); the unit
-    arrivals and shapes are made once per length and seed."""
+    """The runs at a rate, one per seed, each from its seed's phase (``phased``), its
+    arrivals from the traffic."""
 
     def __init__(self, preset: SimPreset, traffic: Traffic, cfg: TruthConfig):
         self.preset, self.traffic, self.cfg = _warm(preset), traffic, cfg
         seeds = range(cfg.first_seed, cfg.first_seed + cfg.seeds)
         self._phased = {seed: phased(self.preset, seed) for seed in seeds}
-        self._inputs: dict[
-            tuple[int, int], tuple[NDArray[np.float64], list[RequestShape] | None]
-        ] = {}
-
-    def _input(self, n: int, seed: int) -> tuple[NDArray[np.float64], list[RequestShape] | None]:
-        key = (n, seed)
-        if key not in self._inputs:
-            self._inputs[key] = (
-                self.traffic.unit_times(n, seed),
-                self.traffic.shapes(self.preset, n, seed),
-            )
-        return self._inputs[key]
 
     def __call__(self, rate: float, share: float) -> list[Records]:
         per_seed = _per_seed(self.preset, rate, self.cfg, share)
         runs = []
         for seed, (server, state) in self._phased.items():
-            unit, shapes = self._input(per_seed, seed)
+            times, shapes = self.traffic.arrivals(self.preset, rate, per_seed, seed)
             rec, _ = simulate_preset(
-                server, unit / rate, shapes, state=state, seed=seed, timeout_s=self.cfg.timeout_s
+                server, times, shapes, state=state, seed=seed, timeout_s=self.cfg.timeout_s
             )
             runs.append(rec)
         return runs
