@@ -224,14 +224,13 @@ def trace_overlaid(trace: Trace, rate: float, duration_s: float, seed: int = 0) 
         else np.arange(n) * (duration_s / n)  # all at one instant: spread them evenly
     )
     rows = rows_tiled[picks][order][:n]
-    sized = Trace(times - times[0], {k: c[rows] for k, c in trace.columns.items()}, trace.source)
-    return Schedule(
-        np.asarray(times, dtype=np.float64),
-        shapes_from_trace(sized),
+    return _rows_at(
+        trace,
+        times,
+        rows,
         duration_s,
-        f"trace {Path(trace.source).name or '(unnamed)'}, {copies} "
-        f"cop{'y' if copies == 1 else 'ies'} overlaid at {rate:g}/s over {duration_s:g} s, "
-        f"seed {seed}",
+        f"{copies} cop{'y' if copies == 1 else 'ies'} overlaid at {rate:g}/s over "
+        f"{duration_s:g} s, seed {seed}",
     )
 
 
@@ -277,14 +276,27 @@ def trace_superposed(trace: Trace, rate: float, duration_s: float, seed: int = 0
     times, rows = _at(trace, places, offsets, duration_s)
     order = np.argsort(times, kind="stable")
     times, rows = times[order], rows[order]
+    return _rows_at(
+        trace,
+        times,
+        rows,
+        duration_s,
+        f"its users ×{k:.3g} (copies overlaid at their own pace), {rate:g}/s on average "
+        f"over {duration_s:g} s ({len(times)} requests), seed {seed}",
+    )
+
+
+def _rows_at(
+    trace: Trace, times: np.ndarray, rows: np.ndarray, duration_s: float, how: str
+) -> Schedule:
+    """The schedule sending the trace's ``rows`` at ``times``, each with its recorded
+    sizes; ``how`` says how the trace was laid out."""
     sized = Trace(times - times[0], {c: v[rows] for c, v in trace.columns.items()}, trace.source)
     return Schedule(
         np.asarray(times, dtype=np.float64),
         shapes_from_trace(sized),
         duration_s,
-        f"trace {Path(trace.source).name or '(unnamed)'}, its users ×{k:.3g} (copies "
-        f"overlaid at their own pace), {rate:g}/s on average over {duration_s:g} s "
-        f"({len(times)} requests), seed {seed}",
+        f"trace {Path(trace.source).name or '(unnamed)'}, {how}",
     )
 
 
