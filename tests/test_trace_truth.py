@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
 
@@ -17,8 +18,11 @@ import numpy as np
 import pytest
 
 import ridgeline.study.truth as truth_module
+from ridgeline.report.vanguard import results_markdown
 from ridgeline.sim import load_sim_preset
+from ridgeline.study.stats import recorded_traffic
 from ridgeline.study.truth import Overlaid, Poisson, TruthConfig, true_capacity
+from ridgeline.study.vanguard import CaseRow, ProbeRow, StudyResult, TruthRow
 from ridgeline.workload.traces import Trace, bundled_trace_path, read_trace
 
 TRACES = ("azure_llm_2023_code", "azure_llm_2023_conv")
@@ -153,3 +157,129 @@ def test_the_bursty_code_trace_leaves_a_vision_server_less_capacity_than_poisson
     assert code.capacity_rps < 0.95 * poisson and code.capacity_rps < conv
     assert code.broken_by == "p99"
     assert conv == pytest.approx(poisson, rel=0.05)
+
+
+# ---------------------------------------------------------------------------- the report
+
+
+def _case(name: str, split: str) -> CaseRow:
+    return CaseRow(
+        name=name,
+        klass="vision",
+        split=split,
+        hardware="a",
+        pair=None,
+        behaviour="made up",
+        traits=[],
+        slo="p99<50ms",
+        speed=1.0,
+        nominal_rps=1000.0,
+        noise_cv=0.1,
+        stall_fraction=0.0,
+        batching_delay_s=0.0,
+        warmup_factor=1.0,
+        interference_load=0.0,
+    )
+
+
+def _probe(case: str, variant: str, seed: int, capacity: float) -> ProbeRow:
+    return ProbeRow.model_validate(
+        {
+            "case": case,
+            "strategy": "adaptive",
+            "variant": variant,
+            "seed": seed,
+            "capacity_rps": capacity,
+            "confirmed": True,
+            "test_seconds": 100.0,
+            "requests_sent": 1000,
+            "status": "complete",
+            "reason": "",
+            "wall_s": 0.0,
+        }
+    )
+
+
+def _truth(case: str, variant: str, capacity: float | None) -> TruthRow:
+    return TruthRow.model_validate(
+        {
+            "case": case,
+            "variant": variant,
+            "slo": "p99<50ms",
+            "capacity_rps": capacity,
+            "failing_rps": (capacity or 1.0) * 1.005,
+            "broken_by": "p99",
+            "requests_per_rate": 1,
+            "evaluations": 1,
+            "wall_s": 0.0,
+        }
+    )
+
+
+def _made_up() -> StudyResult:
+    """Two held-out cases and one dev case. Poisson probes read 1,000 on each (their
+    Poisson truth), where the code trace's truth is 500 and the conversation trace's
+    1,000; the trace probes read 550 and 1,000; the dev case has no truth under the code
+    trace (none met the SLO)."""
+    probes, truths = [], []
+    for case in ("h1", "h2", "d1"):
+        for seed, wobble in enumerate((0.99, 1.01)):
+            probes.append(_probe(case, "cli", seed, 1000.0 * wobble))
+            probes.append(_probe(case, "trace-code", seed, 550.0 * wobble))
+            probes.append(_probe(case, "trace-conv", seed, 1000.0 * wobble))
+        code = None if case == "d1" else 500.0
+        truths += [_truth(case, "poisson", 1000.0), _truth(case, "trace-code", code)]
+        truths.append(_truth(case, "trace-conv", 1000.0))
+    return StudyResult(
+        seeds=2,
+        dev_seeds=2,
+        ablation_seeds=2,
+        jobs=1,
+        started_at=datetime(2026, 12, 5, tzinfo=UTC),
+        wall_s=0.0,
+        cases=[_case("h1", "heldout"), _case("h2", "heldout"), _case("d1", "dev")],
+        truths=truths,
+        probes=probes,
+    )
+
+
+def test_the_report_sets_each_traffics_probes_against_each_traffics_truth() -> None:
+    result = _made_up()
+    rows = {(r.split, r.probe, r.truth): r for r in recorded_traffic(result)}
+    held = rows[("heldout", "poisson", "trace-code")]
+    assert held.summary.agreement.bias == pytest.approx(1.0)  # 1,000 read against 500
+    assert held.summary.over == 1.0 and held.summary.probes == 4 and held.without_truth == 0
+    assert rows[("heldout", "trace-code", "trace-code")].summary.agreement.bias == pytest.approx(
+        0.1
+    )
+    assert rows[("heldout", "poisson", "poisson")].summary.agreement.bias == pytest.approx(0.0)
+    assert ("dev", "poisson", "trace-code") not in rows  # no dev case has that truth
+    assert ("dev", "trace-code", "trace-code") not in rows
+    assert ("dev", "poisson", "trace-conv") in rows
+    assert rows[("all", "poisson", "trace-code")].without_truth == 1
+
+    md = results_markdown(result, command="ridgeline study vanguard", commit=None)
+    section = md.split("#### Recorded traffic", 1)[1].split("####", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("| ")]
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert head[:3] == ["split", "probe traffic", "truth traffic"]
+    for column in ("bias", "95 % limits of agreement", "above truth by > 5 %", "mean CV"):
+        assert column in head
+    assert "ICC(2,1) of capacities" in head and "ICC(1,1) of errors" in head
+    cells = {tuple(c.strip() for c in line.strip("|").split("|")[:3]): line for line in lines[2:]}
+    assert "+100.0 %" in cells[("held-out", "Poisson", "code trace (CV 13)")]
+    assert "+10.0 %" in cells[("held-out", "code trace (CV 13)", "code trace (CV 13)")]
+    assert ("dev", "Poisson", "conversation trace (CV 1.1)") in cells
+    assert ("dev", "Poisson", "code trace (CV 13)") not in cells
+    assert (
+        "Left out, no rate tried met the SLO (the truth is none): `d1` (dev) under the code" in md
+    )
+    assert "(its truth is none): 1 from trace-code." in md  # the ablations leave it out too
+    # a result without any truth under a trace shows no such table
+    bare = result.model_copy(
+        update={"truths": [t for t in result.truths if t.variant == "poisson"]}
+    )
+    assert recorded_traffic(bare) == []
+    assert "No truth under recorded traffic in this run." in results_markdown(
+        bare, command="x", commit=None
+    )

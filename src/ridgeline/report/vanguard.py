@@ -16,6 +16,7 @@ from ridgeline.study.stats import (
     ablations,
     cost,
     cross_hardware,
+    recorded_traffic,
     regression,
     summarise,
 )
@@ -192,13 +193,51 @@ def _hardware(result: StudyResult) -> str:
 
 def _ablations(result: StudyResult) -> str:
     rows = []
+    left_out = []
     for a in ablations(result):
         baseline = [_pct(a.baseline.bias), _loa(a.baseline)]
         rows.append([a.variant, *_agreement_cells(a.summary), *baseline])
+        if a.without_truth:
+            left_out.append(f"{a.without_truth} from {a.variant}")
     if not rows:
         return "No ablation ran."
     head = ["variant", *_AGREEMENT_HEAD, "baseline bias", "baseline limits"]
-    return _markers.table(head, rows)
+    table = _markers.table(head, rows)
+    if left_out:
+        table += (
+            "\n\nCases left out, no rate tried met the SLO under the variant (its truth is "
+            f"none): {'; '.join(left_out)}."
+        )
+    return table
+
+
+TRAFFIC_NAMES = {
+    "poisson": "Poisson",
+    "trace-code": "code trace (CV 13)",
+    "trace-conv": "conversation trace (CV 1.1)",
+}
+"""The recorded-traffic table's names of a probe's or a truth's traffic."""
+
+
+def _recorded(result: StudyResult) -> str:
+    rows = []
+    for r in recorded_traffic(result):
+        cells = _summary_row(r.summary)[2:]  # the main table's figures, after split, strategy
+        probe, truth = TRAFFIC_NAMES[r.probe], TRAFFIC_NAMES[r.truth]
+        rows.append([SPLIT_NAMES[r.split], probe, truth, *cells])
+    if not rows:
+        return "No truth under recorded traffic in this run."
+    head = ["split", "probe traffic", "truth traffic", *_AGREEMENT_HEAD, *_RELIABILITY_HEAD]
+    table = _markers.table([*head, "mean CV", "R² (slope)"], rows)
+    split = {c.name: SPLIT_NAMES[c.split] for c in result.cases}
+    none = [
+        f"`{t.case}` ({split.get(t.case, '?')}) under the {TRAFFIC_NAMES[t.variant]}"
+        for t in result.truths
+        if t.capacity_rps is None and t.variant in TRAFFIC_NAMES and t.variant != "poisson"
+    ]
+    if none:
+        table += f"\n\nLeft out, no rate tried met the SLO (the truth is none): {'; '.join(none)}."
+    return table
 
 
 def _of(probes: list[ProbeRow], case: str, strategy: str) -> list[ProbeRow]:
@@ -257,6 +296,9 @@ def results_markdown(result: StudyResult, *, command: str, commit: str | None) -
         _hardware(result),
         "#### Ablations (adaptive; baseline: the same cases and seeds at the CLI defaults)",
         _ablations(result),
+        "#### Recorded traffic (adaptive; each trace replayed whole as overlay, by the probe "
+        "and by the truth)",
+        _recorded(result),
         "#### Per case",
         _per_case(result),
     ]

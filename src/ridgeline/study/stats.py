@@ -19,6 +19,12 @@ misreads every time); near 0 (or below), they are run-to-run noise. It is one-wa
 because seeds are not raters: seed k on one case and on another share nothing (other
 servers, other rates), so there is no seed effect to take out. It is undefined (None)
 when every error of the table is the same, as a perfect probe's are.
+
+Recorded traffic (``recorded_traffic``): the adaptive probes at the defaults (Poisson
+arrivals) and those replaying each bundled trace, set against the truth under each
+traffic (``RECORDED``), per split, with the main table's figures. A case whose truth
+under a trace is None (no rate tried met its SLO) has no relative error: its probes are
+left out of that row and counted beside it.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
@@ -59,16 +65,28 @@ OVER_MARGIN = 0.05
 
 _TRUTH_OF: dict[Variant, TruthVariant] = {
     "cli": "poisson",
-    "trace": "trace",
+    "trace-code": "trace-code",
+    "trace-conv": "trace-conv",
     "no-warmup": "poisson",
     "batching-windows": "poisson",
     "p99-only": "p99-only",
 }
 
 
+RECORDED: tuple[tuple[Variant, TruthVariant], ...] = (
+    ("cli", "poisson"),
+    ("cli", "trace-code"),
+    ("cli", "trace-conv"),
+    ("trace-code", "trace-code"),
+    ("trace-conv", "trace-conv"),
+)
+"""The recorded-traffic table's (probe variant, truth) pairs: the probes at the defaults
+(Poisson) against the truth under each traffic, and each trace's probes against its own."""
+
+
 @dataclass(frozen=True, slots=True)
 class Summary:
-    """One split × strategy (× variant): the estimates against the truth."""
+    """One split × strategy (× variant, × truth): the estimates against the truth."""
 
     split: str
     strategy: str
@@ -93,6 +111,22 @@ class Summary:
     """Of the estimate regressed on the truth (None: too few probes)."""
     test_seconds: float
     requests: int
+    truth: str = ""
+    """The truth the estimates were set against (``TruthVariant``; "" for the variant's own)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """One row of the recorded-traffic table: a split's probes under one traffic against
+    the truth under another (or the same)."""
+
+    split: str
+    probe: str
+    """The probes' traffic: ``poisson`` (the CLI defaults) or a ``TRACES`` variant."""
+    truth: TruthVariant
+    summary: Summary
+    without_truth: int
+    """Cases of the split left out: their truth under this traffic is None."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +173,8 @@ class Ablation:
     summary: Summary
     baseline: Agreement
     """Adaptive at the CLI defaults on the same cases and seeds, against its truth."""
+    without_truth: int = 0
+    """Cases the ablation ran on left out: their truth under it is None."""
 
 
 def _split_cases(result: StudyResult, split: str | None) -> list[CaseRow]:
@@ -163,12 +199,12 @@ def _probes(
     ]
 
 
-def _truths(result: StudyResult, rows: Sequence[ProbeRow], variant: Variant) -> list[float]:
+def _truths(result: StudyResult, rows: Sequence[ProbeRow], truth: TruthVariant) -> list[float]:
     out = []
     for p in rows:
-        t = result.truth(p.case, _TRUTH_OF[variant])
+        t = result.truth(p.case, truth)
         if t is None:
-            raise ValueError(f"case {p.case!r} has no {variant} truth: no rate met its SLO")
+            raise ValueError(f"case {p.case!r} has no {truth} truth: no rate met its SLO")
         out.append(t)
     return out
 
@@ -180,13 +216,15 @@ def summarise(
     variant: Variant = "cli",
     *,
     seeds: int | None = None,
+    truth: TruthVariant | None = None,
 ) -> Summary | None:
-    """The figures for one split (None: both) and strategy; None when nothing ran."""
+    """The figures for one split (None: both) and strategy against ``truth`` (by default
+    the variant's own); None when nothing ran."""
     cases = _split_cases(result, split)
     rows = _probes(result, cases, strategy, variant, seeds)
     if not rows:
         return None
-    truths = _truths(result, rows, variant)
+    truths = _truths(result, rows, truth or _TRUTH_OF[variant])
     estimates = [p.capacity_rps or 0.0 for p in rows]
     agreement = bland_altman(estimates, truths)  # no capacity: 0, an error of −100 %
     errors = [relative_error(p.capacity_rps, t) for p, t in zip(rows, truths, strict=True)]
@@ -209,6 +247,7 @@ def summarise(
         slope=None if fit is None else fit.coefficients[1],
         test_seconds=sum(p.test_seconds for p in rows),
         requests=sum(p.requests_sent for p in rows),
+        truth=truth or "",
     )
 
 
@@ -257,7 +296,7 @@ def regression(result: StudyResult, split: str, strategy: str) -> Regression | N
     rows = _probes(result, list(cases.values()), strategy, "cli")
     if len(rows) <= len(PREDICTORS) + 1:
         return None
-    truths = _truths(result, rows, "cli")
+    truths = _truths(result, rows, "poisson")
     errors = [relative_error(p.capacity_rps, t) for p, t in zip(rows, truths, strict=True)]
     x = np.asarray([_predictors(cases[p.case], t) for p, t in zip(rows, truths, strict=True)])
     fit = linear_fit(errors, [x[:, j] for j in range(x.shape[1])])
@@ -325,19 +364,48 @@ def cross_hardware(result: StudyResult, strategy: str) -> CrossHardware | None:
 
 
 def ablations(result: StudyResult) -> list[Ablation]:
-    """Each ablation against adaptive at the CLI defaults on the same cases and seeds."""
+    """Each ablation against adaptive at the CLI defaults on the same cases and seeds;
+    cases whose truth under the ablation is None (no rate met the SLO: a bursty trace on a
+    slow server) are left out of both, and counted."""
     out = []
     for variant in ABLATIONS:
         rows = [p for p in result.probes if p.variant == variant]
         if not rows:
             continue
         names = {p.case for p in rows}
-        cases = [c for c in result.cases if c.name in names]
+        truth = _TRUTH_OF[variant]
+        known = {t.case: t.capacity_rps for t in result.truths if t.variant == truth}
+        cases = [c for c in result.cases if c.name in names and known.get(c.name) is not None]
         s = summarise(_only(result, cases), None, "adaptive", variant)
         seeds = max(p.seed for p in rows) + 1
         base = summarise(_only(result, cases), None, "adaptive", "cli", seeds=seeds)
         if s is not None and base is not None:
-            out.append(Ablation(variant, s, base.agreement))
+            without = sum(1 for n in names if n in known and known[n] is None)
+            out.append(Ablation(variant, s, base.agreement, without))
+    return out
+
+
+def recorded_traffic(result: StudyResult) -> list[Recorded]:
+    """Adaptive's probes under each traffic against the truth under each (``RECORDED``),
+    per split (dev, held-out, both), over the cases with a truth under that traffic; a
+    pair that has no probes or no such truth in ``result`` gives no row, and a result
+    without any truth under a trace none at all."""
+    out: list[Recorded] = []
+    if not any(t.variant != "poisson" and t.variant != "p99-only" for t in result.truths):
+        return out  # no truth under recorded traffic: the main table says the rest
+    for split in ("dev", "heldout", None):
+        cases = _split_cases(result, split)
+        for variant, truth in RECORDED:
+            known = {t.case: t.capacity_rps for t in result.truths if t.variant == truth}
+            kept = [c for c in cases if known.get(c.name) is not None]
+            s = summarise(_only(result, kept), None, "adaptive", variant, truth=truth)
+            if s is None:
+                continue
+            probe = "poisson" if variant == "cli" else variant
+            without = sum(1 for c in cases if c.name in known and known[c.name] is None)
+            out.append(
+                Recorded(split or "all", probe, truth, replace(s, split=split or "all"), without)
+            )
     return out
 
 

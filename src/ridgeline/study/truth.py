@@ -186,6 +186,22 @@ class Recorded:
         return self.times(rate, n, seed), _trace_shapes(self.trace, preset, self._rows(n, seed))
 
 
+_CHUNK = 1 << 22
+
+
+def _thinned(m: int, share: float, stream: list[int]) -> NDArray[np.int64]:
+    """Which of ``m`` requests a copy thinned to ``share`` keeps: those whose uniform mark
+    (the ``stream``'s draws in order, the same for every ``m`` and ``share``) is below
+    ``share``; drawn in chunks, so a long span of a sparse copy needs no ``m`` marks at
+    once."""
+    rng = np.random.default_rng(stream)
+    kept = [
+        start + np.flatnonzero(rng.random(min(_CHUNK, m - start)) < share)
+        for start in range(0, m, _CHUNK)
+    ]
+    return np.concatenate(kept).astype(np.int64) if kept else np.zeros(0, dtype=np.int64)
+
+
 @dataclass(frozen=True, eq=False)
 class Overlaid:
     """Recorded traffic at a rate: the whole trace's copies superposed (see the module
@@ -239,23 +255,19 @@ class Overlaid:
         hi = laps.astype(np.int64) * length + np.searchsorted(
             times, ends - laps * period, side="left"
         ).astype(np.int64)
-        taken = np.maximum(hi - lo, 0)
-        if part > 0:  # the last copy's requests, each kept with probability part
-            marks = np.random.default_rng([_SEED, seed, _OVERLAY, whole]).random(int(taken[-1]))
-            kept_last = np.flatnonzero(marks < part)
-        else:
-            kept_last = None
+        taken = np.maximum(hi - lo, 0)[:whole]  # the whole copies' (the last may be thinned)
         firsts = np.cumsum(taken) - taken
-        places = np.repeat(lo - firsts, taken) + np.arange(int(taken.sum()), dtype=np.int64)
-        origin = np.repeat(starts, taken)
-        if kept_last is not None:
-            keep = np.ones(places.shape[0], dtype=bool)
-            keep[int(firsts[-1]) :] = False
-            keep[int(firsts[-1]) + kept_last] = True
-            places, origin = places[keep], origin[keep]
-        if places.shape[0] == 0:
-            places, origin = lo[:1], np.zeros(1)
-            origin[0] = times[int(lo[0]) % length] + (int(lo[0]) // length) * period
+        places = np.repeat(lo[:whole] - firsts, taken) + np.arange(int(taken.sum()))
+        origin = np.repeat(starts[:whole], taken)
+        if part > 0:  # the last copy's requests, each kept with probability part
+            kept = lo[whole] + _thinned(
+                int(hi[whole] - lo[whole]), part, [_SEED, seed, _OVERLAY, whole]
+            )
+            places = np.concatenate([places, kept])
+            origin = np.concatenate([origin, np.full(len(kept), starts[whole])])
+        if places.shape[0] == 0:  # the first copy's next request, at 0
+            places = lo[:1]
+            origin = times[lo[:1] % length] + (lo[:1] // length) * period
         rows = places % length
         at = times[rows] + (places // length) * period - origin
         order = np.argsort(at, kind="stable")

@@ -16,11 +16,22 @@ CLI option away from the baseline:
 =================  ================================  ====================================
 variant            the CLI option                    its truth
 =================  ================================  ====================================
-trace              ``--trace`` the bundled trace     recomputed under the trace's gaps
+trace-code         ``--trace`` the code trace        recomputed under the trace, overlaid
+trace-conv         ``--trace`` the chat trace        recomputed under the trace, overlaid
 no-warmup          ``--no-warmup``                   the baseline's
 batching-windows   ``--window`` 50 × batching delay  the baseline's
 p99-only           ``--slo pXX<B`` (no error bound)  recomputed for that SLO
 =================  ================================  ====================================
+
+Recorded traffic (``TRACES``: the two bundled Azure traces, the code service's very
+bursty, gap CV 13, and the conversation service's close to Poisson, CV 1.1): every case,
+dev and held-out, gets a truth under each trace (``truth.Overlaid``: the whole trace's
+copies superposed at the rate, as the probe's ``--trace`` replays it by default,
+``--trace-scale overlay``, but computed apart from it), and ``ablation_seeds`` adaptive
+probes replaying it (``--trace`` that trace). ``study.stats.recorded_traffic`` sets the
+probes at the defaults (Poisson) and the trace probes against those truths: whether
+synthetic traffic misjudges a server that real traffic loads, and whether replaying the
+recording fixes it. With ``ablation_seeds`` 0 none of it runs.
 
 The simulated driver has no batching awareness of its own: the network driver reads a
 server's batching delay and widens its windows to 50 delays; the sim driver keeps the
@@ -55,14 +66,27 @@ from ridgeline.probe.batching import window_for
 from ridgeline.probe.orchestrator import ProbeConfig, ProbeResult
 from ridgeline.study._pool import as_finished
 from ridgeline.study.bank import Case, interference_load, load_bank, select, stall_fraction
-from ridgeline.study.truth import Recorded, Traffic, Truth, TruthConfig, true_capacity
+from ridgeline.study.truth import Overlaid, Poisson, Traffic, Truth, TruthConfig, true_capacity
 from ridgeline.workload.traces import bundled_trace_path, read_trace
 
 Strategy = Literal["adaptive", "binary"]
-Variant = Literal["cli", "trace", "no-warmup", "batching-windows", "p99-only"]
+TraceVariant = Literal["trace-code", "trace-conv"]
+Variant = Literal["cli", "trace-code", "trace-conv", "no-warmup", "batching-windows", "p99-only"]
 STRATEGIES: tuple[Strategy, ...] = ("adaptive", "binary")
-ABLATIONS: tuple[Variant, ...] = ("trace", "no-warmup", "batching-windows", "p99-only")
-TruthVariant = Literal["poisson", "trace", "p99-only"]
+ABLATIONS: tuple[Variant, ...] = (
+    "trace-code",
+    "trace-conv",
+    "no-warmup",
+    "batching-windows",
+    "p99-only",
+)
+TruthVariant = Literal["poisson", "trace-code", "trace-conv", "p99-only"]
+TRACES: dict[TraceVariant, str] = {
+    "trace-code": "azure_llm_2023_code",
+    "trace-conv": "azure_llm_2023_conv",
+}
+"""Each recorded-traffic variant's bundled trace (``bundled_trace_path``): the Azure LLM
+code service's (gap CV 13, 2.6 req/s) and conversation service's (CV 1.1, 5.5 req/s)."""
 
 QUICK_DEV_CASES = (
     "rec-bigbatch-a",
@@ -224,7 +248,7 @@ class _ProbeTask:
 @dataclass(frozen=True)
 class _TruthTask:
     case: Case
-    variant: Literal["poisson", "trace"]
+    variant: Literal["poisson", "trace-code", "trace-conv"]
     truth: TruthConfig
     single_metric: bool
     """Also the truth under ``p99_only`` of the SLO (after the Poisson truth)."""
@@ -240,9 +264,10 @@ def probe_as_cli(
     window_s: float | None = None,
 ) -> ProbeResult:
     """``ridgeline probe sim:SIM_FILE --strategy S --seed K`` and the variant's option
-    (``--trace`` the bundled trace, ``--no-warmup``, ``--slo`` its p99 bound alone, or
-    ``--window`` for ``batching-windows``), as a library call: the CLI's driver and
-    config (a test holds it to the command's output)."""
+    (``--trace`` its bundled trace, replayed as overlay by default, ``--no-warmup``,
+    ``--slo`` its p99 bound alone, or ``--window`` for ``batching-windows``), as a
+    library call: the CLI's driver and config (a test holds it to the command's
+    output)."""
     target = f"sim:{sim_file}"
     slo = default_slo(target) or ""
     if variant == "p99-only":
@@ -250,7 +275,7 @@ def probe_as_cli(
     if window_s is None:
         window_s = StepConfig().window_s
     cfg = cli_probe_config(slo, strategy, seed, warmup=variant != "no-warmup")
-    trace = bundled_trace_path() if variant == "trace" else None
+    trace = bundled_trace_path(TRACES[variant]) if variant in TRACES else None
     driver = make_driver(target, step=StepConfig(window_s=window_s), trace=trace)
     return run_probe(driver, cfg)
 
@@ -268,6 +293,11 @@ def _truth_row(case: str, variant: TruthVariant, slo: str, t: Truth, note: str =
     return same_named(TruthRow, t, case=case, variant=variant, slo=slo, wall_s=t.seconds, note=note)
 
 
+def recorded(variant: TraceVariant) -> Overlaid:
+    """The truth's traffic for a recorded-traffic variant: its bundled trace overlaid."""
+    return Overlaid(read_trace(bundled_trace_path(TRACES[variant])), name=variant)
+
+
 def _truths(task: _TruthTask) -> list[TruthRow]:
     """The case's truth under its traffic; with ``single_metric`` also under its SLO's
     p99 bound alone. That one is the same bracket when the runs at the failing rate broke
@@ -275,14 +305,11 @@ def _truths(task: _TruthTask) -> list[TruthRow]:
     the full one held, and fails where the p99 bound failed; it is computed only when the
     error bound decided."""
     c, slo = task.case, task.case.preset.slo
-    if task.variant == "trace":
-        traffic: Traffic = Recorded(read_trace(bundled_trace_path()))
-        return [
-            _truth_row(
-                c.name, "trace", slo, true_capacity(c.preset, traffic=traffic, cfg=task.truth)
-            )
-        ]
-    base = true_capacity(c.preset, cfg=task.truth)
+    if task.variant != "poisson":
+        traffic: Traffic = recorded(task.variant)
+        t = true_capacity(c.preset, traffic=traffic, cfg=task.truth)
+        return [_truth_row(c.name, task.variant, slo, t)]
+    base = true_capacity(c.preset, traffic=Poisson(), cfg=task.truth)
     rows = [_truth_row(c.name, "poisson", slo, base)]
     if task.single_metric:
         single = p99_only(slo)
@@ -333,8 +360,8 @@ def _tasks(
         for v in ABLATIONS:
             if v == "batching-windows" and window == StepConfig().window_s:
                 continue
-            if v != "batching-windows" and c.split != "heldout":
-                continue
+            if v not in ("batching-windows", *TRACES) and c.split != "heldout":
+                continue  # the recorded-traffic variants run on both halves
             probe.append(("adaptive", v, cfg.ablation_seeds))
         for strategy, variant, seeds in probe:
             w = window if variant == "batching-windows" else StepConfig().window_s
@@ -342,8 +369,9 @@ def _tasks(
                 tasks.append(_ProbeTask(c.name, files[c.name], strategy, variant, k, w, cost))
         ablated = c.split == "heldout" and cfg.ablation_seeds > 0
         tasks.append(_TruthTask(c, "poisson", cfg.truth, ablated, 30.0 + cost))
-        if ablated:
-            tasks.append(_TruthTask(c, "trace", cfg.truth, False, 30.0 + cost))
+        if cfg.ablation_seeds > 0:
+            for trace in TRACES:
+                tasks.append(_TruthTask(c, trace, cfg.truth, False, 30.0 + cost))
     return sorted(tasks, key=lambda t: -t.cost)
 
 
