@@ -96,3 +96,30 @@ def test_a_stall_never_raises_the_estimate(every_s: float, duration_ms: float) -
     )
     assert plain is not None
     assert stalled is None or stalled <= plain * 1.02, (stalled, plain, reason)
+
+
+def test_a_low_rate_server_judged_at_p999_is_not_over_estimated() -> None:
+    """300 ms a request on one instance, p99.9 < 3 s: near 2 req/s a confirmation of
+    20 minutes holds some 3 requests beyond the percentile, and its late requests come
+    in runs of a dozen; one that held on that evidence was 14 % over. A confirmation
+    that held near the boundary with fewer than 3 of its clusters, or without an upper
+    end to its percentile's interval (then read from its exponential tail), now fails."""
+    preset = SimPreset.model_validate(
+        {
+            "description": "seq2seq",
+            "model": {
+                "name": "s",
+                "base_ms": 300.0,
+                "per_item_ms": 0.0,
+                "batching": {"max_batch_size": 1, "max_queue_delay_s": 0.0},
+                "instances": 1,
+                "noise_cv": 0.4,
+                "max_queue": 256,
+            },
+            "slo": "p99.9<3s,errors<0.1%",
+        }
+    )
+    estimate, reason = default_probe(preset)
+    truth = true_capacity(preset).capacity_rps
+    assert truth is not None
+    assert estimate is None or estimate <= truth * (1 + OVER), (estimate, truth, reason)

@@ -7,13 +7,18 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
+import statistics
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ridgeline._same_named import same_named
 from ridgeline.errors import TargetError, TargetUnreachableError
 from ridgeline.health.judge import judge
+from ridgeline.health.metrics import METRICS
+from ridgeline.health.sampling import QUANTILES, extrapolated_quantile
 from ridgeline.health.slo import format_slo
+from ridgeline.health.state import HealthState
+from ridgeline.health.timescale import TimeScale, Window, time_scale
 from ridgeline.health.warmup import (
     round_healthy,
     warmup_ceiling,
@@ -33,9 +38,19 @@ from ridgeline.probe.config import (
 from ridgeline.probe.drivers import Driver
 from ridgeline.search.base import CapacityEstimate, StepPlan, StepVerdict
 from ridgeline.telemetry.gpu import GpuMonitor, gpu_problems, mean_utilisation
+from ridgeline.telemetry.records import Outcome
 from ridgeline.telemetry.store import RunStore
 from ridgeline.telemetry.summary import StepSummary, with_goodput
 
+FEWEST_CLUSTERS = 3
+"""A confirmation that held counts only if it could hold this many clusters of late
+requests as the probe has seen them come (``health.timescale``): one shorter passed or
+not by whether it caught one."""
+NEAR_BOUNDARY = 0.8
+"""…when it held near the boundary (its score this or more: within a fifth of it)."""
+UNSURE_SCORE = 2.0
+"""The score an unsure confirmation fails at, at most (its interval's end may be
+unbounded): a clear failure's, so that it backs off by up to 15 %."""
 POOLED_CAPS = 2
 """An undecided step pools runs up to this many step caps (1,200 s by default): a server
 whose late requests cluster in long busy periods gets twice the cap, never hours for one
@@ -173,7 +188,72 @@ class Run:
                 break  # the pooled step is as long as the caps allow
             verdict = await self._assessed(replace(plan, duration_s=more), stop, pool=self._last)
             total += more
+        if plan.purpose == "confirm" and verdict.sustainable:
+            verdict = self._unsure(verdict)
         return verdict
+
+    def time_scale(self) -> TimeScale:
+        """How the server's late requests have come so far, in the steps whose server
+        kept up with their rate (``health.timescale``)."""
+        kept = [e for e in self.timeline if e.get("steady")]
+        windows = [Window(float(e["t_s"]), int(e["step"]), int(e["late"])) for e in kept]
+        gaps = [g for a, b in itertools.pairwise(windows) if (g := b.t_s - a.t_s) > 0]
+        return time_scale(windows, statistics.median(gaps) if gaps else 1.0)
+
+    def _unsure(self, held: StepVerdict) -> StepVerdict:
+        """A confirmation that held on too little evidence — still undecided at the caps
+        (its requests worth too few independent ones), or too few requests for its
+        percentile's interval to have an upper end at all (a p99.9 at 2 req/s holds some
+        3 beyond it in 20 minutes) — stands only if the upper end of that interval is
+        within the bound: a pass its evidence cannot tell from a failure is not a
+        capacity. Else it counts as failed at that end's score, and the confirmation
+        backs off from it."""
+        judged = next((b for b in self.policy.latency if b.name == held.judged), None)
+        q = QUANTILES.get(judged.percentile) if judged is not None else None
+        spacing = self.time_scale().spacing_s(held.rate, 1.0 - q) if q is not None else 0.0
+        near = held.score >= NEAR_BOUNDARY  # far inside, a cluster more changes nothing
+        if near and spacing > 0 and held.duration_s < FEWEST_CLUSTERS * spacing:
+            return self._failed(
+                held,
+                UNSURE_SCORE,
+                f"unsure: it held ({held.reason}), but late requests come in clusters some "
+                f"{spacing:.0f} s apart at this rate, and its {held.duration_s:.0f} s could "
+                f"hold {held.duration_s / spacing:.1f} of them, fewer than {FEWEST_CLUSTERS} "
+                "(raise --max-step-s for more)",
+            )
+        high = held.interval_ms[1] if held.interval_ms is not None else math.inf
+        if judged is None or high <= judged.bound_ms or (held.decided and math.isfinite(high)):
+            return held
+        bound = judged.bound_ms
+        if math.isinf(high) and self._last is not None:
+            # too few requests to bound the percentile: its exponential tail, read from
+            # the quantiles the run does place, says whether it held
+            rec = self._last.records
+            taken = METRICS[judged.metric].samples(rec, rec.outcome != int(Outcome.NOT_SENT))
+            tail = extrapolated_quantile(taken.values, QUANTILES[judged.percentile]) * 1000.0
+            if tail <= bound:
+                return replace(
+                    held,
+                    reason=f"{held.reason}; its {held.judged} read from its tail: {tail:.1f} ms",
+                )
+            high = tail
+        return self._failed(
+            held,
+            min(high / bound, UNSURE_SCORE),
+            f"unsure: it held ({held.reason}), but on {held.samples} requests worth "
+            f"{held.samples / held.dispersion:.0f} independent ones its {held.judged}'s "
+            f"{self.cfg.confidence:.0%} interval reaches "
+            + ("beyond every latency" if math.isinf(high) else f"{high:.1f} ms")
+            + f" > {bound:g} ms within the step caps (raise --max-step-s for more)",
+        )
+
+    def _failed(self, held: StepVerdict, score: float, reason: str) -> StepVerdict:
+        """``held`` counted as failed, at ``score``, for ``reason``, in the trajectory too."""
+        failed = replace(
+            held, state=HealthState.UNHEALTHY, score=score, decided=True, reason=reason
+        )
+        self.trajectory[-1] = failed
+        return failed
 
     async def longer(self, plan: StepPlan, seconds: float, stop: asyncio.Event) -> StepVerdict:
         """The step just run at ``plan``'s rate made ``seconds`` long in all: one more run,

@@ -7,9 +7,7 @@ happens. The same orchestrator drives a real endpoint (real time) or a simulated
 from __future__ import annotations
 
 import asyncio
-import itertools
 import math
-import statistics
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -17,7 +15,7 @@ from ridgeline.aio import signal_name
 from ridgeline.errors import RidgelineError, TargetUnreachableError
 from ridgeline.health.metrics import METRICS
 from ridgeline.health.state import HealthState
-from ridgeline.health.timescale import CLUSTERS, TimeScale, Window, time_scale
+from ridgeline.health.timescale import CLUSTERS
 from ridgeline.probe._run import POOLED_CAPS, UNDECIDED_RERUNS, Run, Stopped, warmup
 from ridgeline.probe.assess import STEADY
 from ridgeline.probe.config import (
@@ -242,32 +240,28 @@ async def _confirm(
     return replace(est, capacity_rps=None, ci_low=None, ci_high=ceiling), False, refuted
 
 
-def seen_time_scale(run: Run) -> TimeScale:
-    """How the server's late requests have come so far, in the steps whose server kept
-    up with their rate (``health.timescale``)."""
-    held = [e for e in run.timeline if e.get("steady")]
-    windows = [Window(float(e["t_s"]), int(e["step"]), int(e["late"])) for e in held]
-    gaps = [b.t_s - a.t_s for a, b in itertools.pairwise(windows)]
-    width = statistics.median(g for g in gaps if g > 0) if any(g > 0 for g in gaps) else 1.0
-    return time_scale(windows, width)
-
-
 VARYING = 1.1
 """A server that held a rate in one step and, in another at that rate or above, kept up
 with only ``1/VARYING`` of it has a throughput that moves with time (a neighbour, a
-background job): a stationary server does not serve less when offered more."""
+background job): a stationary server does not serve less when offered more…"""
+NEAR = 1.2
+"""…in a step offered at most this much more than the rate that held: far above it,
+timeouts and a queue that never drains make the throughput what the step did, not what
+the server could."""
 
 
-def throughput_varied(trajectory: Sequence[StepVerdict]) -> tuple[float, float] | None:
+def throughput_varied(trajectory: Sequence[StepVerdict], needed: int) -> tuple[float, float] | None:
     """(a rate that held, the lowest throughput of a step offered at least as much) when
-    the second is below the first by ``VARYING`` or more; None when the steps agree."""
-    held = [v.rate for v in trajectory if v.valid and v.sustainable]
+    the second is below the first by ``VARYING`` or more; None when the steps agree.
+    A rate held counts only on the ``needed`` requests a step needs to decide: a short
+    step that held by luck says nothing of what the server serves."""
+    held = [v.rate for v in trajectory if v.valid and v.sustainable and v.samples >= needed]
     worst: tuple[float, float] | None = None
     for v in trajectory:
         missing = (v.rate - v.achieved_rps) * v.duration_s
         if not v.valid or v.sustainable or v.achieved_rps >= STEADY * v.rate or missing < 100:
             continue  # only steps whose server fell behind say what it could serve
-        top = max((r for r in held if r <= v.rate), default=0.0)
+        top = max((r for r in held if r <= v.rate <= NEAR * r), default=0.0)
         if top >= VARYING * v.achieved_rps and (
             worst is None or top / v.achieved_rps > worst[0] / worst[1]
         ):
@@ -288,10 +282,10 @@ def _covering(run: Run, plan: StepPlan) -> StepPlan:
     q = run.cfg.quantile()
     if plan.purpose != "confirm" or q is None:
         return plan
-    seen = seen_time_scale(run)
+    seen = run.time_scale()
     wanted = seen.cover_s(plan.rate, 1.0 - q)
     why = seen.describe(plan.rate, 1.0 - q)
-    varied = throughput_varied(run.trajectory)
+    varied = throughput_varied(run.trajectory, run.cfg.needed())
     if varied is not None:
         wanted = max(wanted, run.cfg.capped_s(plan.rate, math.inf))
         why = (
