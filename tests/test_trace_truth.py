@@ -65,8 +65,9 @@ def test_the_overlay_holds_the_rate_and_adds_copies_burstiness(name: str) -> Non
     # Burstiness: k independent copies' counts add, so their variance is k times one
     # copy's (its exact value from the trace). The sample variance of 3,000 minutes
     # has a bootstrap standard error of 2.7 % of itself (code) and 2.4 % (conv); 10 %
-    # is about 4 of them. A time-scaled (sped-up) trace would not add so: the one
-    # trace's minute at 8 times the rate is 8 times its count, 64 times its variance.
+    # is about 4 of them. A time-scaled (sped-up) trace would not add so: its minute
+    # at 8 times the rate holds 8 of the trace's minutes, whose counts drift together
+    # (up to 64 times one minute's variance).
     assert counts.var(ddof=1) / (k * var1) == pytest.approx(1.0, abs=0.10)
 
 
