@@ -49,6 +49,20 @@ def _minute_counts(o: Overlaid, rate: float, seeds: int) -> np.ndarray:
     return np.array([len(o.draw(rate, 60.0, 10_000 + s)[0]) for s in range(seeds)])
 
 
+def test_the_conversation_trace_ships_beside_the_code_trace_with_its_attribution() -> None:
+    path = bundled_trace_path("azure_llm_2023_conv")
+    assert path.parent == bundled_trace_path("azure_llm_2023_code").parent
+    assert "data/*" in (Path(__file__).parents[1] / "pyproject.toml").read_text()  # shipped
+    trace = read_trace(path)
+    gaps = np.diff(trace.times)
+    assert len(trace) == 19_366 and trace.mean_rate == pytest.approx(5.5, abs=0.05)
+    assert 1.0 < gaps.std() / gaps.mean() < 1.2  # close to Poisson, as the notes say
+    section = (path.parent / "ATTRIBUTION.md").read_text().split("## `azure_llm_2023_conv.csv`")
+    assert len(section) == 2
+    for needed in ("CC-BY 4.0", "Azure Public Dataset", "Patel et al.", "ISCA 2024"):
+        assert needed in section[1].split("\n## ")[0]
+
+
 @pytest.mark.parametrize("name", TRACES)
 def test_the_overlay_holds_the_rate_and_adds_copies_burstiness(name: str) -> None:
     o = overlay(name)
