@@ -117,10 +117,12 @@ def test_the_confirmation_follows_the_slo_percentile(slo: str, tail: int) -> Non
     assert confirms and r.confirmed, r.reason
     for t in confirms:
         assert t["duration_s"] * t["rate"] >= tail * (1 - 1e-9), t
-        assert t["samples"] >= 0.5 * tail, t  # the steady-state cut takes at most half
+        assert t["samples"] >= 0.5 * tail, t
         # a clustered confirmation pools more runs with the first: never shorter
         assert t["duration_s"] >= max(30.0, tail / t["rate"]) * (1 - 1e-9), t
-    assert confirms[0]["duration_s"] == pytest.approx(max(30.0, tail / confirms[0]["rate"]))
+    # sized by the percentile, or longer when the server's late requests came in
+    # clusters the probe saw (``health.timescale``: a confirmation holds 10 of them)
+    assert confirms[0]["duration_s"] >= max(30.0, tail / confirms[0]["rate"]) * (1 - 1e-9)
 
 
 def test_a_cap_shortens_a_step_but_never_below_what_its_percentile_needs() -> None:
