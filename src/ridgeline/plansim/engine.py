@@ -103,7 +103,11 @@ class EngineRun:
     end_s: float
     """When the last event happened."""
     in_system_s: float
-    """The integral of the number of requests in the system over ``[0, horizon_s]``."""
+    """The integral of the number of requests in the pipeline (from reaching it to their
+    answer or failure) over ``[0, horizon_s]``."""
+    entered_s: NDArray[np.float64]
+    """When each request reached the pipeline: the times ``run`` was given (after any
+    front end, which the pipeline's count leaves out)."""
 
 
 class Noise:
@@ -333,6 +337,7 @@ class Engine:
             self._dropped_at_arrival,
             now,
             self._area,
+            times,
         )
 
     def _tick(self, now: float) -> None:

@@ -79,7 +79,11 @@ class PlanSimResult:
     """End-to-end latency of the answered requests: the ``SHOWN`` statistics (None when
     none was answered)."""
     mean_in_system: float
-    """Time-average of requests in the system over the arrival window."""
+    """Time-average of requests in the system (the front end's queue included, as in
+    ``mean_time_in_system_s``) over the arrival window. Little's law on the run's own
+    path: times the window T, it is Σ (min(finish, T) − arrival) over the requests, so
+    it falls short of rate × ``mean_time_in_system_s`` by the time the requests still
+    inside at T spend after it, over T."""
     mean_time_in_system_s: float
     """Mean from arrival to answer or failure, over every request (0 for one dropped on
     arrival)."""
@@ -185,7 +189,8 @@ def summarise(
         dropped_at_arrival=run.dropped_at_arrival,
         late=int(np.count_nonzero(ok & ~judged.good)),
         latency_ms=lat,
-        mean_in_system=run.in_system_s / duration_s,
+        mean_in_system=(run.in_system_s + _in_front_end_s(times, run.entered_s, duration_s))
+        / duration_s,
         mean_time_in_system_s=float((run.finish_s - times).mean()) if n else 0.0,
         tasks=tuple(tasks),
         segments=segments,
@@ -196,6 +201,17 @@ def summarise(
         finish_s=run.finish_s,
         status=run.status,
     )
+
+
+def _in_front_end_s(
+    arrival_s: NDArray[np.float64], entered_s: NDArray[np.float64], horizon_s: float
+) -> float:
+    """The integral over ``[0, horizon_s]`` of the number of requests in the front end:
+    each from its arrival until it reaches the pipeline (``engine.EngineRun.entered_s``),
+    which the engine's count starts at."""
+    if entered_s is arrival_s:
+        return 0.0
+    return float((np.minimum(entered_s, horizon_s) - np.minimum(arrival_s, horizon_s)).sum())
 
 
 def slo_policy(slo_ms: float) -> SLOPolicy:
