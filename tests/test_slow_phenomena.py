@@ -123,3 +123,32 @@ def test_a_low_rate_server_judged_at_p999_is_not_over_estimated() -> None:
     truth = true_capacity(preset).capacity_rps
     assert truth is not None
     assert estimate is None or estimate <= truth * (1 + OVER), (estimate, truth, reason)
+
+
+def test_a_failure_that_never_decided_does_not_bound_the_search() -> None:
+    """0.05 % injected errors under errors<0.1 %: with seed 0 a pooled step at 193 req/s
+    drew 16 errors in 15,708 (7.9 expected; 15.7 allowed), a coin toss against the bound
+    that stood as measured once its reruns ran out, and bounded the search at 47 % of
+    the truth. Its recheck held, decided, but not "clearly better" (0.85 against 1.02):
+    a failure that never decided is no evidence against it, and the search goes on."""
+    preset = SimPreset.model_validate(
+        {
+            "description": "nlp with injected errors",
+            "speed": 1.6,
+            "model": {
+                "name": "e",
+                "base_ms": 10.0,
+                "per_item_ms": 2.0,
+                "batching": {"max_batch_size": 8, "max_queue_delay_s": 0.002},
+                "instances": 1,
+                "noise_cv": 0.2,
+                "error_rate": 0.0005,
+                "max_queue": 24,
+            },
+            "slo": "p99<150ms,errors<0.1%",
+        }
+    )
+    estimate, reason = default_probe(preset, seed=0)
+    truth = true_capacity(preset).capacity_rps
+    assert estimate is not None and truth is not None, reason
+    assert abs(estimate / truth - 1) <= OVER, (estimate, truth, reason)
