@@ -102,7 +102,7 @@ def test_a_low_rate_server_judged_at_p999_is_not_over_estimated() -> None:
     """300 ms a request on one instance, p99.9 < 3 s: near 2 req/s a confirmation of
     20 minutes holds some 3 requests beyond the percentile, and its late requests come
     in runs of a dozen; one that held on that evidence was 14 % over. A confirmation
-    that held near the boundary with fewer than 3 of its clusters, or without an upper
+    that held near the boundary shorter than one of its clusters, or without an upper
     end to its percentile's interval (then read from its exponential tail), now fails."""
     preset = SimPreset.model_validate(
         {
