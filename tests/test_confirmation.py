@@ -65,6 +65,34 @@ def test_a_narrow_failure_goes_to_the_majority_of_three(
     assert decide([run(s, se=0.05) for s in scores]) is expected
 
 
+def counted(score: float, samples: int, beyond: int, **kw: object) -> StepVerdict:
+    """A p99 run of ``samples`` requests, ``beyond`` of them past the bound."""
+    return run(score, se=0.05, judged="p99", samples=samples, beyond=beyond,
+               allowed=samples * 0.01, **kw)  # fmt: skip
+
+
+def test_three_runs_that_disagree_are_judged_on_their_requests_together() -> None:
+    """The issue's case: a long run past the bound (1,110 beyond where its 100,000
+    requests allow 1,000: 11 % past it), two short ones that caught no stall (150 of
+    20,000 each). The majority would hold; the requests, added up, are 1,410 beyond
+    where 1,400 are allowed: failed."""
+    runs = [counted(1.11, 100_000, 1_110), counted(0.9, 20_000, 150),
+            counted(0.9, 20_000, 150)]  # fmt: skip
+    assert decide(runs) is Decision.FAILED
+    # the other way: two short runs' narrow failures do not outweigh a long pass
+    # (130 + 120 + 900 = 1,150 beyond, 1,200 allowed)
+    runs = [counted(1.3, 10_000, 130), counted(1.2, 10_000, 120),
+            counted(0.9, 100_000, 900)]  # fmt: skip
+    assert decide(runs) is Decision.HELD
+
+
+def test_a_run_failed_by_more_than_its_tail_leaves_the_vote_to_the_majority() -> None:
+    """A run that failed on its errors (its tail within what the percentile allows)
+    says nothing its tail count could weigh: the majority decides, as before."""
+    runs = [counted(1.2, 10_000, 50), counted(0.9, 10_000, 80), counted(0.9, 10_000, 80)]
+    assert decide(runs) is Decision.HELD
+
+
 def test_once_contested_a_narrow_pass_goes_to_the_majority_too() -> None:
     assert decide([run(0.95, se=0.05)]) is Decision.HELD
     assert decide([run(0.95, se=0.05)], contested=True) is Decision.AGAIN

@@ -4,7 +4,10 @@ A long run's p99 is itself a noisy estimate: on a server with heavy-tailed servi
 times, runs of the same length at the same rate score on both sides of the SLO. A
 confirmation that fails near the boundary — within ``margin``, or within ``Z`` standard
 errors of its own score, measured from the spread of the run's quarters — is a coin
-toss, so it is run again, up to three times, and the majority decides. A pass stands at
+toss, so it is run again, up to three times, and the majority decides — or, when the
+three disagree, their requests beyond the bound added up against what the percentile
+allows of all their requests (``pooled_tail``: a long run weighs by its requests, and
+two short ones that caught no stall do not outvote it). A pass stands at
 once, as does a clear failure: a pass above the boundary grows rarer fast the further
 above it is, while a narrow failure at a sustainable rate would send the search lower
 for nothing. Once a confirmation has failed, though, the search's short steps have
@@ -87,6 +90,8 @@ def decide(
         return Decision.HELD if first.sustainable else Decision.FAILED
     held = sum(r.sustainable for r in runs)
     failed = len(runs) - held
+    if held and failed and len(runs) >= MAX_RUNS and (pooled := pooled_tail(runs)) is not None:
+        return Decision.HELD if pooled else Decision.FAILED
     need = MAX_RUNS // 2 + 1
     if held >= need:
         return Decision.HELD
@@ -95,6 +100,22 @@ def decide(
     if len(runs) >= MAX_RUNS:  # unreachable with an odd MAX_RUNS; kept for safety
         return Decision.HELD if held > failed else Decision.FAILED
     return Decision.AGAIN
+
+
+def pooled_tail(runs: Sequence[StepVerdict]) -> bool | None:
+    """Whether runs that disagree held together: their requests beyond the percentile's
+    bound, added up, within what the percentile allows of their requests added up, as
+    one run as long as all of them would be judged (they ran at one rate). A vote would
+    let two short runs that caught no stall outvote a long one that caught several: a
+    long run's verdict weighs by its requests. None where a run failed by more than its
+    tail (errors, a trend) or the runs were judged on different bounds: then the
+    majority decides."""
+    judged = {r.judged for r in runs}
+    if len(judged) != 1 or not next(iter(judged)) or any(r.allowed <= 0 for r in runs):
+        return None
+    if any(not r.sustainable and r.beyond <= r.allowed for r in runs):
+        return None
+    return sum(r.beyond for r in runs) <= sum(r.allowed for r in runs)
 
 
 def deciding(runs: Sequence[StepVerdict], decision: Decision) -> StepVerdict:
