@@ -57,14 +57,16 @@ three 60 s constant-rate runs at 1.0 × (the SLO met) and fails at 1.15 ×; `ver
 holds in the same 60 s check"). Per probe, a fresh server process:
 
 1. `python -m ridgeline probe URL --slo SLO --json --seed k` (the CLI's defaults
-   otherwise; bounded by RIDGELINE_RT_PROBE_BUDGET_S, 420 s, then SIGINT): its capacity,
-   whether confirmed, wall time, test-seconds;
+   otherwise; bounded by RIDGELINE_RT_PROBE_BUDGET_S, here 900 s, then SIGINT: in the
+   accuracy mode's 420 s several probes ended unconfirmed): its capacity, whether
+   confirmed, wall time, test-seconds;
 2. on the same server process, RIDGELINE_RT_HOLD_RUNS (3) runs of `ridgeline run URL
    --rate R --duration RIDGELINE_RT_HOLD_S (60) --json --seed j` (Poisson, seeds 1, 2, 3)
    at R = 1.0 × the capacity, then as many at 1.15 ×, each judged as a long run of the
    truth above (valid; every bound over all requests, from the schedule; error rate;
    attainment). Reported: held n/3 at 1.0 ×, failed n/3 at 1.15 ×. A probe without an
-   estimate (interrupted) gets its runs at the best rate a step held, said so in its row.
+   estimate (interrupted) gets its runs at the best rate a step held, else at the
+   server's fallback rate (a smoke run's short budget), said so in its row.
 
 Servers, and probes per server (RIDGELINE_RT_HOLD_PROBES, default `default:3,fresh:2`,
 seeds 0, 1, ... per server):
@@ -85,10 +87,12 @@ seeds 0, 1, ... per server):
   demand under the plan's SLO, `p99<400ms,errors<1%` (verify's --max-fail as the error
   rate): does verify's PASS hold in them?
 
-How long: 5 probes (a couple of minutes each, at most 420 s) + 30 × ~65 s of runs
-(60 s, the pause, start-up) + verify (~2 minutes, then 3 × ~65 s): about 50 minutes, at
-most about 75 (every probe budget spent). A smoke run (a minute or two of load and the
-example plan's start):
+How long, an estimate (no full run yet): 5 probes (on these 2 cores the default
+preset's was still searching, unconfirmed, after 150 s; say 5-15 minutes each, at most
+900 s) + 30 × ~66 s of runs (60 s, the pause, start-up) + verify (~2.5 minutes, then
+3 × ~66 s): about 1.5 hours, at most about 2 (every probe budget spent). A smoke run,
+about 5 minutes (the probes interrupted at 40 s, so their runs go at the servers'
+fallback rates; verify as in the full run):
 
     RIDGELINE_RT_MODE=hold RIDGELINE_RT_HOLD_PROBES=default:1,fresh:1 \
     RIDGELINE_RT_HOLD_S=5 RIDGELINE_RT_HOLD_RUNS=1 RIDGELINE_RT_PROBE_BUDGET_S=40 \
@@ -590,10 +594,10 @@ HOLD_SERVERS = {
             # the preset carries no SLO; this is the one benchmarks/search.py's real-time
             # section measured it under: 4 × its 13 ms full batch, rounded down to 5 ms
             "p99<50ms,errors<1%",
-            probe_budget_s=420,
+            probe_budget_s=900,  # a user's probe runs to its end
             truth_s=60,
             truth_budget_s=0,
-            fallback_rate=0,
+            fallback_rate=400,  # below its ~570/s
             preset="default",
         ),
         Server(
@@ -603,10 +607,10 @@ HOLD_SERVERS = {
             " 6.5 s; 753/s raw)",
             # the same way: 4 × its 21.26 ms full batch, rounded down to 5 ms
             "p99<85ms,errors<0.1%",
-            probe_budget_s=420,
+            probe_budget_s=900,  # a user's probe runs to its end
             truth_s=60,
             truth_budget_s=0,
-            fallback_rate=0,
+            fallback_rate=300,
             config=FRESH,
         ),
         Server(
@@ -707,7 +711,7 @@ HOLD_INTRO = [
     "Command: `RIDGELINE_RT_MODE=hold .venv/bin/python benchmarks/realtime.py` (issue 31).",
     "Each server in its own process on 127.0.0.1, each probe and load generator too, a",
     "fresh server process per probe. The probe is `python -m ridgeline probe URL --slo SLO",
-    "--json --seed k`, the CLI's defaults otherwise, bounded by 420 s (past it, SIGINT).",
+    "--json --seed k`, the CLI's defaults otherwise, bounded by 900 s (past it, SIGINT).",
     "At its capacity, then at 1.15 × it, three constant-rate runs of 60 s each on the same",
     "server process (`ridgeline run URL --rate R --duration 60 --json --seed j`, Poisson,",
     "seeds 1-3, 3 s idle before each), judged as the long runs of the accuracy section: a",
@@ -738,7 +742,9 @@ def hold_row(
     if p.status != "complete":
         estimate += f" ({p.status})"
     if p.estimate is None and at.runs:
-        estimate += f"; runs at the best rate a step held, {at.rate:,.1f}/s"
+        held = p.best_held is not None and math.isclose(at.rate, p.best_held)
+        source = "the best rate a step held" if held else "the server's fallback rate"
+        estimate += f"; runs at {source}, {at.rate:,.1f}/s"
     confirmed = {True: "yes", False: "no", None: "—"}[p.confirmed]
     return (
         f"| {date} | {server.key}: {server.describe()} | `{server.slo}` | seed {seed}"
@@ -757,7 +763,7 @@ def hold_probe(server: Server, seed: int, where: Path, date: str, machine_: str)
             f" {p.wall_s:.0f} s wall, {p.test_s:.0f} test-s, {p.requests} requests; {p.reason}",
             flush=True,
         )
-        rate = p.estimate or p.best_held
+        rate = p.estimate or p.best_held or server.fallback_rate  # the last: smoke runs
         at, over = Hold(rate or 0.0, 1.0), Hold((rate or 0.0) * OVER, OVER)
         if rate:
             at = hold_runs(url, server, rate, 1.0, where, tag)
@@ -786,6 +792,11 @@ def hold_verify(where: Path, date: str, machine_: str) -> str:
             print(f"verify: exited {code}: {stderr[-300:]}", flush=True)
         p99, margin = result.get("p99_ms"), result.get("margin")
         said = verdict
+        if result:
+            said += f" ({float(result.get('fail_rate', 0.0)):.1%} not served"
+            said += (
+                f"; invalid: {result['invalid_reason']})" if result.get("invalid_reason") else ")"
+            )
         if p99 is not None:
             said += f", p99 {p99:,.1f} ms"
         if margin is not None:
