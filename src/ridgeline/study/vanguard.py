@@ -117,6 +117,9 @@ class StudyConfig(BaseModel):
     cases: tuple[str, ...] | None = Field(None, description="bank cases to run; None: all")
     bank: Path | None = Field(None, description="a bank directory; None: the shipped one")
     truth: TruthConfig = Field(default_factory=TruthConfig)
+    traces: tuple[TraceVariant, ...] = Field(
+        tuple(TRACES), description="the recorded traffic each case is probed and judged under"
+    )
 
     @classmethod
     def quick(cls, **overrides: Any) -> StudyConfig:
@@ -360,6 +363,8 @@ def _tasks(
         for v in ABLATIONS:
             if v == "batching-windows" and window == StepConfig().window_s:
                 continue
+            if v in TRACES and v not in cfg.traces:
+                continue
             if v not in ("batching-windows", *TRACES) and c.split != "heldout":
                 continue  # the recorded-traffic variants run on both halves
             probe.append(("adaptive", v, cfg.ablation_seeds))
@@ -370,7 +375,7 @@ def _tasks(
         ablated = c.split == "heldout" and cfg.ablation_seeds > 0
         tasks.append(_TruthTask(c, "poisson", cfg.truth, ablated, 30.0 + cost))
         if cfg.ablation_seeds > 0:
-            for trace in TRACES:
+            for trace in cfg.traces:
                 tasks.append(_TruthTask(c, trace, cfg.truth, False, 30.0 + cost))
     return sorted(tasks, key=lambda t: -t.cost)
 
