@@ -77,7 +77,7 @@ def test_a_neighbour_on_a_90_s_cycle_is_not_over_estimated() -> None:
 
 
 @settings(
-    max_examples=3,
+    max_examples=2,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow],
