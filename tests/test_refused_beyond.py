@@ -82,7 +82,7 @@ def test_the_summary_shows_the_answered_latency_and_the_drops_apart() -> None:
 def test_the_probe_counts_refusals_beyond_the_bound() -> None:
     result = _result(_step(20))
     policy = parse_slo(SLO)
-    tail = tail_count(result, 0, policy, 0.95)
+    tail = tail_count(result, policy, 0.95)
     assert (tail.samples, tail.beyond, tail.allowed) == (N, 20, pytest.approx(10.0))
     assert tail.interval_ms is not None and tail.interval_ms[1] == math.inf
     verdict = assess_step(

@@ -50,7 +50,7 @@ def test_itl_evidence_counts_requests_not_gaps_when_slow_gaps_come_by_request() 
     per = [[0.1] * 50 if i % 50 == 0 else [0.01] * 50 for i in range(1000)]
     result = llm_step(per, 10.0)
     policy = parse_slo("itl_p99<50ms")
-    tail = tail_count(result, 0, policy, 0.95)
+    tail = tail_count(result, policy, 0.95)
     assert (tail.percentile, tail.samples, tail.beyond) == ("itl_p99", 50_000, 1_000)
     assert tail.dispersion > 40  # about the 50 gaps each slow request brings
     v = assess_step(
@@ -67,7 +67,7 @@ def test_itl_evidence_counts_requests_not_gaps_when_slow_gaps_come_by_request() 
 def test_a_failing_ttft_bound_is_the_one_the_step_is_judged_on() -> None:
     per = [[0.01] * 5 for _ in range(500)]
     result = llm_step(per, 5.0)
-    tail = tail_count(result, 0, parse_slo("ttft_p99<5ms,itl_p99<50ms,p99<1s"), 0.95)
+    tail = tail_count(result, parse_slo("ttft_p99<5ms,itl_p99<50ms,p99<1s"), 0.95)
     assert (tail.percentile, tail.beyond, tail.samples) == ("ttft_p99", 500, 500)
 
 

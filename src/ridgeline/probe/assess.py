@@ -1,4 +1,4 @@
-"""From a step's records to its verdict: warmup exclusion, window health with
+"""From a step's records to its verdict: window health with
 hysteresis (the timeline), and one step-level assessment (what the strategy is told).
 
 The timeline is window by window: each window is assessed, then smoothed (a state moves
@@ -83,16 +83,12 @@ def assess_step(
         observation_from_window(w, gpu_problems=gpu_problems, gpu_utilisation=gpu_utilisation)
         for w in wins
     ]
-    start = 0  # every window of the step is judged (docstring)
     hs = HysteresisState.initial()
     timeline: list[dict[str, object]] = []
     smoothed = HealthState.HEALTHY
     late = late_counts(result, policy)
     for k, (w, o) in enumerate(zip(wins, obs, strict=True)):
-        if k < start:
-            w.excluded = True
-            continue
-        a = assess(o, policy, obs[start:k])
+        a = assess(o, policy, obs[:k])
         smoothed, hs = smooth(hs, a, hysteresis)
         w.state, w.score = smoothed.value, a.score
         timeline.append(
@@ -106,13 +102,13 @@ def assess_step(
             }
         )
     grace = _grace_s(result, policy)
-    step_obs = _step_observation(result, start, grace, policy)
+    step_obs = _step_observation(result, grace, policy)
     step_obs = replace(step_obs, gpu_problems=gpu_problems, gpu_utilisation=gpu_utilisation)
     # the verdict is the step's own: every request at once, the windows as its history
     # (the latency trend). The windows' smoothed states are the timeline only: a 1 s
     # window holding one stall, or one error under errors<0.1%, fails its own bounds on
     # a handful of requests, and no count of such windows is the SLO
-    a = assess(step_obs, policy, obs[start:])
+    a = assess(step_obs, policy, obs)
     state = a.state
     score = a.score
     if not state.sustainable and score <= 1.0:
@@ -123,8 +119,8 @@ def assess_step(
     reason = a.reason
     if not s.valid:
         reason = f"invalid step: {s.invalid_reason}"
-    quarters = quarter_scores(result, start, grace, policy)
-    tail = tail_count(result, start, policy, confidence)
+    quarters = quarter_scores(result, grace, policy)
+    tail = tail_count(result, policy, confidence)
     shortfall = 1.0
     decided = tail.decides(state.sustainable, step_obs, policy, confidence, family) or not s.valid
     if decided and s.valid and plan.purpose == "confirm" and not tail.plain(confidence, family):
@@ -158,7 +154,6 @@ def assess_step(
         valid=s.valid,
         achieved_rps=step_obs.achieved_rps,
         p99_ms=step_obs.latency_ms.get("p99"),
-        excluded_warmup_s=sum(w.end_s - w.start_s for w in wins[:start]),
         reason=reason,
         score_se=score_se(quarters),
         quarters=quarters,
@@ -182,19 +177,17 @@ def _grace_s(result: StepResult, policy: SLOPolicy) -> float:
     return (result.summary.latency_ms.p99 or 0.0) / 1000.0
 
 
-def _step_observation(
-    result: StepResult, start: int, grace_s: float, policy: SLOPolicy
-) -> Observation:
+def _step_observation(result: StepResult, grace_s: float, policy: SLOPolicy) -> Observation:
     """The step as one observation: every request it scheduled;
     throughput from successful answers that came by the step's end plus ``grace_s`` (the
     SLO's latency bound: a request scheduled near the end may still answer in time)."""
-    lo, end = _steady_span(result, start)
+    lo, end = _span(result)
     return _observation(result, lo, end, grace_s, policy)
 
 
-def _steady_span(result: StepResult, start: int) -> tuple[float, float]:
+def _span(result: StepResult) -> tuple[float, float]:
     wins = result.windows
-    return (wins[start].start_s if wins else 0.0), result.summary.duration_s
+    return (wins[0].start_s if wins else 0.0), result.summary.duration_s
 
 
 def _observation(
@@ -309,13 +302,13 @@ class Tail:
         return self.effective >= self.needed
 
 
-def tail_count(result: StepResult, start: int, policy: SLOPolicy, confidence: float) -> Tail:
-    """The steady span's samples against the SLO's percentile bounds (a mean or max
+def tail_count(result: StepResult, policy: SLOPolicy, confidence: float) -> Tail:
+    """The step's samples against the SLO's percentile bounds (a mean or max
     bound has no proportion to count), each bound counted on its own samples: the one a
     failure is plainest on (most beyond its allowance), else, of those with the highest
     percentile, the one whose samples are worth the fewest independent ones."""
     rec = result.records
-    lo = _steady_span(result, start)[0]
+    lo = _span(result)[0]
     judged = (rec.scheduled >= lo) & (rec.outcome != int(Outcome.NOT_SENT))
     bounds = [b for b in policy.latency if b.percentile in QUANTILES]
     needed = needed_samples(policy, confidence)
@@ -396,12 +389,10 @@ late requests are the server's behaviour, not a queue growing through the step."
 QUARTERS = 4
 
 
-def quarter_scores(
-    result: StepResult, start: int, grace_s: float, policy: SLOPolicy
-) -> tuple[float, ...]:
-    """The scores of the step's ``QUARTERS`` consecutive time slices of its steady span,
+def quarter_scores(result: StepResult, grace_s: float, policy: SLOPolicy) -> tuple[float, ...]:
+    """The scores of the step's ``QUARTERS`` consecutive time slices,
     each judged like the whole step; empty when a slice has no finite score."""
-    lo, end = _steady_span(result, start)
+    lo, end = _span(result)
     width = (end - lo) / QUARTERS
     scores = []
     for q in range(QUARTERS):
