@@ -375,11 +375,10 @@ def late_counts(result: StepResult, policy: SLOPolicy) -> list[int]:
     if not wins or not bounds:
         return [0] * len(wins)
     rec = result.records
-    sent = rec.outcome != int(Outcome.NOT_SENT)
-    took = np.where(rec.outcome == int(Outcome.OK), rec.done - rec.scheduled, np.inf)
-    beyond = sent & ~(took <= min(bounds) / 1000.0)
+    taken = METRICS[DEFAULT].samples(rec, rec.outcome != int(Outcome.NOT_SENT))
+    late = taken.when[~(taken.values <= min(bounds) / 1000.0)]
     width = max(wins[0].end_s - wins[0].start_s, 1e-9)
-    slot = np.clip((rec.scheduled[beyond] // width).astype(np.int64), 0, len(wins) - 1)
+    slot = np.clip((late // width).astype(np.int64), 0, len(wins) - 1)
     return [int(k) for k in np.bincount(slot, minlength=len(wins))]
 
 
