@@ -25,6 +25,8 @@ from ridgeline.search.confirmation import (
     decide,
     deciding,
     marginal,
+    secant_boundary,
+    unsure,
 )
 from ridgeline.sim import load_sim_preset
 
@@ -128,6 +130,62 @@ def test_below_failed_caps_near_failures_and_lets_clear_ones_go_further() -> Non
     assert below_failed(run(2.5), search, 0.02) == pytest.approx(85.0)
     # no ceiling measured: (score − 1)/2 between the precision and 4 %
     assert below_failed(run(1.06), [], 0.02) == pytest.approx(97.0)
+
+
+def test_a_pass_a_boundary_server_could_give_by_luck_is_run_again() -> None:
+    """The held-out case: 206 beyond in 22,665 (0.91 %) under a p99 bound, clustered
+    six together: worth 34 beyond in 3,778, where a server at the boundary gives 34 or
+    fewer about a third of the time. Run again, though it held and nothing contested it;
+    the same share on ten times the requests, unclustered, stands alone."""
+    lucky = counted(0.95, 22_665, 206, dispersion=6.0)
+    assert unsure(lucky) and decide([lucky]) is Decision.AGAIN
+    sure = counted(0.95, 226_650, 2_060)
+    assert not unsure(sure) and decide([sure]) is Decision.HELD
+    assert not unsure(counted(1.2, 22_665, 300))  # a failure is never an unsure pass
+    assert decide([lucky, sure]) is Decision.HELD  # the majority, as for a narrow failure
+
+
+def failed_confirmation(rate: float, score: float) -> StepVerdict:
+    return run(score, rate=rate)
+
+
+def test_a_secant_through_failed_confirmations_reaches_a_boundary_far_below() -> None:
+    """Long runs failing by a like margin over a wide span of rates (a stall every
+    minute): the line through the lowest three, (1000, 1.6), (950, 1.55), (900, 1.5),
+    reaches 1 at 400; the back-off goes there, at most halving the rate."""
+    search = [
+        failed_confirmation(r, s) for r, s in [(2000, 13.0), (1000, 1.6), (950, 1.55), (900, 1.5)]
+    ]
+    assert secant_boundary(search[-1], search) == pytest.approx(400.0)
+    assert below_failed(search[-1], search, 0.02) == pytest.approx(450.0)  # halved
+    # two failures, or three over less than 8 % of the rate: noise would set the slope
+    assert secant_boundary(search[2], search[1:3]) is None
+    close = [failed_confirmation(r, s) for r, s in [(1000, 1.6), (980, 1.55), (960, 1.5)]]
+    assert secant_boundary(close[-1], close) is None
+    flat = [failed_confirmation(r, 1.5) for r in (1000, 950, 900)]
+    assert secant_boundary(flat[-1], flat) is None  # no slope: the 4 % back-off
+
+
+def test_a_secant_over_a_convex_score_does_not_overshoot_the_boundary() -> None:
+    """Over the M/M/1-like score (boundary 90 req/s), failed confirmations at 100, 96
+    and 92: the secant lands at 91.2, above 90, and the back-off is the ordinary one
+    (it only ever goes further down than that); from 110, 105 and 100 likewise."""
+    search = [mm1(r) for r in (100.0, 96.0, 92.0)]
+    assert secant_boundary(search[-1], search) == pytest.approx(91.2, abs=0.05)
+    assert below_failed(search[-1], search, 0.02) == pytest.approx(92 * (1 - MAX_BACKOFF))
+    search = [mm1(r) for r in (110.0, 105.0, 100.0)]
+    assert below_failed(search[-1], search, 0.02) == pytest.approx(100 * (1 - MAX_BACKOFF))
+
+
+def test_a_back_off_stays_between_a_held_confirmation_and_the_failure() -> None:
+    """Held 7,704 over a long run, failed clearly at 8,986: a 15 % back-off (7,638)
+    would end the search at 7,704; the geometric middle (8,320) is tried instead. Once
+    the two are within the precision twice over, the back-off may fall to the held."""
+    held = run(0.06, rate=7704.0)
+    clear = run(math.inf, rate=8986.0)
+    assert below_failed(clear, [held, clear], 0.02) == pytest.approx(math.sqrt(7704 * 8986))
+    near = run(math.inf, rate=7704.0 * 1.03)
+    assert below_failed(near, [held, near], 0.02) == pytest.approx(7704.0 * 1.03 * 0.85)
 
 
 def mm1(rate: float) -> StepVerdict:

@@ -195,8 +195,10 @@ def test_a_recheck_of_a_server_that_has_not_changed_is_one_short_step(strategy: 
     steps = r.trajectory  # type: ignore[attr-defined]
     rechecks = [t for t in steps if t["purpose"] == "recheck"]
     assert rechecks
-    for t in rechecks:
-        assert t["duration_s"] <= max(10.0, cfg.needed_s(t["rate"])) + 1e-9, t
+    # its first run; a narrow failure on too few requests to decide then runs on,
+    # pooled, as any step does (the later entries at its rate)
+    first = rechecks[0]
+    assert first["duration_s"] <= max(10.0, cfg.needed_s(first["rate"])) + 1e-9, first
     failed = max(
         (t for t in steps if t["rate"] == rechecks[0]["rate"] and t["purpose"] != "recheck"),
         key=lambda t: t["duration_s"],

@@ -8,7 +8,8 @@ toss, so it is run again, up to three times, and the majority decides — or, wh
 three disagree, their requests beyond the bound added up against what the percentile
 allows of all their requests (``pooled_tail``: a long run weighs by its requests, and
 two short ones that caught no stall do not outvote it). A pass stands at
-once, as does a clear failure: a pass above the boundary grows rarer fast the further
+once when its count beyond the bound could not be a boundary server's luck
+(``unsure``), as does a clear failure: a pass above the boundary grows rarer fast the further
 above it is, while a narrow failure at a sustainable rate would send the search lower
 for nothing. Once a confirmation has failed, though, the search's short steps have
 been shown optimistic; from then on a narrow pass goes to the majority as well. The
@@ -25,6 +26,7 @@ from typing import Annotated
 
 from pydantic import Field
 
+from ridgeline.health.sampling import binomial_cdf
 from ridgeline.search._model import throughput_ceiling
 from ridgeline.search.base import StepVerdict
 
@@ -74,6 +76,28 @@ def marginal(verdict: StepVerdict, margin: float) -> bool:
     return abs(math.log(verdict.score)) < band
 
 
+UNSURE_LEVEL = 0.05
+"""A held run is sure only if its count beyond the bound is below what the percentile
+allows at this one-sided level (``unsure``)."""
+
+
+def unsure(verdict: StepVerdict) -> bool:
+    """Whether a held run's pass could be chance: its count beyond the bound, in
+    effective requests (``dispersion``: clustered late requests count as one), is no
+    lower than a server right at the boundary would give it at least ``UNSURE_LEVEL``
+    of the time. A run of a heavy-tailed server held at 0.91 % beyond a p99 bound, where
+    the steps around it had 1.3 % to 1.9 %, by the luck of its 90 s: its 206 beyond
+    were worth 34 independent requests against 38 allowed, a 1-in-3 draw."""
+    if not verdict.sustainable or not verdict.judged or verdict.samples <= 0:
+        return False
+    share = verdict.allowed / verdict.samples
+    if not 0.0 < share < 1.0:
+        return False
+    d = max(verdict.dispersion, 1.0)
+    n = max(round(verdict.samples / d), 1)
+    return binomial_cdf(round(verdict.beyond / d), n, share) > UNSURE_LEVEL
+
+
 def decide(
     runs: Sequence[StepVerdict], margin: float = DEFAULT_MARGIN, *, contested: bool = False
 ) -> Decision:
@@ -85,7 +109,9 @@ def decide(
     if not runs:
         return Decision.AGAIN
     first = runs[0]
-    alone = not marginal(first, margin) or (first.sustainable and not contested)
+    alone = not unsure(first) and (
+        not marginal(first, margin) or (first.sustainable and not contested)
+    )
     if len(runs) == 1 and alone:
         return Decision.HELD if first.sustainable else Decision.FAILED
     held = sum(r.sustainable for r in runs)
@@ -160,4 +186,63 @@ def below_failed(failed: StepVerdict, search: Sequence[StepVerdict], precision: 
     ceiling = throughput_ceiling(tuple(p for p in search if p.purpose != "confirm"))
     if ceiling is not None and ceiling > failed.rate and math.isfinite(failed.score):
         drop = calibrated_backoff(failed.rate, failed.score, ceiling, precision)
-    return failed.rate * (1 - min(drop, cap))
+    rate = failed.rate * (1 - min(drop, cap))
+    crossing = secant_boundary(failed, search)
+    if crossing is not None:
+        rate = min(rate, max(crossing, failed.rate * (1 - MAX_SECANT_BACKOFF)))
+    held = [
+        p.rate
+        for p in search
+        if p.purpose == "confirm" and p.valid and p.sustainable and p.rate < failed.rate
+    ]
+    if held and failed.rate > max(held) * (1 + precision) ** 2:
+        # a long run held below: the boundary lies between the two, and a back-off past
+        # the held rate would end the search there (rank-bigdelay: held 7,704, failed
+        # 8,986 after a 15 % back-off; its boundary 8,743)
+        rate = max(rate, math.sqrt(max(held) * failed.rate))
+    return rate
+
+
+SECANT_SPAN = 2 * MAX_BACKOFF
+"""The failed confirmations a secant is drawn through must span at least this share of
+the lowest one's rate: over less, run-to-run noise in their scores sets the slope."""
+MAX_SECANT_BACKOFF = 0.5
+SECANT_POINTS = 3
+"""The secant is drawn through the lowest this many failed confirmations: the nearest
+the boundary (a clear failure far above it, 13 times the bound, would set the slope)."""
+"""A secant's back-off goes at most this far below the failed confirmation at once."""
+
+
+def secant_boundary(failed: StepVerdict, search: Sequence[StepVerdict]) -> float | None:
+    """Where the failed confirmations at ``failed``'s rate and above put the boundary:
+    the least-squares line of the lowest ``SECANT_POINTS`` scores against their rates,
+    where it reaches 1. None with fewer of them, a span under ``SECANT_SPAN``, or a slope that
+    does not rise. Long runs that all failed by a similar margin over a wide span of
+    rates say the score falls slowly with the rate (a stall every minute: the share of
+    requests it makes late hardly depends on the rate), so the boundary lies far below,
+    where 4 % back-offs would not reach it (an 800 ms stall every 60 s: confirmations
+    from 1,025 down to 569 req/s failed at scores 1.7 to 1.25; the boundary was 292).
+    Where latency rises steeply toward the boundary (a convex score), the line through
+    points above it crosses 1 above the boundary, so the step does not overshoot."""
+    points = [
+        (p.rate, p.score)
+        for p in search
+        if p.purpose == "confirm"
+        and p.valid
+        and not p.sustainable
+        and p.rate >= failed.rate
+        and 1.0 < p.score < math.inf
+    ]
+    points = sorted(points)[:SECANT_POINTS]
+    if len(points) < SECANT_POINTS:
+        return None
+    rates = [r for r, _ in points]
+    if max(rates) - min(rates) < SECANT_SPAN * min(rates):
+        return None
+    mean_r = sum(rates) / len(rates)
+    mean_s = sum(s for _, s in points) / len(points)
+    sxx = sum((r - mean_r) ** 2 for r in rates)
+    slope = sum((r - mean_r) * (s - mean_s) for r, s in points) / sxx
+    if slope <= 0:
+        return None
+    return mean_r - (mean_s - 1.0) / slope
