@@ -49,8 +49,7 @@ not by whether it caught one. (Three, tried on the dev half, backed the slow ser
 15 % below their truth: at 3.7 req/s a p99's late requests come 25 together every
 11 minutes, and two of them in a 20-minute run are evidence, if thin.)"""
 NEAR_BOUNDARY = 0.8
-"""…when it held near the boundary: its score this or more (within a fifth of it), or
-one more cluster of late requests would take it past what its percentile allows."""
+"""…when it held near the boundary (its score this or more: within a fifth of it)."""
 UNSURE_SCORE = 2.0
 """The score an unsure confirmation fails at, at most (its interval's end may be
 unbounded): a clear failure's, so that it backs off by up to 15 %."""
@@ -213,12 +212,8 @@ class Run:
         backs off from it."""
         judged = next((b for b in self.policy.latency if b.name == held.judged), None)
         q = QUANTILES.get(judged.percentile) if judged is not None else None
-        seen = self.time_scale()
-        spacing = seen.spacing_s(held.rate, 1.0 - q) if q is not None else 0.0
-        # near the boundary: one cluster more would fail it (2,397 requests at 4 req/s
-        # held a p99 with 1 beyond, scoring 0.79, where a cluster of 34 was due every
-        # 833 s); far inside, a cluster more changes nothing
-        near = held.score >= NEAR_BOUNDARY or held.beyond + seen.dispersion > held.allowed
+        spacing = self.time_scale().spacing_s(held.rate, 1.0 - q) if q is not None else 0.0
+        near = held.score >= NEAR_BOUNDARY  # far inside, a cluster more changes nothing
         if near and spacing > 0 and held.duration_s < FEWEST_CLUSTERS * spacing:
             return self._failed(
                 held,
