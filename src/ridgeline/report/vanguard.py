@@ -12,12 +12,14 @@ from ridgeline.report import _markers
 from ridgeline.study.stats import (
     OVER_MARGIN,
     PREDICTORS,
+    REPRODUCIBLE,
     Summary,
     ablations,
     cost,
     cross_hardware,
     recorded_traffic,
     regression,
+    reproducible,
     summarise,
 )
 from ridgeline.study.vanguard import (
@@ -109,15 +111,51 @@ _RELIABILITY_HEAD = ["ICC(2,1) of capacities", "ICC(1,1) of errors"]
 """``Summary.icc`` and ``Summary.error_icc`` (see ``study.stats``)."""
 
 
+def _within() -> str:
+    return f"truth reproducible within {REPRODUCIBLE * 100:g} %"
+
+
 def _agreement(result: StudyResult) -> str:
-    rows = [
-        _summary_row(s)
-        for split in ("dev", "heldout", None)
-        for strategy in STRATEGIES
-        if (s := summarise(result, split, strategy)) is not None
-    ]
+    """Each split × strategy over every case, and beneath it the same over the cases whose
+    truth reproduces (``stats.reproducible``), those left out named under the table."""
+    kept = reproducible(result)
+    rows = []
+    for split in ("dev", "heldout", None):
+        n = None if kept is None else len(_split_cases(kept.result, split))
+        for strategy in STRATEGIES:
+            s = summarise(result, split, strategy)
+            if s is None:
+                continue
+            rows.append(_summary_row(s))
+            if kept is None:
+                continue
+            w = summarise(kept.result, split, strategy)
+            label = f"{SPLIT_NAMES[s.split]}, {_within()} ({n} case{'' if n == 1 else 's'})"
+            rows.append([label, strategy, *(_summary_row(w)[2:] if w else ["n/a"] * 10)])
     head = ["split", "strategy", *_AGREEMENT_HEAD, *_RELIABILITY_HEAD, "mean CV", "R² (slope)"]
-    return _markers.table(head, rows)
+    table = _markers.table(head, rows)
+    if kept is None:
+        return table + (
+            "\n\nNo second truth in this result (it predates them): every figure is over "
+            "every case, whatever its truth's own noise."
+        )
+    left = [f"`{c.name}` ({SPLIT_NAMES[c.split]}, {_reproducibility(r)})" for c, r in kept.left_out]
+    note = (
+        f"Rows *{_within()}*: the same figures, against the same truth, over the cases whose "
+        "truth computed again from an independent seed set is within "
+        f"{REPRODUCIBLE * 100:g} % of it (the per-case table's *truth reproducibility*). "
+    )
+    note += f"Left out: {'; '.join(left)}." if left else "None is left out."
+    return f"{table}\n\n{note}"
+
+
+def _split_cases(result: StudyResult, split: str | None) -> list[str]:
+    return [c.name for c in result.cases if split is None or c.split == split]
+
+
+def _reproducibility(r: float | None) -> str:
+    """Two decimals: a case shown at +2.0 % may be just past the 2 % limit."""
+    return "n/a" if r is None else f"{r * 100:+.2f} %".replace("-", "−")
 
 
 def _cost(result: StudyResult) -> str:
@@ -258,16 +296,22 @@ def _case_cells(rows: list[ProbeRow], truth: float | None) -> list[str]:
 
 def _per_case(result: StudyResult) -> str:
     rows = []
+    again = result.reproducibility
     for c in result.cases:
         truth = result.truth(c.name)
         cells = [f"`{c.name}`", SPLIT_NAMES[c.split], _rate(truth)]
+        cells.append(_reproducibility(again.get(c.name)))
         for strategy in STRATEGIES:
             cells += _case_cells(_of(result.probes, c.name, strategy), truth)
         rows.append(cells)
-    head = ["case", "split", "truth"]
+    head = ["case", "split", "truth", "truth reproducibility"]
     for s in STRATEGIES:
         head += [f"{s}: mean (min–max)", "error", "no capacity", "test-s"]
-    return _markers.table(head, rows)
+    return _markers.table(head, rows) + (
+        "\n\n*Truth reproducibility*: the case's Poisson truth computed again from an "
+        "independent seed set, over the truth every error is judged against, less 1 "
+        "(n/a: no second truth, or no rate met the SLO)."
+    )
 
 
 def results_markdown(result: StudyResult, *, command: str, commit: str | None) -> str:
