@@ -457,13 +457,13 @@ def _probe_row(
     )
 
 
-def _truth_row(case: str, capacity: float) -> TruthRow:
+def _truth_row(case: str, capacity: float | None) -> TruthRow:
     return TruthRow(
         case=case,
         variant="poisson",
         slo="p99<50ms",
         capacity_rps=capacity,
-        failing_rps=capacity * 1.005,
+        failing_rps=1.0 if capacity is None else capacity * 1.005,
         broken_by="p99",
         requests_per_rate=1,
         evaluations=1,
@@ -500,6 +500,31 @@ def test_a_probe_without_a_capacity_is_an_error_of_minus_100_percent() -> None:
     assert (s.probes, s.failures, s.cases) == (4, 1, 2)
     assert s.agreement.bias == pytest.approx(-0.25)  # errors 0, 0, −1, 0
     assert s.mean_cv == pytest.approx((0.0 + math.sqrt(2) * 100 / 100) / 2)
+
+
+def test_a_case_no_rate_served_is_left_out_and_a_capacity_for_it_is_over() -> None:
+    """A server a 1.2 s pause every 90 s puts past a 150 ms p99 at any rate has no
+    capacity: its truth is none. Its probes are left out of the bias and limits (their
+    error has no value), a probe that reported a capacity for it counts above the truth
+    (a capacity the server does not have), and one that reported none does not."""
+    result = _result(
+        [_case("x", "heldout", "a"), _case("gc", "heldout", "a")],
+        [
+            _probe_row("x", 0, 110.0),
+            _probe_row("x", 1, 100.0),
+            _probe_row("gc", 0, 819.0),
+            _probe_row("gc", 1, None),
+        ],
+        [_truth_row("x", 100.0), _truth_row("gc", None)],
+    )
+    s = summarise(result, "heldout", "adaptive")
+    assert s is not None
+    assert (s.probes, s.cases, s.untrue, s.phantom) == (2, 1, ("gc",), 1)
+    assert s.agreement.bias == pytest.approx(0.05)  # x alone: +10 %, 0 %
+    assert s.over == pytest.approx(2 / 4)  # x's +10 % and gc's 819 req/s, of 4 probes
+    md = results_markdown(result, command="c", commit="abc1234")
+    assert "No rate met the SLO in the truth's long runs of `gc`" in md
+    assert "adaptive reported a capacity in 1 of their probes" in md
 
 
 def _three_cases(estimates: dict[str, tuple[float, float]]) -> StudyResult:

@@ -133,7 +133,7 @@ def _agreement(result: StudyResult) -> str:
             label = f"{SPLIT_NAMES[s.split]}, {_within()} ({n} case{'' if n == 1 else 's'})"
             rows.append([label, strategy, *(_summary_row(w)[2:] if w else ["n/a"] * 10)])
     head = ["split", "strategy", *_AGREEMENT_HEAD, *_RELIABILITY_HEAD, "mean CV", "R² (slope)"]
-    table = _markers.table(head, rows)
+    table = _markers.table(head, rows) + _untrue(result)
     if kept is None:
         return table + (
             "\n\nNo second truth in this result (it predates them): every figure is over "
@@ -147,6 +147,28 @@ def _agreement(result: StudyResult) -> str:
     )
     note += f"Left out: {'; '.join(left)}." if left else "None is left out."
     return f"{table}\n\n{note}"
+
+
+def _untrue(result: StudyResult) -> str:
+    """A note naming the cases no rate met the SLO of (left out of the figures), and the
+    probes that reported a capacity for them anyway (counted over the truth)."""
+    notes = []
+    for strategy in STRATEGIES:
+        s = summarise(result, None, strategy)
+        if s is not None and s.untrue:
+            notes.append(f"{strategy} reported a capacity in {s.phantom} of their probes")
+    if not notes:
+        return ""
+    names = ", ".join(f"`{c}`" for c in _untrue_cases(result))
+    return (
+        f"\n\nNo rate met the SLO in the truth's long runs of {names}: left out of the "
+        f"figures; {'; '.join(notes)}, each counted above the truth by more than "
+        f"{OVER_MARGIN * 100:g} % (a capacity the server does not have)."
+    )
+
+
+def _untrue_cases(result: StudyResult) -> list[str]:
+    return sorted({c for st in STRATEGIES if (s := summarise(result, None, st)) for c in s.untrue})
 
 
 def _split_cases(result: StudyResult, split: str | None) -> list[str]:

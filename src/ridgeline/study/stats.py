@@ -127,6 +127,11 @@ class Summary:
     requests: int
     truth: str = ""
     """The truth the estimates were set against (``TruthVariant``; "" for the variant's own)."""
+    untrue: tuple[str, ...] = ()
+    """Cases left out of the figures: no rate met their SLO in the truth's long runs."""
+    phantom: int = 0
+    """Probes of those cases that reported a capacity anyway: over-estimates of a server
+    that has none, counted in ``over`` (their error has no finite value)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,10 +240,16 @@ def summarise(
     """The figures for one split (None: both) and strategy against ``truth`` (by default
     the variant's own); None when nothing ran."""
     cases = _split_cases(result, split)
-    rows = _probes(result, cases, strategy, variant, seeds)
+    every = _probes(result, cases, strategy, variant, seeds)
+    against = truth or _TRUTH_OF[variant]
+    # a case no rate met the SLO of has no capacity to be near: its probes are left out
+    # of the figures, and one that reported a capacity there counts as over the truth
+    untrue = sorted({p.case for p in every if result.truth(p.case, against) is None})
+    rows = [p for p in every if p.case not in untrue]
+    phantom = sum(p.capacity_rps is not None for p in every if p.case in untrue)
     if not rows:
         return None
-    truths = _truths(result, rows, truth or _TRUTH_OF[variant])
+    truths = _truths(result, rows, against)
     estimates = [p.capacity_rps or 0.0 for p in rows]
     agreement = bland_altman(estimates, truths)  # no capacity: 0, an error of −100 %
     errors = [relative_error(p.capacity_rps, t) for p, t in zip(rows, truths, strict=True)]
@@ -253,7 +264,7 @@ def summarise(
         probes=len(rows),
         failures=sum(p.capacity_rps is None for p in rows),
         agreement=agreement,
-        over=over_share(errors),
+        over=(over_share(errors) * len(errors) + phantom) / (len(errors) + len(every) - len(rows)),
         icc=_icc(table, "2,1"),
         error_icc=_icc(_by_case(rows, errors), "1,1"),
         mean_cv=statistics.fmean(cvs) if cvs else None,
@@ -262,6 +273,8 @@ def summarise(
         test_seconds=sum(p.test_seconds for p in rows),
         requests=sum(p.requests_sent for p in rows),
         truth=truth or "",
+        untrue=tuple(untrue),
+        phantom=phantom,
     )
 
 
