@@ -30,6 +30,7 @@ from ridgeline.study.stats import (
     cross_hardware,
     measured_calibration,
     over_share,
+    regression,
     reproducible,
     summarise,
 )
@@ -524,6 +525,13 @@ def test_a_case_no_rate_served_is_left_out_and_a_capacity_for_it_is_over() -> No
     assert s.over == pytest.approx(2 / 4)  # x's +10 % and gc's 819 req/s, of 4 probes
     md = results_markdown(result, command="c", commit="abc1234")
     assert "No rate met the SLO in the truth's long runs of `gc`" in md
+    # the regression of the errors on the servers leaves it out too (it raised, after
+    # every probe of a study had run)
+    many = result.model_copy(
+        update={"probes": [*result.probes, *(_probe_row("x", k, 100.0 + k) for k in range(2, 12))]}
+    )
+    fit = regression(many, "heldout", "adaptive")
+    assert fit is not None and fit.probes == 12
     assert "adaptive reported a capacity in 1 of their probes" in md
 
 

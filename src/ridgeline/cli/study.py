@@ -157,6 +157,8 @@ def vanguard(
         cfg = _config(StudyConfig, options, case="cases")
         commit = _commit()
         result = run_study(cfg, on_case=_printing(case_line))
+        if json_file is not None:  # first: what was measured outlives any table's fault
+            json_file.write_text(result.model_dump_json(indent=2) + "\n", encoding="utf-8")
         run = options | {"seeds": result.seeds, "dev_seeds": result.dev_seeds}
         command = _command_line("ridgeline study vanguard", run)
         blocks = {

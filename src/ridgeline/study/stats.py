@@ -320,7 +320,8 @@ def regression(result: StudyResult, split: str, strategy: str) -> Regression | N
     """The relative error of each probe regressed on its server's parameters; None with
     too few probes to fit them."""
     cases = {c.name: c for c in _split_cases(result, split)}
-    rows = _probes(result, list(cases.values()), strategy, "cli")
+    every = _probes(result, list(cases.values()), strategy, "cli")
+    rows = [p for p in every if result.truth(p.case) is not None]  # as ``summarise``
     if len(rows) <= len(PREDICTORS) + 1:
         return None
     truths = _truths(result, rows, "poisson")
