@@ -166,7 +166,7 @@ def vanguard(
             RESULTS: results_markdown(result, command=command, commit=commit),
         }
         update_document(out, blocks)
-        _written(out, result, json_file)
+        _written(out, result, None)  # its JSON is written already
         if calibration is not None:
             measured = measured_calibration(result, f"ridgeline study vanguard ({commit})")
             if measured is None:

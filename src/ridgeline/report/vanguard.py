@@ -152,23 +152,16 @@ def _agreement(result: StudyResult) -> str:
 def _untrue(result: StudyResult) -> str:
     """A note naming the cases no rate met the SLO of (left out of the figures), and the
     probes that reported a capacity for them anyway (counted over the truth)."""
-    notes = []
-    for strategy in STRATEGIES:
-        s = summarise(result, None, strategy)
-        if s is not None and s.untrue:
-            notes.append(f"{strategy} reported a capacity in {s.phantom} of their probes")
-    if not notes:
+    found = [s for st in STRATEGIES if (s := summarise(result, None, st)) and s.untrue]
+    if not found:
         return ""
-    names = ", ".join(f"`{c}`" for c in _untrue_cases(result))
+    notes = [f"{s.strategy} reported a capacity in {s.phantom} of their probes" for s in found]
+    names = ", ".join(f"`{c}`" for c in sorted({c for s in found for c in s.untrue}))
     return (
         f"\n\nNo rate met the SLO in the truth's long runs of {names}: left out of the "
         f"figures; {'; '.join(notes)}, each counted above the truth by more than "
         f"{OVER_MARGIN * 100:g} % (a capacity the server does not have)."
     )
-
-
-def _untrue_cases(result: StudyResult) -> list[str]:
-    return sorted({c for st in STRATEGIES if (s := summarise(result, None, st)) for c in s.untrue})
 
 
 def _split_cases(result: StudyResult, split: str | None) -> list[str]:

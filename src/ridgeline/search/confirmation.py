@@ -207,10 +207,10 @@ SECANT_SPAN = 2 * MAX_BACKOFF
 """The failed confirmations a secant is drawn through must span at least this share of
 the lowest one's rate: over less, run-to-run noise in their scores sets the slope."""
 MAX_SECANT_BACKOFF = 0.5
+"""A secant's back-off goes at most this far below the failed confirmation at once."""
 SECANT_POINTS = 3
 """The secant is drawn through the lowest this many failed confirmations: the nearest
 the boundary (a clear failure far above it, 13 times the bound, would set the slope)."""
-"""A secant's back-off goes at most this far below the failed confirmation at once."""
 
 
 def secant_boundary(failed: StepVerdict, search: Sequence[StepVerdict]) -> float | None:

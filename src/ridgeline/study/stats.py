@@ -218,6 +218,15 @@ def _probes(
     ]
 
 
+def _with_truth(
+    result: StudyResult, rows: Sequence[ProbeRow], truth: TruthVariant
+) -> tuple[list[ProbeRow], list[str]]:
+    """``rows`` of the cases with a capacity under ``truth``, and the cases left out: no
+    rate met their SLO, so there is no capacity for a probe to be near."""
+    untrue = sorted({p.case for p in rows if result.truth(p.case, truth) is None})
+    return [p for p in rows if p.case not in untrue], untrue
+
+
 def _truths(result: StudyResult, rows: Sequence[ProbeRow], truth: TruthVariant) -> list[float]:
     out = []
     for p in rows:
@@ -242,10 +251,8 @@ def summarise(
     cases = _split_cases(result, split)
     every = _probes(result, cases, strategy, variant, seeds)
     against = truth or _TRUTH_OF[variant]
-    # a case no rate met the SLO of has no capacity to be near: its probes are left out
-    # of the figures, and one that reported a capacity there counts as over the truth
-    untrue = sorted({p.case for p in every if result.truth(p.case, against) is None})
-    rows = [p for p in every if p.case not in untrue]
+    rows, untrue = _with_truth(result, every, against)
+    # one that reported a capacity for a case without one counts as over the truth
     phantom = sum(p.capacity_rps is not None for p in every if p.case in untrue)
     if not rows:
         return None
@@ -264,7 +271,7 @@ def summarise(
         probes=len(rows),
         failures=sum(p.capacity_rps is None for p in rows),
         agreement=agreement,
-        over=(over_share(errors) * len(errors) + phantom) / (len(errors) + len(every) - len(rows)),
+        over=(over_share(errors) * len(errors) + phantom) / len(every),
         icc=_icc(table, "2,1"),
         error_icc=_icc(_by_case(rows, errors), "1,1"),
         mean_cv=statistics.fmean(cvs) if cvs else None,
@@ -320,8 +327,7 @@ def regression(result: StudyResult, split: str, strategy: str) -> Regression | N
     """The relative error of each probe regressed on its server's parameters; None with
     too few probes to fit them."""
     cases = {c.name: c for c in _split_cases(result, split)}
-    every = _probes(result, list(cases.values()), strategy, "cli")
-    rows = [p for p in every if result.truth(p.case) is not None]  # as ``summarise``
+    rows, _ = _with_truth(result, _probes(result, list(cases.values()), strategy, "cli"), "poisson")
     if len(rows) <= len(PREDICTORS) + 1:
         return None
     truths = _truths(result, rows, "poisson")
