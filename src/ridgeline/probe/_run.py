@@ -48,6 +48,11 @@ requests as the probe has seen them come (``health.timescale``): one shorter pas
 not by whether it caught one. (Three, tried on the dev half, backed the slow servers off
 15 % below their truth: at 3.7 req/s a p99's late requests come 25 together every
 11 minutes, and two of them in a 20-minute run are evidence, if thin.)"""
+REACH = 1.25
+"""…as the steps offered at most this much more than it saw them come: late requests
+from a queue's busy periods cluster near saturation, not at a rate far below it (a
+p99.9 at 2.2 req/s came 7 together, and its service-time tail at 1.2 req/s, alone,
+does not); a stall's clusters are seen at every rate, and near it too."""
 NEAR_BOUNDARY = 0.8
 """…when it held near the boundary (its score this or more: within a fifth of it)."""
 UNSURE_SCORE = 2.0
@@ -194,10 +199,10 @@ class Run:
             verdict = self._unsure(verdict)
         return verdict
 
-    def time_scale(self) -> TimeScale:
+    def time_scale(self, below: float = math.inf) -> TimeScale:
         """How the server's late requests have come so far, in the steps whose server
-        kept up with their rate (``health.timescale``)."""
-        kept = [e for e in self.timeline if e.get("steady")]
+        kept up with their rate (``health.timescale``), offered at most ``below``."""
+        kept = [e for e in self.timeline if e.get("steady") and float(e["rate"]) <= below]
         windows = [Window(float(e["t_s"]), int(e["step"]), int(e["late"])) for e in kept]
         gaps = [g for a, b in itertools.pairwise(windows) if (g := b.t_s - a.t_s) > 0]
         return time_scale(windows, statistics.median(gaps) if gaps else 1.0)
@@ -212,7 +217,8 @@ class Run:
         backs off from it."""
         judged = next((b for b in self.policy.latency if b.name == held.judged), None)
         q = QUANTILES.get(judged.percentile) if judged is not None else None
-        spacing = self.time_scale().spacing_s(held.rate, 1.0 - q) if q is not None else 0.0
+        seen = self.time_scale(below=held.rate * REACH)
+        spacing = seen.spacing_s(held.rate, 1.0 - q) if q is not None else 0.0
         near = held.score >= NEAR_BOUNDARY  # far inside, a cluster more changes nothing
         if near and spacing > 0 and held.duration_s < FEWEST_CLUSTERS * spacing:
             return self._failed(

@@ -164,6 +164,7 @@ def assess_step(
     steady = step_obs.achieved_rps >= STEADY * step_obs.offered_rps
     for entry in timeline:  # a step its server kept up with: its late requests come and
         entry["steady"] = steady  # go with the server's behaviour (``health.timescale``)
+        entry["rate"] = step_obs.offered_rps
     return StepAssessment(verdict, timeline)
 
 
