@@ -111,7 +111,7 @@ async def probe(
             )
             reason = f"{reason} (searched on above {above:g} req/s, {why})"
         if confirmed:
-            est, confirmed, reason = await _still_covered(run, est, confirmed, reason, stop)
+            est, confirmed, reason = await _still_covered(run, est, reason, stop)
         est = _with_confirmation(est, run.trajectory)
     except Stopped:
         status, reason = (
@@ -178,10 +178,8 @@ def _changed(failed: StepVerdict, recheck: StepVerdict) -> bool:
     every 40 s failed 80 s steps at 127 req/s by the luck of their phase (144 late
     requests in clusters of some 40, worth 4 against 2.6 allowed), just above a
     confirmation of 600 s that held with 0.84 % late, and ended a search 70 % low."""
-    if recheck.sustainable and recheck.decided and not failed.decided:
+    if not failed.decided and (recheck.sustainable or not recheck.decided):
         return True  # the failure stood only because its reruns ran out: a coin toss
-    if not (failed.decided or recheck.decided):
-        return True  # twice a coin toss (late requests in clusters, too few of them)
     if not (recheck.sustainable and 0 < recheck.score < failed.score < math.inf):
         return False
     noise = 2 * math.hypot(failed.score_se, recheck.score_se)
@@ -211,25 +209,26 @@ async def _search_and_confirm(
 
 
 async def _still_covered(
-    run: Run, est: CapacityEstimate, confirmed: bool, reason: str, stop: asyncio.Event
+    run: Run, est: CapacityEstimate, reason: str, stop: asyncio.Event
 ) -> tuple[CapacityEstimate, bool, str]:
     """The confirmation that stands, judged by all the probe has seen of the server's
     slow behaviour (``_covering``), not only what it had seen when that confirmation
     ran: a run of 30 s early in a probe that later finds a stall every 90 s (a search
     resumed upward, whose long confirmations all caught it) held by the luck of its
     phase. One that lasted less than ``STALE`` of what a covering confirmation needs now
-    (within the caps) is run again at that length, with ``_confirm``'s back-offs."""
+    (within the caps) is run again at that length, with ``_confirm``'s back-offs. Called
+    with a confirmed estimate."""
     rate = est.capacity_rps
     held = [
         v for v in run.trajectory if v.purpose == "confirm" and v.sustainable and v.rate == rate
     ]
-    if rate is None or not held or run.cfg.quantile() is None:
-        return est, confirmed, reason
+    if rate is None or not held:
+        return est, True, reason
     longest = max(v.duration_s for v in held)
     wanted = _covering(run, StepPlan(rate, longest, "confirm")).duration_s
     needed = run.cfg.capped_s(rate, wanted)
     if longest >= STALE * needed:
-        return est, confirmed, reason
+        return est, True, reason
     est, confirmed, reason = await _confirm(run, est, stop, contested=True)
     why = (
         f"its confirmation of {longest:g} s ran before the probe had seen the server's "
