@@ -90,12 +90,14 @@ def test_stabilisation_scales_down_to_the_highest_estimate_of_its_window() -> No
     assert down.reason.startswith("demand 40.0 req/s (the highest of the last 3 s) is below")
 
 
-def plan(instances: dict[str, int], batch: int = 4, demand: float = 20.0) -> Plan:
+def plan(
+    instances: dict[str, int], batch: int = 4, demand: float = 20.0, budget_ms: float = 100
+) -> Plan:
     task: dict[str, Any] = {
         "segment": {"kind": "cpu", "cores": 1},
         "batch_size": batch,
         "max_queue_delay_ms": 2,
-        "latency_budget_ms": 100,
+        "latency_budget_ms": budget_ms,
         "synthetic": {"base_ms": 2, "per_item_ms": 1},
     }
     return Plan.model_validate(
@@ -232,15 +234,18 @@ async def test_verify_passes_a_plan_within_its_demand_and_fails_one_beyond(
 ) -> None:
     from ridgeline.loop.verify import verify
 
-    served = plan({"detect": 1, "classify": 1}, demand=40.0)
+    # each task may spend half the 400 ms SLO, as a planner splits it: with 100 ms a task,
+    # one ~200 ms stall of a loaded CI host dropped 2 of 125 requests (1.6 %, over the 1 %)
+    served = plan({"detect": 1, "classify": 1}, demand=40.0, budget_ms=200)
     async with PlanServer(served, tmp_path, http_port=0, grpc_port=None) as server:
         # the margin needs the search's brackets at 40 and 80 req/s to hold, not a long
-        # step at each: 1 s steps (the probe's warm-up before them is its own 10 s)
-        ok = await verify(served, server.model_url(), seconds=3.0, warmup_s=1.0, step_s=1.0)
+        # step at each: 1 s steps (the probe's warm-up before them is its own 10 s); 5 s
+        # at the demand (~200 requests) so that one late request is not the 1 % alone
+        ok = await verify(served, server.model_url(), seconds=5.0, warmup_s=1.0, step_s=1.0)
         too_much = served.model_copy(update={"demand_rps": 2000.0, "slo_ms": 20.0})
         # 2,000 requests at six times what the pipeline serves: missed in any second
         bad = await verify(too_much, server.model_url(), seconds=1.0, warmup_s=0.0, search=False)
-    assert ok.passed and ok.fail_rate == 0.0 and ok.p99_ms is not None and ok.p99_ms <= 400
+    assert ok.passed and ok.fail_rate <= 0.01 and ok.p99_ms is not None and ok.p99_ms <= 400
     assert ok.capacity_rps is not None and ok.margin is not None and ok.margin > 0
     assert ok.summary().startswith("PASS: 40 req/s")
     assert not bad.passed and bad.capacity_rps is None
