@@ -30,9 +30,11 @@ fewer than ``MIN_BINS`` bins at a length, nothing is read at that length.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
 
 MIN_LATE = 30
 """Late requests the windows must hold before any time scale is read from them."""
@@ -89,7 +91,7 @@ def time_scale(windows: Sequence[Window], width_s: float) -> TimeScale:
     ``width_s`` wide)."""
     if not windows:
         return TimeScale(0.0)
-    steps = _steps(windows)
+    steps = [np.array([w.late for w in step], dtype=np.float64) for step in _steps(windows)]
     late = sum(w.late for w in windows)
     watched = len(windows) * width_s
     if late < MIN_LATE:
@@ -104,19 +106,22 @@ def time_scale(windows: Sequence[Window], width_s: float) -> TimeScale:
     return TimeScale(max(v for _, v in idc), tuple(idc), late, watched)
 
 
-def _idc(steps: Sequence[Sequence[Window]], size: int) -> float | None:
-    """The IDC of the late counts in bins of ``size`` windows, within each step (steps
-    run at different rates: their counts differ for that alone), averaged over the
-    steps by their bins; None with fewer than ``MIN_BINS`` bins in all."""
+def _idc(steps: Sequence[NDArray[np.float64]], size: int) -> float | None:
+    """The IDC of the late counts (one array a step, a count a window) in bins of
+    ``size`` windows, within each step (steps run at different rates: their counts
+    differ for that alone; a step's last windows that fill no bin are left out),
+    averaged over the steps by their bins; None with fewer than ``MIN_BINS`` bins in
+    all."""
     weighted, bins = 0.0, 0
-    for step in steps:
-        counts = [
-            sum(w.late for w in step[i : i + size]) for i in range(0, len(step) - size + 1, size)
-        ]
-        mean = statistics.fmean(counts) if len(counts) >= 2 else 0.0
+    for late in steps:
+        n = len(late) // size
+        if n < 2:
+            continue
+        counts = late[: n * size].reshape(n, size).sum(axis=1)
+        mean = float(counts.mean())
         if mean > 0:
-            weighted += len(counts) * statistics.pvariance(counts) / mean
-            bins += len(counts)
+            weighted += n * float(counts.var()) / mean
+            bins += n
     return weighted / bins if bins >= MIN_BINS else None
 
 

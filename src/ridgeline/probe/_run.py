@@ -120,6 +120,12 @@ class Run:
         self.on_step, self.on_start = on_step, on_start
         self.policy = cfg.policy()
         self.timeline: list[dict[str, Any]] = []
+        self._scales: dict[float, tuple[int, TimeScale]] = {}
+        """``time_scale``'s last reading for each ``below``, with the timeline's length."""
+        self._steady: list[tuple[float, Window]] = []
+        """The timeline's windows of steps that kept up, each with its offered rate, as far
+        as ``_read`` (``time_scale`` adds the rest when asked)."""
+        self._read = 0
         self.trajectory: list[StepVerdict] = []
         self.judged: list[StepSummary] = []
         """The summary each verdict judged (pooled runs as one), goodput included."""
@@ -202,10 +208,23 @@ class Run:
     def time_scale(self, below: float = math.inf) -> TimeScale:
         """How the server's late requests have come so far, in the steps whose server
         kept up with their rate (``health.timescale``), offered at most ``below``."""
-        kept = [e for e in self.timeline if e.get("steady") and float(e["rate"]) <= below]
-        windows = [Window(float(e["t_s"]), int(e["step"]), int(e["late"])) for e in kept]
+        # the timeline only grows: a reading stands until a step adds to it (a probe asks
+        # for one after every step and confirmation, and a long probe has 100k windows)
+        seen = len(self.timeline)
+        cached = self._scales.get(below)
+        if cached is not None and cached[0] == seen:
+            return cached[1]
+        for e in self.timeline[self._read :]:
+            if e.get("steady"):
+                self._steady.append(
+                    (float(e["rate"]), Window(float(e["t_s"]), int(e["step"]), int(e["late"])))
+                )
+        self._read = seen
+        windows = [w for rate, w in self._steady if rate <= below]
         gaps = [g for a, b in itertools.pairwise(windows) if (g := b.t_s - a.t_s) > 0]
-        return time_scale(windows, statistics.median(gaps) if gaps else 1.0)
+        scale = time_scale(windows, statistics.median(gaps) if gaps else 1.0)
+        self._scales[below] = (seen, scale)
+        return scale
 
     def _unsure(self, held: StepVerdict) -> StepVerdict:
         """A confirmation that held on too little evidence — still undecided at the caps
