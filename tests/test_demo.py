@@ -56,6 +56,7 @@ QUICK = LoopConfig(
     verify_search=False,
     phases=((1.0, 3.0), (4.0, 5.0), (1.0, 8.0)),  # the shipped default's trace-shaped phases
     reconfig=ReconfigConfig(window_s=1.5, band=0.3, cooldown_s=2.0, stabilize_s=3.0),
+    settle_s=2.5,
 )
 
 
@@ -88,12 +89,15 @@ def test_the_loop_verifies_reconfigures_live_and_loses_nothing(
     detect = [e.instances["detect"] for e in result.events]
     peak = detect.index(max(detect))
     assert max(detect) >= 2 and min(detect[peak:]) < max(detect), result.events
-    assert lines[-5].startswith("plan: ") and lines[-1] == f"report: {report}"
+    assert lines[-6].startswith("plan: ") and lines[-1] == f"report: {report}"
     counts = (
         f"{result.sent} sent: {result.served} served, {result.dropped} dropped (could not "
         f"make the SLO), {result.failed} failed, 0 lost (no answer)"
     )
-    assert lines[-2] == f"requests: {counts}"
+    assert lines[-3] == f"requests: {counts}"
+    m = result.misses  # the phases judged outside their settling seconds, as the verdict says
+    assert lines[-2].startswith(f"verdict: {result.verdict}: {m.missed} of {m.judged} requests")
+    assert m.judged + m.settling == result.sent and m.judged > 0
     assert result.served + result.dropped + result.failed == result.sent
     page = report.read_text()
     assert all(f'id="{f}"' in page for f in FIGURES)

@@ -13,14 +13,19 @@ import subprocess
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from _cli import RIDGELINE, ridgeline
 from _timing import wait_until
-from ridgeline.cli._exit import ExitCode, verify_code
+from ridgeline.cli._exit import ExitCode, loop_code, verify_code
 from ridgeline.fakeserver import load_preset, running_in_process
+from ridgeline.loadgen.step import StepResult
+from ridgeline.loop.run import loop_verdict, phase_misses
 from ridgeline.loop.verify import VerifyResult
+from ridgeline.telemetry.records import Outcome, Records
 from ridgeline.telemetry.store import RunStore
+from ridgeline.telemetry.summary import summarize
 
 
 def started(*args: str, db: Path) -> subprocess.Popen[str]:
@@ -183,8 +188,36 @@ def test_verify_tells_a_missed_slo_from_a_host_too_busy_to_measure(
     assert ("quieter host" in summary) == (verdict == "INCONCLUSIVE")
 
 
-def test_requests_lost_fail_the_demo_whatever_verify_said() -> None:
-    assert verify_code(verified(passed=True, p99_ms=40.0), lost=1) == ExitCode.SLO_MISSED
+def _phase(latency_s: list[float], outcome: list[int], *, valid: bool = True) -> StepResult:
+    """A demand phase of one request a second, each answered after ``latency_s``."""
+    n = len(latency_s)
+    rec = Records.empty(np.arange(n, dtype=np.float64))
+    rec.sent = rec.scheduled.copy()
+    rec.done = rec.scheduled + np.array(latency_s)
+    rec.outcome = np.array(outcome, dtype=np.int8)
+    summary = summarize(rec, float(n), valid=valid, invalid_reason=None if valid else "late")
+    return StepResult(summary, [], rec, False)
+
+
+def test_the_demo_judges_its_demand_phases_outside_the_settling_seconds() -> None:
+    ok, drop, err = int(Outcome.OK), int(Outcome.DROPPED), int(Outcome.ERROR)
+    steady = _phase([0.1] * 10, [ok] * 10)
+    # 4x the demand: its first 3 s settle (a drop, a late answer there are not judged);
+    # after them one answer at 0.5 s, over the 0.4 s SLO, and one error
+    surge = _phase([0.1, 0.9, 0.1, 0.1, 0.5, 0.1, 0.1, 0.1], [drop, ok, ok, ok, ok, err, ok, ok])
+    m = phase_misses([(10.0, steady), (40.0, surge)], 10.0, 400.0, 3.0)
+    assert (m.judged, m.missed, m.settling, m.invalid) == (15, 2, 3, None)
+    # the same demand again: nothing settles, the drop and the late answer count
+    assert phase_misses([(10.0, surge)], 10.0, 400.0, 3.0).missed == 4
+    assert loop_verdict("PASS", 0, m) == "FAIL"  # 2 of 15 missed, over the 1 %
+    assert loop_verdict("PASS", 0, phase_misses([(10.0, steady)], 10.0, 400.0, 3.0)) == "PASS"
+    busy = _phase([0.1, 0.9], [ok, ok], valid=False)
+    late = phase_misses([(10.0, busy)], 10.0, 400.0, 3.0)
+    assert late.invalid is not None and loop_verdict("PASS", 0, late) == "INCONCLUSIVE"
+    assert loop_verdict("INCONCLUSIVE", 0, phase_misses([], 10.0, 400.0, 3.0)) == "INCONCLUSIVE"
+    # a request lost without an answer fails the demo whatever verify said
+    assert loop_verdict("PASS", 1, phase_misses([], 10.0, 400.0, 3.0)) == "FAIL"
+    assert loop_code("FAIL") == ExitCode.SLO_MISSED and loop_code("INCONCLUSIVE") == 3
 
 
 def test_a_run_shows_the_servers_metrics_at_the_terminals_width(tmp_path: Path) -> None:

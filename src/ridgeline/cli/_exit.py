@@ -63,11 +63,15 @@ def probe_code(result: ProbeResult) -> ExitCode:
     return ExitCode.INCONCLUSIVE
 
 
-def verify_code(result: VerifyResult, lost: int = 0) -> ExitCode:
-    """``ridgeline verify`` and ``demo``: PASS (0), FAIL or requests lost (1),
-    INCONCLUSIVE (3)."""
-    if result.verdict == "FAIL" or lost:
+def verify_code(result: VerifyResult) -> ExitCode:
+    """``ridgeline verify``: its verdict's code (``loop_code``)."""
+    return loop_code(result.verdict)
+
+
+def loop_code(verdict: str) -> ExitCode:
+    """``verify`` and ``demo``: PASS (0), FAIL (1), INCONCLUSIVE (3)."""
+    if verdict == "FAIL":
         return ExitCode.SLO_MISSED
-    if result.verdict == "INCONCLUSIVE":
+    if verdict == "INCONCLUSIVE":
         return ExitCode.INCONCLUSIVE
     return ExitCode.OK

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from ridgeline.cli._common import DbOption, JsonOption, ZooOption, failing, opened_store, out
-from ridgeline.cli._exit import verify_code
+from ridgeline.cli._exit import loop_code, verify_code
 
 
 def verify(
@@ -63,8 +63,10 @@ def demo(
 ) -> None:
     """The whole loop on this machine: profile the example pipeline on CPU, plan it, serve
     it, verify it at its demand, move the demand up and back down while it reconfigures
-    live, and write one HTML report. Exit status as `verify`'s (1 also when requests
-    were lost)."""
+    live, and write one HTML report. Its verdict is verify's at the demand, then the demand
+    phases': more than 1 % of their requests dropped, failed or later than the SLO (outside
+    the seconds right after each change of demand) is a FAIL, and so is a request lost.
+    Exit status 0 PASS, 1 FAIL, 3 INCONCLUSIVE (the host too busy to measure)."""
     from ridgeline.loop.demo import REPORT, SHORT, run_demo
     from ridgeline.report.loop_html import write_loop_report
     from ridgeline.report.terminal import demo_summary
@@ -76,4 +78,4 @@ def demo(
         report = write_loop_report(result, out_dir / REPORT)
     for line in demo_summary(result, report):
         out.print(line)
-    raise typer.Exit(verify_code(result.verified, result.lost))
+    raise typer.Exit(loop_code(result.verdict))

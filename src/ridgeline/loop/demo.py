@@ -32,7 +32,9 @@ SHORT = LoopConfig(
     verify_search=False,
     phases=((1.0, 4.0), (4.0, 6.0), (1.0, 6.0)),
 )
-"""A quick preset (tests, a first look): fewer points, shorter phases, no margin search."""
+"""A quick preset (tests, a first look): fewer points, shorter phases, no margin search.
+Its phases after a change of demand are no longer than the settling seconds, so its
+verdict judges the first phase alone (the summary says how many requests it judged)."""
 
 REPORT = "report.html"
 """The report's file name in the output directory (as the run store records it)."""
@@ -101,6 +103,9 @@ def run_demo(
             None,
             {
                 "verify": result.verified.to_json(),
+                "verdict": result.verdict,
+                "phases_judged": result.misses.judged,
+                "phases_missed": result.misses.missed,
                 "reconfigurations": events,
                 "sent": result.sent,
                 "answered": result.answered,

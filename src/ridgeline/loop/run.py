@@ -11,6 +11,14 @@ HTML report that tells the story (what ``ridgeline demo`` runs).
    segment and batch, so only instance counts change — and applies the difference
    live. Every request sent is counted: answered, dropped or failed.
 6. The report: ``report.loop_html`` renders the result.
+
+The loop's verdict (``LoopResult.verdict``) is verify's at the demand, and then the
+demand phases as their users saw them (``PhaseMisses``): of the requests scheduled
+outside the ``settle_s`` seconds right after each change of demand (the controller's
+time to see the move and apply it), the share dropped, failed, lost or answered after
+the SLO (timed from the scheduled send) must be at most ``MAX_MISSED``. A PASS at the
+demand followed by phases that dropped two thirds of their requests is a FAIL; it is
+INCONCLUSIVE when a phase's generator fell behind its schedule (the host, not the plan).
 """
 
 from __future__ import annotations
@@ -19,6 +27,9 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
+
+import numpy as np
 
 from ridgeline.loadgen.schedule import Schedule, from_arrival, trace_held
 from ridgeline.loadgen.step import StepConfig, StepResult, measure_step
@@ -33,6 +44,7 @@ from ridgeline.pipeline.spec import PipelineSpec
 from ridgeline.serve.controller import ReconfigEvent, Reconfigurer
 from ridgeline.serve.reconfig import ReconfigConfig
 from ridgeline.serve.runtime import PlanServer
+from ridgeline.telemetry.records import Outcome
 from ridgeline.workload.arrivals import parse_arrival
 from ridgeline.workload.traces import bundled_trace_path, read_trace
 
@@ -52,6 +64,10 @@ class LoopConfig:
     verify_search: bool = True
     phases: tuple[tuple[float, float], ...] = ((1.0, 12.0), (4.0, 18.0), (1.0, 18.0))
     """(demand multiple, seconds): a step up and back down."""
+    settle_s: float = 6.0
+    """Seconds after each change of demand that the verdict leaves out (the controller
+    reads the rate over its 6 s window, then applies the re-plan): the requests after
+    them must be served within the SLO."""
     trace: str | None = "azure_llm_2023_code"
     """A bundled recorded trace whose arrival gaps shape each phase (time-scaled to the
     phase's rate: production burstiness, not Poisson); None for Poisson arrivals."""
@@ -62,6 +78,74 @@ class LoopConfig:
     )
     """Scale-down stabilised over a window: the trace's idle gaps, time-scaled, last
     seconds inside a surge, and should not drain what its next burst needs."""
+
+
+MAX_MISSED = 0.01
+"""The share of the judged requests of the demand phases that may miss (verify's own
+``max_fail``, its default)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseMisses:
+    """The demand phases as their users saw them, outside the seconds of settling after
+    each change of demand."""
+
+    judged: int
+    """Requests scheduled after the settling seconds."""
+    missed: int
+    """Of them: dropped, failed, lost, or answered after the SLO from the scheduled send."""
+    settling: int
+    """Requests scheduled in the settling seconds (not judged)."""
+    invalid: str | None
+    """Why a phase measured its generator rather than the server (None: none did)."""
+
+    @property
+    def share(self) -> float:
+        return self.missed / self.judged if self.judged else 0.0
+
+    def describe(self, settle_s: float) -> str:
+        return (
+            f"{self.missed} of {self.judged} requests ({self.share:.1%}) dropped, failed or "
+            f"later than the SLO outside the {settle_s:g} s after each change of demand "
+            f"({self.settling} in those seconds not judged)"
+        )
+
+
+def phase_misses(
+    phases: list[tuple[float, StepResult]], first_rate: float, slo_ms: float, settle_s: float
+) -> PhaseMisses:
+    """``PhaseMisses`` of ``phases`` ((offered rate, step) in order, the demand before
+    them ``first_rate``): a phase whose rate differs from the one before settles first."""
+    judged = missed = settling = 0
+    invalid = None
+    before = first_rate
+    for rate, step in phases:
+        rec = step.records
+        skip = settle_s if rate != before else 0.0
+        before = rate
+        late = ~(rec.latency_from_schedule <= slo_ms / 1000.0)  # NaN (no answer) is late
+        miss = (rec.outcome != int(Outcome.OK)) | late
+        sent = rec.outcome != int(Outcome.NOT_SENT)
+        kept = (rec.scheduled >= skip) & sent
+        judged += int(np.count_nonzero(kept))
+        missed += int(np.count_nonzero(miss & kept))
+        settling += int(np.count_nonzero(~kept & sent))
+        if not step.summary.valid and invalid is None:
+            invalid = f"the {rate:g} req/s phase: {step.summary.invalid_reason}"
+    return PhaseMisses(judged, missed, settling, invalid)
+
+
+Verdict = Literal["PASS", "FAIL", "INCONCLUSIVE"]
+
+
+def loop_verdict(verified: Verdict, lost: int, misses: PhaseMisses) -> Verdict:
+    """The loop's verdict from verify's at the demand, the requests lost without an
+    answer, and the demand phases' misses (``LoopResult.verdict``)."""
+    if verified == "FAIL" or lost:
+        return "FAIL"
+    if misses.share > MAX_MISSED:
+        return "INCONCLUSIVE" if misses.invalid is not None else "FAIL"
+    return verified
 
 
 @dataclass
@@ -75,6 +159,21 @@ class LoopResult:
     """(offered rate, its step) in order."""
     events: list[ReconfigEvent]
     plan_path: Path
+    settle_s: float = LoopConfig.settle_s
+
+    @property
+    def misses(self) -> PhaseMisses:
+        """The demand phases judged (``PhaseMisses``)."""
+        return phase_misses(
+            self.phases, self.verified.demand_rps, self.verified.slo_ms, self.settle_s
+        )
+
+    @property
+    def verdict(self) -> Verdict:
+        """Verify's verdict at the demand, then the demand phases': more than
+        ``MAX_MISSED`` of their judged requests missed is a FAIL (INCONCLUSIVE when a
+        phase's generator fell behind); a request lost without an answer is a FAIL."""
+        return loop_verdict(self.verified.verdict, self.lost, self.misses)
 
     @property
     def sent(self) -> int:
@@ -183,7 +282,9 @@ async def run_loop(
         finally:
             stop.set()
             await watching
-    result = LoopResult(spec, table, planned, plan, verified, phases, ctl.events, plan_path)
+    result = LoopResult(
+        spec, table, planned, plan, verified, phases, ctl.events, plan_path, cfg.settle_s
+    )
     say(f"      {result.counts()}")
     return result
 

@@ -135,11 +135,13 @@ def render(r: LoopResult) -> str:
     plots = figures_html(list(zip(FIGURES, figs, strict=True)))
     v = r.verified
     css_class = {"PASS": "pass", "FAIL": "fail"}.get(v.verdict, "inconclusive")
+    loop_class = {"PASS": "pass", "FAIL": "fail"}.get(r.verdict, "inconclusive")
     return (
         "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>"
         f"<title>ridgeline demo: {escape(r.spec.name)}</title><style>{_CSS}</style></head>"
         f"<body><h1>ridgeline: profile → plan → serve → verify → reconfigure "
         f"({escape(r.spec.name)})</h1>"
+        f"<p class={loop_class}>{r.verdict}: {escape(r.misses.describe(r.settle_s))}</p>"
         f"<h2>Verify at {v.demand_rps:g} req/s</h2>"
         f"<p class={css_class}>{escape(v.summary())}</p>"
         f"<h2>Plan ({r.planned.slices_used:g} cores, accuracy {r.planned.accuracy:.3f} of the "

@@ -372,7 +372,8 @@ def zoo_table(manifest: Manifest, families: list[str] | None = None) -> Table:
 
 
 def demo_summary(r: LoopResult, report: Path) -> list[str]:
-    """Five lines: the plan, the verify verdict, the reconfiguration, requests, report."""
+    """Six lines: the plan, the verify verdict, the reconfiguration, requests, the loop's
+    verdict (verify's, then the demand phases as their users saw them), report."""
     tasks = ", ".join(f"{t} {p.variant}×{p.instances}" for t, p in r.planned.tasks.items())
     peak = max((sum(e.instances.values()) for e in r.events), default=0)
     return [
@@ -382,5 +383,17 @@ def demo_summary(r: LoopResult, report: Path) -> list[str]:
         f"reconfigure: {len(r.events)} re-plans, {sum(1 for e in r.events if e.applied)} "
         f"of them changing the served tasks, up to {peak} instances in all",
         f"requests: {r.counts()}",
+        f"verdict: {r.verdict}: {r.misses.describe(r.settle_s)}{_why(r)}",
         f"report: {report}",
     ]
+
+
+def _why(r: LoopResult) -> str:
+    """What decided a verdict other than the demand phases' share."""
+    if r.lost:
+        return f"; {r.lost} requests got no answer at all"
+    if r.verified.verdict != "PASS":
+        return f"; verify at the demand said {r.verified.verdict}"
+    if r.verdict == "INCONCLUSIVE":
+        return f"; the host was too busy to measure ({r.misses.invalid}): run it on a quieter host"
+    return ""
