@@ -31,6 +31,7 @@ from typing import Literal
 
 import numpy as np
 
+from ridgeline.health.slo import LatencyBound
 from ridgeline.loadgen.schedule import Schedule, from_arrival, trace_held
 from ridgeline.loadgen.step import StepConfig, StepResult, measure_step
 from ridgeline.loop.profiling import ensure_zoo, measure_cpu
@@ -45,6 +46,7 @@ from ridgeline.serve.controller import ReconfigEvent, Reconfigurer
 from ridgeline.serve.reconfig import ReconfigConfig
 from ridgeline.serve.runtime import PlanServer
 from ridgeline.telemetry.records import Outcome
+from ridgeline.telemetry.summary import good
 from ridgeline.workload.arrivals import parse_arrival
 from ridgeline.workload.traces import bundled_trace_path, read_trace
 
@@ -116,6 +118,7 @@ def phase_misses(
 ) -> PhaseMisses:
     """``PhaseMisses`` of ``phases`` ((offered rate, step) in order, the demand before
     them ``first_rate``): a phase whose rate differs from the one before settles first."""
+    bound = (LatencyBound(percentile="p99", bound_ms=slo_ms),)  # each request's own latency
     judged = missed = settling = 0
     invalid = None
     before = first_rate
@@ -123,8 +126,7 @@ def phase_misses(
         rec = step.records
         skip = settle_s if rate != before else 0.0
         before = rate
-        late = ~(rec.latency_from_schedule <= slo_ms / 1000.0)  # NaN (no answer) is late
-        miss = (rec.outcome != int(Outcome.OK)) | late
+        miss = ~good(rec, bound)  # not OK, or past the bound from the scheduled send
         sent = rec.outcome != int(Outcome.NOT_SENT)
         kept = (rec.scheduled >= skip) & sent
         judged += int(np.count_nonzero(kept))

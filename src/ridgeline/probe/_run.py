@@ -120,8 +120,8 @@ class Run:
         self.on_step, self.on_start = on_step, on_start
         self.policy = cfg.policy()
         self.timeline: list[dict[str, Any]] = []
-        self._scales: dict[float, tuple[int, TimeScale]] = {}
-        """``time_scale``'s last reading for each ``below``, with the timeline's length."""
+        self._scales: dict[float, TimeScale] = {}
+        """``time_scale``'s readings of the timeline as far as ``_read``, by ``below``."""
         self._steady: list[tuple[float, Window]] = []
         """The timeline's windows of steps that kept up, each with its offered rate, as far
         as ``_read`` (``time_scale`` adds the rest when asked)."""
@@ -211,9 +211,10 @@ class Run:
         # the timeline only grows: a reading stands until a step adds to it (a probe asks
         # for one after every step and confirmation, and a long probe has 100k windows)
         seen = len(self.timeline)
-        cached = self._scales.get(below)
-        if cached is not None and cached[0] == seen:
-            return cached[1]
+        if seen != self._read:
+            self._scales.clear()  # readings of a shorter timeline
+        elif (cached := self._scales.get(below)) is not None:
+            return cached
         for e in self.timeline[self._read :]:
             if e.get("steady"):
                 self._steady.append(
@@ -223,7 +224,7 @@ class Run:
         windows = [w for rate, w in self._steady if rate <= below]
         gaps = [g for a, b in itertools.pairwise(windows) if (g := b.t_s - a.t_s) > 0]
         scale = time_scale(windows, statistics.median(gaps) if gaps else 1.0)
-        self._scales[below] = (seen, scale)
+        self._scales[below] = scale
         return scale
 
     def _unsure(self, held: StepVerdict) -> StepVerdict:
