@@ -9,6 +9,7 @@ import math
 import re
 import sys
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,6 @@ from ridgeline.loadgen.validity import ValidityConfig
 from ridgeline.pipeline.plan import Plan, dump_plan, load_plan
 from ridgeline.policies.batching import BatchingConfig
 from ridgeline.policies.dropping import (
-    SLACK_QUANTILE,
     ExecModel,
     Slack,
     TaskTiming,
@@ -142,12 +142,15 @@ def test_a_missing_artifact_is_named_at_start(tmp_path: Path) -> None:
 # --- the drop policy (pure) -------------------------------------------------------------
 
 
-def test_expected_wait_counts_full_batches_ahead_and_the_queue_delay() -> None:
+def test_expected_wait_is_the_later_of_a_free_instance_and_a_ready_batch() -> None:
     t = TaskTiming(
         ExecModel(0.010), queued_rows=9, batch_size=4, instances=1, max_queue_delay_s=0.005
     )
-    # 2 full batches ahead (20 ms), and its own batch (9 % 4 + 1 = 2 rows) will not fill
-    assert expected_wait_s(t) == pytest.approx(0.025)
+    # 2 full batches ahead (20 ms); its own batch (9 % 4 + 1 = 2 rows) will not fill, but
+    # its 5 ms delay runs out while they run: it starts when the instance is free
+    assert expected_wait_s(t) == pytest.approx(0.020)
+    # a delay longer than the batches ahead: it starts when the delay is out
+    assert expected_wait_s(replace(t, max_queue_delay_s=0.030)) == pytest.approx(0.030)
     t2 = TaskTiming(
         ExecModel(0.010), queued_rows=11, batch_size=4, instances=2, max_queue_delay_s=0.005
     )
@@ -179,12 +182,13 @@ def test_the_first_of_many_busy_instances_frees_soon() -> None:
     assert expected_wait_s(one_idle) == 0.0
 
 
-def test_the_exec_model_fits_warmup_and_scales_up_fast_down_slowly() -> None:
+def test_the_exec_model_fits_warmup_and_scales_by_a_moving_mean() -> None:
     m = ExecModel.from_warmup(0.012, 8, 0.026)  # 1 row 12 ms, 8 rows 26 ms: 10 + 2/row
     assert (m.time(1), m.time(8)) == (pytest.approx(0.012), pytest.approx(0.026))
-    slow = m.observe(4, 0.036)  # modelled 18 ms, took 36: scale 1 -> 1.5
-    assert slow.scale == pytest.approx(1.5)
-    assert slow.observe(4, 0.018).scale == pytest.approx(1.5 - 0.05 * 0.5)
+    slow = m.observe(4, 0.036)  # modelled 18 ms, took 36 (twice): scale 1 -> 1.05
+    assert slow.scale == pytest.approx(1.05)
+    assert slow.observe(4, 0.009).scale == pytest.approx(1.05 + 0.05 * (0.5 - 1.05))
+    assert ExecModel().observe(4, 0.020).time(4) == 0.020  # nothing measured: this batch
 
 
 def test_expected_remaining_follows_the_longest_path() -> None:
@@ -196,36 +200,49 @@ def test_expected_remaining_follows_the_longest_path() -> None:
     assert should_drop(0.0, 0.039, 0.040) and not should_drop(0.0, 0.040, 0.040)
 
 
-def test_the_slack_is_a_high_quantile_of_how_late_answers_came() -> None:
-    slack = Slack(initial_s=0.010, quantile=0.5, window=4, min_answers=3)
+def test_the_slack_is_a_quantile_of_how_many_times_longer_than_expected_answers_took() -> None:
+    slack = Slack(quantile=0.5, window=4, min_answers=3)
     slack.observe(0.050, 0.040)
-    slack.observe(0.050, 0.045)
-    assert slack.slack_s == 0.010  # fewer than min_answers: the initial slack
-    slack.observe(0.050, 0.030)  # errors 10, 5, 20 ms: median 10
-    assert slack.slack_s == pytest.approx(0.010)
-    slack.observe(0.020, 0.050)  # −30 ms: the model was pessimistic
-    slack.observe(0.020, 0.050)  # the window (4) forgets the first: 5, 20, −30, −30
-    assert slack.slack_s == pytest.approx(-0.0125)
+    slack.observe(0.050, 0.025)
+    assert slack.factor == 1.0  # fewer than min_answers: the model is trusted as it is
+    slack.observe(0.060, 0.040)  # ratios 1.25, 2, 1.5: median 1.5
+    assert slack.factor == pytest.approx(1.5)
+    slack.observe(0.020, 0.040)  # 0.5: the model was pessimistic
+    slack.observe(0.020, 0.040)  # the window (4) forgets the first: 2, 1.5, 0.5, 0.5
+    assert slack.factor == pytest.approx(1.0)
+    slack.observe(0.010, 0.0)  # no expectation: nothing learnt
+    assert slack.factor == pytest.approx(1.0)
+    # the deadline keeps back (factor − 1) of the expectation: dropped exactly when
+    # factor · expected passes the budget
+    slack.observe(0.080, 0.040)  # 1.5, 0.5, 0.5, 2: median 1
+    slack.observe(0.080, 0.040)  # 0.5, 0.5, 2, 2: median 1.25
+    assert slack.factor == pytest.approx(1.25)
+    assert slack.deadline(10.0, 0.100, 0.080) == pytest.approx(10.080)
+    assert should_drop(10.0, slack.deadline(10.0, 0.100, 0.0801), 0.0801)
+    assert not should_drop(10.0, slack.deadline(10.0, 0.100, 0.0799), 0.0799)
 
 
-@settings(max_examples=15, deadline=None)
-@given(st.floats(0.05, 0.6), st.integers(0, 2**31))
-def test_admitted_requests_come_late_about_once_in_two_hundred(sigma: float, seed: int) -> None:
-    """Expected latencies spread over the budget, answers later than expected by a
-    lognormal error the queue model does not know: admitting only where expected plus
-    slack fits the budget, the late share of admitted requests is about 1 − quantile."""
+@settings(max_examples=10, deadline=None)
+@given(st.floats(0.05, 0.6), st.sampled_from([0.05, 0.1, 0.25]), st.integers(0, 2**31))
+def test_a_dropped_request_would_have_come_late_at_least_one_minus_the_quantile_of_the_time(
+    sigma: float, q: float, seed: int
+) -> None:
+    """Expected latencies spread over four times the budget, answers taking a lognormal
+    multiple of what was expected that the queue model does not know: dropping where the
+    expectation times the slack passes the budget, at least about ``1 − quantile`` of the
+    dropped would have come late had they been kept."""
     rng = np.random.default_rng(seed)
-    slack, budget, late, admitted = Slack(initial_s=0.0), 1.0, 0, 0
-    for k in range(20_000):
-        expected = rng.uniform(0.0, budget)
-        if expected + slack.slack_s > budget:
-            continue  # dropped
-        took = expected + 0.1 * rng.lognormal(0.0, sigma)
-        if k >= 5_000:
-            admitted += 1
-            late += took > budget
+    slack, budget, dropped, would_be_late = Slack(quantile=q), 1.0, 0, 0
+    for k in range(10_000):
+        expected = rng.uniform(0.0, 4 * budget)
+        took = expected * rng.lognormal(0.0, sigma)
+        if should_drop(0.0, slack.deadline(0.0, budget, expected), expected):
+            if k >= 2_000:
+                dropped += 1
+                would_be_late += took > budget
+            continue
         slack.observe(took, expected)
-    assert admitted > 1_000 and late / admitted <= 0.015
+    assert dropped > 1_000 and would_be_late / dropped >= 1 - q - 0.03
 
 
 # --- a task queue in-process -------------------------------------------------------------
@@ -317,60 +334,6 @@ async def test_a_request_that_cannot_make_its_deadline_is_dropped_at_once() -> N
         await late
     inst.release.set()
     await first
-
-
-async def test_a_request_that_has_spent_its_tasks_latency_budget_is_dropped_there() -> None:
-    """The end-to-end deadline is 10 s away, but this task's budget ends in 60 ms. Queued
-    behind a busy instance, the request waits its turn (expected past its budget, it may
-    yet make the SLO); when the instance frees 80 ms on, its budget is spent: dropped as
-    its batch forms, saying so. One that comes with its budget spent is dropped at once;
-    one with the budget 10 s away is served."""
-    inst = Held()
-    clock = VirtualClock(100.0)
-    q = one_at_a_time(inst, clock)
-    q.core.exec = ExecModel(0.050)
-    row = [np.zeros((1, 2), np.float32)]
-    first = q.submit(1, row, 110.0)
-    await asyncio.sleep(0)  # the first batch starts, and holds the instance
-    over = q.submit(1, row, 110.0, budget=100.060)
-    within = q.submit(1, row, 110.0, budget=110.0)
-    gone = q.submit(1, row, 110.0, budget=99.990)
-    with pytest.raises(Exception, match="latency budget here is spent") as early:
-        await gone
-    assert not over.done()
-    clock.advance(0.080)
-    inst.release.set()
-    await first
-    with pytest.raises(Exception) as late:
-        await over
-    assert str(late.value) == str(early.value), "one kind of drop, one error text"
-    assert (
-        str(late.value) == "dropped: cannot meet SLO at task 't': its latency budget here is spent"
-    )
-    assert (await within)[0].tolist() == [[0.0, 0.0]]
-
-
-def test_budgets_through_a_task_sum_along_its_longest_path_from_a_source() -> None:
-    task = {"variant": "v", "synthetic": {"base_ms": 1, "per_item_ms": 0}, "batch_size": 1}
-    plan = Plan.model_validate(
-        {
-            "name": "p",
-            "slo_ms": 100,
-            "tasks": {
-                "a": {**task, "latency_budget_ms": 30},
-                "b": {**task, "latency_budget_ms": 50},
-                "c": {**task, "latency_budget_ms": 20},
-                "d": {**task, "latency_budget_ms": 10},
-            },
-            "edges": [
-                {"source": "a", "target": "b"},
-                {"source": "a", "target": "c"},
-                {"source": "b", "target": "d"},
-                {"source": "c", "target": "d"},
-            ],
-        }
-    )
-    assert plan.budget_through_ms() == {"a": 30, "b": 80, "c": 50, "d": 90}
 
 
 def test_adapt_reshapes_a_parents_outputs_into_a_childs_inputs() -> None:
@@ -471,6 +434,23 @@ async def load(url: str, rate: float, seconds: float, slo_ms: float, timed: bool
     return step
 
 
+def missed(step: Any, slo_ms: float) -> float:
+    """The share of a step's requests that missed the SLO: not answered (dropped, failed)
+    or answered later than ``slo_ms`` from their scheduled send (so a generator's own lag
+    counts against both runs alike)."""
+    rec = step.records
+    ok = rec.outcome == int(Outcome.OK)
+    late = ok & (rec.latency_from_schedule * 1000 > slo_ms)
+    return float(np.count_nonzero(~ok) + np.count_nonzero(late)) / len(ok)
+
+
+LAW_TOLERANCE = 0.05
+"""Issue 32's law served for real: with dropping on, no more of the same arrivals miss
+the SLO than with it off, within this share. Two runs one after the other on a shared
+2-core host differ by more than their binomial noise (some 2 points at a few hundred
+requests): a stall of the host lands in one and not the other."""
+
+
 async def steady_load(url: str, rate: float, seconds: float, slo_ms: float, tries: int = 3) -> Any:
     """``load``, unjudged, until its arrivals kept within a quarter of the SLO of their
     schedule (p99), at most ``tries`` times: a generator sharing two cores with the
@@ -487,8 +467,8 @@ async def steady_load(url: str, rate: float, seconds: float, slo_ms: float, trie
 @pytest.mark.timeout(240)  # up to three judged steps (steady_load)
 async def test_batching_at_load_and_drops_under_a_tight_slo(tmp_path: Path) -> None:
     """At a fixed rate the detector batches (mean batch > 1). With an SLO tighter than a
-    busy detector allows, requests are dropped at once, and of those answered no more
-    come late than the drop decision's confidence allows."""
+    busy detector allows, requests are dropped at once, and the same arrivals served
+    with dropping off miss the SLO (late) at least as often (``missed``)."""
     import aiohttp
 
     plan = Plan.model_validate(three_task_plan())
@@ -510,22 +490,19 @@ async def test_batching_at_load_and_drops_under_a_tight_slo(tmp_path: Path) -> N
     for t in tight["tasks"].values():
         t["latency_budget_ms"] = 30
     tight["tasks"]["detect"]["synthetic"] = {"base_ms": 10, "per_item_ms": 2}
-    with serving_apart(Plan.model_validate(tight), tmp_path, tmp_path) as url:  # own process
-        step = await steady_load(url, 250.0, 3.0, slo)
-    rec = step.records
-    ok = rec.outcome == int(Outcome.OK)
-    p99 = np.percentile(rec.latency_from_schedule[ok], 99) * 1000
-    late = np.percentile(rec.lateness, 99) * 1000
-    seen = f"{step.summary}; answered p99 {p99:.1f} ms, p99 lateness {late:.1f} ms"
-    # the arrivals near their schedule (a generator sharing two cores with the suite fell
-    # 9 ms behind once), or the load is not the one asked for
-    assert late <= slo / 4, seen
-    assert step.summary.dropped > 0.1 * step.summary.sent, seen
-    assert step.summary.errors == 0, seen
-    # dropped when more than 1 - SLACK_QUANTILE likely to be late: no more of the
-    # answered late than that (from the schedule, so the generator's lag counts too)
-    came_late = float(np.mean(rec.latency_from_schedule[ok] * 1000 > slo))
-    assert came_late <= 1 - SLACK_QUANTILE, f"{came_late:.1%} of the answered came late: {seen}"
+    steps = {}
+    for drop in ("--drop", "--no-drop"):  # each in its own process, the same arrivals
+        with serving_apart(Plan.model_validate(tight), tmp_path, tmp_path, drop) as url:
+            steps[drop] = await steady_load(url, 250.0, 3.0, slo)
+    on, off = (missed(steps[d], slo) for d in ("--drop", "--no-drop"))
+    seen = f"missed {on:.1%} with dropping, {off:.1%} without: {steps['--drop'].summary}"
+    for step in steps.values():
+        # the arrivals near their schedule (a generator sharing two cores with the suite
+        # fell 9 ms behind once), or the load is not the one asked for
+        assert np.percentile(step.records.lateness, 99) * 1000 <= slo / 4, seen
+        assert step.summary.errors == 0, seen
+    assert steps["--drop"].summary.dropped > 0 and steps["--no-drop"].summary.dropped == 0, seen
+    assert on <= off + LAW_TOLERANCE, seen
 
 
 # --- the zoo's real models, from the example plan ----------------------------------------
@@ -543,12 +520,12 @@ def zoo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @contextlib.contextmanager
-def serving_apart(plan: Plan, where: Path, zoo: Path) -> Iterator[str]:
-    """``ridgeline serve`` of ``plan`` in its own process; its gRPC URL until the block
-    ends, then SIGINT and its exit."""
+def serving_apart(plan: Plan, where: Path, zoo: Path, *options: str) -> Iterator[str]:
+    """``ridgeline serve`` of ``plan`` (with ``options``) in its own process; its gRPC
+    URL until the block ends, then SIGINT and its exit."""
     path = where / f"{plan.name}.yaml"
     path.write_text(dump_plan(plan))
-    cmd = [sys.executable, "-m", "ridgeline", "serve", str(path), "--port", "0"]
+    cmd = [sys.executable, "-m", "ridgeline", "serve", str(path), "--port", "0", *options]
     with running([*cmd, "--grpc-port", "0", "--zoo", str(zoo)]) as stdout:
         line = stdout.wait_for("v2 gRPC", timeout=120)
         found = re.search(r"v2 gRPC\s+(\S+):(\d+)", line)
@@ -563,9 +540,8 @@ async def test_the_example_plan_batches_at_load_and_drops_under_a_tight_slo(
 ) -> None:
     """detector → car and face classifiers, real ONNX on CPU. At a fixed rate the
     detector forms batches (mean > 1; dropping off, so every request counts); with a
-    tight SLO (the p75 of an undropped run) and dropping on, requests are dropped
-    early, none fails, and of the answered no more come late (from the send) than the
-    drop decision's confidence allows."""
+    tight SLO (the p75 of an undropped run), the same arrivals served with dropping on
+    and off: none fails, and with dropping on no more miss the SLO (``missed``)."""
     import aiohttp
 
     plan = load_plan(EXAMPLE)
@@ -618,34 +594,29 @@ async def test_the_example_plan_batches_at_load_and_drops_under_a_tight_slo(
             },
         }
     )
-    with serving_apart(tight, tmp_path, zoo) as url:
-        await load(url, 30.0, 3.0, slo, timed=False)  # warm-up, as a probe runs one: unjudged
-        # long enough that the answered p99 is a p99 (some 300 answers, the 4th slowest),
-        # not the slowest of a hundred: one stall of a shared host decides that alone
-        step = await steady_load(url, 30.0, 20.0, slo)
-    rec = step.records
-    ok = rec.outcome == int(Outcome.OK)
-    # the server drops by what it can know, from a request's arrival on: its answered p99
-    # counts from the send. The generator shares two cores with four busy processes and
-    # may send a few ms late (9 ms p99 in one run): the arrivals must stay near their
-    # schedule (a quarter of the SLO), or the load is not the one asked for
-    p99 = np.percentile(rec.latency_from_send[ok], 99) * 1000
-    late = np.percentile(rec.lateness, 99) * 1000
-    seen = (
-        f"SLO {slo:.0f} ms: {step.summary}; answered p99 from the send {p99:.1f} ms,"
-        f" p99 lateness {late:.1f} ms"
+    steps = {}
+    for drop in ("--drop", "--no-drop"):  # each in its own process, the same arrivals
+        with serving_apart(tight, tmp_path, zoo, drop) as url:
+            await load(url, 30.0, 3.0, slo, timed=False)  # warm-up, as a probe runs one
+            # long enough that the share missed is a share (some 600 requests), not the
+            # luck of a hundred: one stall of a shared host decides that alone
+            steps[drop] = await steady_load(url, 30.0, 20.0, slo)
+    on, off = (missed(steps[d], slo) for d in ("--drop", "--no-drop"))
+    seen = f"SLO {slo:.0f} ms: missed {on:.1%} with dropping, {off:.1%} without: " + "; ".join(
+        f"{d} {s.summary.dropped} dropped, {s.summary.ok} answered of {s.summary.sent}, "
+        f"p99 lateness {np.percentile(s.records.lateness, 99) * 1000:.1f} ms"
+        for d, s in steps.items()
     )
-    assert late <= slo / 4, seen
-    assert step.summary.errors == 0, seen
-    assert step.summary.dropped > 0.05 * step.summary.sent, seen
-    assert ok.sum() > 0.2 * step.summary.sent, f"nearly everything dropped: {seen}"
-    # A request is dropped when it is more than 1 - SLACK_QUANTILE likely to come late,
-    # so no more than that share of the answered should (without dropping, nearly all).
-    # The same starved loop that sends late also reads answers late: from the send, an
-    # answer may carry as much of the generator's own delay as its sends do (its measured
-    # p99 lateness, 3 ms at least).
-    came_late = float(np.mean(rec.latency_from_send[ok] * 1000 > slo + max(late, slo / 20)))
-    assert came_late <= 1 - SLACK_QUANTILE, f"{came_late:.1%} of the answered came late: {seen}"
+    for step in steps.values():
+        # the generator shares two cores with four busy processes and may send a few ms
+        # late (9 ms p99 in one run): the arrivals must stay near their schedule (a
+        # quarter of the SLO), or the load is not the one asked for
+        assert np.percentile(step.records.lateness, 99) * 1000 <= slo / 4, seen
+        assert step.summary.errors == 0, seen
+    assert steps["--no-drop"].summary.dropped == 0, seen
+    # a tight SLO is one a quarter of the undropped answers missed: dropping must not
+    # make that worse (it drops only what is nearly sure to come late)
+    assert on <= off + LAW_TOLERANCE, seen
 
 
 # --- a worker crash, a token, a body bound ----------------------------------------------

@@ -19,6 +19,7 @@ from ridgeline.report.jigsaw import (
     RANGES,
     SETTINGS_BLOCK,
     blocks,
+    served_markdown,
     update_document,
 )
 from ridgeline.study.jigsaw import (
@@ -30,6 +31,7 @@ from ridgeline.study.jigsaw import (
     fit_error,
     run_jigsaw,
 )
+from ridgeline.study.jigsaw_served import ARRIVALS, REL, run_served
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -249,3 +251,47 @@ def test_the_command_quick_on_a_small_case_writes_the_document(tiny: Path, tmp_p
     written = JigsawResult.model_validate(json.loads(raw.read_text()))
     assert written.variants == ["central"] and written.requests == 1_000
     assert "[ 2/2] tiny" in run.stderr and "tables written to" in run.stderr
+
+
+# --- --served: plans sized for their traffic, served with dropping on and off -------------
+
+
+def test_plans_sized_for_their_traffic_are_served_and_dropping_never_misses_more(
+    tiny: Path,
+) -> None:
+    """Issue 32: each plan is sized until it holds under one arrival process, at the most
+    demand the GPUs then serve (no more than the plain maximum), and served afresh under
+    that process (another seed than the check's) with dropping on and off; on the same
+    arrivals dropping misses no more. The report marks a cell where it did."""
+    cells = run_served(
+        (tiny,), (GPUS,), requests=2_000, seed=7, jobs=1, batches=(1, 4, 16),
+        settings=("none", "A+S+T"), slo_factors=(1.0,),
+    )  # fmt: skip
+    assert [(c.setting, c.arrivals) for c in cells] == [
+        (s, a) for s in ("none", "A+S+T") for a in ARRIVALS
+    ]
+    for c in cells:
+        assert 0 < c.max_rps <= c.plain_max_rps * (1 + REL), c
+        assert c.sized_for_rps is not None and c.sized_for_rps >= c.max_rps, c
+        assert c.requests > 1_000 and c.drop_helps, c
+    bursty = {c.setting: c for c in cells if c.arrivals == "gamma:cv=3"}
+    plain = {c.setting: c for c in cells if c.arrivals == "poisson"}
+    assert all(bursty[s].max_rps <= plain[s].plain_max_rps for s in bursty)
+
+    worse = cells[0].model_copy(update={"violation_rate": 0.02, "violation_rate_no_drop": 0.01})
+    result = JigsawResult.model_validate(
+        {**_empty_result(), "served": [c.model_dump() for c in (*cells, worse)]}
+    )
+    text = served_markdown(result, command="ridgeline study jigsaw --served", commit="abc")
+    assert f"Of the {len(cells) + 1} served:" in text
+    assert f"**{len(cells)}** with dropping on missing no more than with it off" in text
+    assert text.count(" ✗ |") == 1 and "**2.00 %** (" in text
+
+
+def _empty_result() -> dict[str, object]:
+    return {
+        "started_at": "2026-12-05T00:00:00Z", "wall_s": 1.0, "jobs": 1, "cpus": 2,
+        "latency_error": 0.2, "saturation_gflop_per_sm": None, "requests": 2_000, "seed": 7,
+        "rel": 0.01, "time_limit_s": 60.0, "batches": [1], "gpus": [GPUS],
+        "variants": ["central"], "apps": [], "gpu_types": [], "occupancy": [], "rows": [],
+    }  # fmt: skip

@@ -5,6 +5,7 @@ features (``jigsaw``)."""
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Protocol, Self, TypeVar
@@ -199,6 +200,14 @@ def jigsaw(
     requests: Annotated[
         int | None, typer.Option(help="simulated requests a plan (default 20,000; --quick 5,000)")
     ] = None,
+    served: Annotated[
+        bool,
+        typer.Option(
+            help="also size every plan for Poisson, gamma CV 3 and the bundled trace, the "
+            "spec's SLO and half of it, and serve it in the simulator with dropping on and "
+            "off (some 25 minutes on 2 cores for 2 GPU sets)"
+        ),
+    ] = False,
     jobs: JobsOption = 2,
     out: DocumentOption = Path("docs/reproduction-jigsawserve.md"),
     json_file: JsonFileOption = None,
@@ -206,14 +215,28 @@ def jigsaw(
     """What each of JigsawServe's features (accuracy scaling, spatial partitioning,
     task-graph budgeting) buys in max demand on the example applications, over the
     calibration's error and the SLO, and its plans served in the plan simulator."""
-    from ridgeline.report.jigsaw import blocks, task_line, update_document
+    from ridgeline.report.jigsaw import blocks, served_line, task_line, update_document
     from ridgeline.study.jigsaw import JigsawConfig, run_jigsaw
+    from ridgeline.study.jigsaw_served import run_served
 
     with failing(values=True):
         options = _options(ctx)
         cfg = _config(JigsawConfig, options, spec="specs")
         commit = _commit()
         result = run_jigsaw(cfg, on_task=_printing(task_line))
+        if cfg.served:
+            began = time.perf_counter()
+            cells = run_served(
+                cfg.specs,
+                cfg.gpus,
+                requests=cfg.requests,
+                seed=cfg.seed,
+                jobs=cfg.jobs,
+                batches=cfg.batches,
+                on_done=_printing(served_line),
+            )
+            wall = result.wall_s + time.perf_counter() - began
+            result = result.model_copy(update={"served": cells, "wall_s": wall})
         command = _command_line("ridgeline study jigsaw", options)
         update_document(out, blocks(result, command=command, commit=commit))
         _written(out, result, json_file)

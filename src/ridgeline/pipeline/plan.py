@@ -137,23 +137,6 @@ class Plan(_Frozen):
     def children(self, task: str) -> list[Edge]:
         return [e for e in self.edges if e.source == task]
 
-    def budget_through_ms(self) -> dict[str, float]:
-        """Per task, the latency budgets summed from a source through it, on its longest
-        such path: by then a request must have finished this task (the runtime drops one
-        that cannot, ``serve.graph``)."""
-        through: dict[str, float] = {}
-
-        def done(task: str) -> float:
-            if task not in through:
-                parents = [e.source for e in self.edges if e.target == task]
-                before = max((done(p) for p in parents), default=0.0)
-                through[task] = before + self.tasks[task].latency_budget_ms
-            return through[task]
-
-        for task in self.tasks:
-            done(task)
-        return through
-
     def core_assignment(self, host_cores: Sequence[int]) -> dict[str, list[tuple[int, ...]]]:
         """The cores each instance of each CPU task is pinned to on a host with
         ``host_cores``, as the runtime pins them (``serve.loading``): handed out in

@@ -17,10 +17,14 @@ PlanFn = Callable[[PipelineSpec], PlanResult]
 
 
 def max_demand(
-    spec: PipelineSpec, plan_fn: PlanFn, rel: float = 0.01
+    spec: PipelineSpec, plan_fn: PlanFn, rel: float = 0.01, floor: float = 1 / 1024
 ) -> tuple[float, PlanResult | None]:
     """The largest demand ``plan_fn`` can plan for (to relative precision ``rel``), by
     bisection over plans, and the plan there (None when not even the smallest fits).
+    The search starts at the spec's demand and doubles while plans are found; when the
+    first is not found it tries ``floor`` times it (a simulator check can fail a
+    plan at a demand far below its maximum, where a few instances smooth bursts less:
+    start a checked search near the plain maximum), and bisects between the two.
     ``plan_fn`` makes each plan: ``lambda s: plan_pipeline(s, table, available)`` for the
     largest demand ``available`` slices serve; one that raises ``InfeasiblePlan`` or
     ``PlanCheckFailed`` (the plan did not hold in simulation) counts as a demand that
@@ -37,7 +41,7 @@ def max_demand(
     while (found := feasible(hi)) is not None:
         lo, hi, best = hi, hi * 2, found
     if best is None:
-        lo = hi / 1024
+        lo = hi * floor
         if (found := feasible(lo)) is None:
             return 0.0, None
         best = found

@@ -139,7 +139,6 @@ class _Task:
         "arm",
         "batched",
         "batches",
-        "budget_s",
         "busy_s",
         "children",
         "drops",
@@ -186,8 +185,6 @@ class _Task:
         self.expected_fn: Callable[[], float]
         self.expected: float | None = None
         self.after: float | None = None
-        self.budget_s = math.inf
-        """When, after a request's arrival, this task's latency budget runs out."""
         self.children: list[_Task] = []
         self.parents: list[_Task] = []
         self.edges: list[tuple[int, _Task, float]] = []
@@ -228,7 +225,7 @@ class Engine:
         runtime keeps its measured front-end time back (``GraphRunner.frontend_s``)."""
         self.slo_s = plan.slo_ms / 1000.0
         # GraphRunner's, to the bit
-        self.slack = Slack(initial_s=0.05 * plan.slo_ms / 1000.0, quantile=slack_quantile)
+        self.slack = Slack(quantile=slack_quantile)
         self.tasks: dict[str, _Task] = {}
         for k, (name, t) in enumerate(plan.tasks.items()):
             cfg = BatchingConfig(
@@ -242,8 +239,6 @@ class Engine:
         for name, slots in contended(cores or {}).items():
             if any(c is not None for c in slots):
                 self.tasks[name].pinned = slots
-        for name, ms in plan.budget_through_ms().items():
-            self.tasks[name].budget_s = ms / 1000.0
         for i, e in enumerate(plan.edges):
             src, dst = self.tasks[e.source], self.tasks[e.target]
             src.children.append(dst)
@@ -348,8 +343,9 @@ class Engine:
 
     def _arrive(self, req: int, now: float) -> None:
         """``GraphRunner.infer``: the pipeline's drop check, then each source task."""
-        deadline = now + (1 - self.margin) * self.slo_s - self.slack.slack_s - self.frontend_s
         expected = max(self._expected(s) for s in self.sources)
+        budget = (1 - self.margin) * self.slo_s - self.frontend_s
+        deadline = self.slack.deadline(now, budget, expected)
         idle = self._active == 0
         if self.drop and refuses_request(now, deadline, expected, idle):
             self._status[req] = DROPPED
@@ -381,7 +377,7 @@ class Engine:
         q = t.q
         q.arrive(now, rows)
         self._dirty(t)
-        entry = Entry(node, rows, now, deadline, self._arrival[node[0]] + t.budget_s, keep)
+        entry = Entry(node, rows, now, deadline, keep)
         if q.refuses(entry, now, t.expected_fn) is not None:
             t.drops += 1
             self._chunk_done(node, now, failed=True)

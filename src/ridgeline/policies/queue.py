@@ -22,9 +22,9 @@ The decisions, each made here once:
   delay's deadline when it went on that deadline (the fake server starts its batch
   there, so timer lateness never accumulates);
 * **which instance runs it**: the one free the longest;
-* **early dropping** (``dropping``): a request that is expected to miss its deadline,
-  or has spent its latency budget, is refused on arrival and dropped again when its
-  batch forms, unless it arrived at an idle server (``keep``);
+* **early dropping** (``dropping``): a request that is expected to miss its deadline
+  is refused on arrival and dropped again when its batch forms, unless it arrived at an
+  idle server (``keep``);
 * **the queue bound**: past ``max_queue`` requests waiting after the queue was served,
   the newest is refused (``overflow``).
 """
@@ -45,7 +45,6 @@ from ridgeline.policies.dropping import (
     arrival_gap,
     expected_wait_s,
     should_drop,
-    spent,
 )
 
 __all__ = [
@@ -56,7 +55,7 @@ __all__ = [
     "batch_end",
     "decide",
     "first_dispatch",
-    "late_or_spent",
+    "late",
     "refuses_request",
 ]
 
@@ -65,13 +64,12 @@ P = TypeVar("P")
 
 class DropReason(StrEnum):
     LATE = "it would finish past its deadline"
-    SPENT = "its latency budget here is spent"
 
 
 class Entry(Generic[P]):
     """One request waiting in the queue; ``payload`` is the driver's own."""
 
-    __slots__ = ("arrival", "budget", "deadline", "keep", "payload", "rows")
+    __slots__ = ("arrival", "deadline", "keep", "payload", "rows")
 
     def __init__(
         self,
@@ -79,11 +77,10 @@ class Entry(Generic[P]):
         rows: int,
         arrival: float,
         deadline: float = math.inf,
-        budget: float = math.inf,
         keep: bool = False,
     ) -> None:
         self.payload, self.rows, self.arrival = payload, rows, arrival
-        self.deadline, self.budget = deadline, budget
+        self.deadline = deadline
         self.keep = keep
         """Arrived at an idle server: never dropped (``dropping``)."""
 
@@ -107,16 +104,10 @@ class Formed(NamedTuple, Generic[P]):
         return len(self.batch) + len(self.dropped)
 
 
-def late_or_spent(
-    now: float, deadline: float, budget: float, expected_s: float
-) -> DropReason | None:
-    """Why a request expected to need ``expected_s`` more, with its budget through this
-    task running out at ``budget``, is dropped now; None if it is not."""
-    if spent(now, budget):
-        return DropReason.SPENT
-    if should_drop(now, deadline, expected_s):
-        return DropReason.LATE
-    return None
+def late(now: float, deadline: float, expected_s: float) -> DropReason | None:
+    """Why a request expected to need ``expected_s`` more is dropped now; None if it is
+    not."""
+    return DropReason.LATE if should_drop(now, deadline, expected_s) else None
 
 
 def refuses_request(now: float, deadline: float, expected_s: float, idle: bool) -> bool:
@@ -200,7 +191,7 @@ class BatchQueue(Generic[P]):
         joining, read only when it matters)."""
         if not self.drop or entry.keep:
             return None
-        return late_or_spent(now, entry.deadline, entry.budget, expected())
+        return late(now, entry.deadline, expected())
 
     def push(self, entry: Entry[P]) -> None:
         self.items.append(entry)
@@ -302,7 +293,7 @@ class BatchQueue(Generic[P]):
             e = items.popleft()
             self.rows -= e.rows
             if drop and not e.keep:
-                why = late_or_spent(now, e.deadline, e.budget, rest)
+                why = late(now, e.deadline, rest)
                 if why is not None:
                     dropped.append((e, why))
                     continue

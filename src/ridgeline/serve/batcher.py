@@ -15,7 +15,6 @@ fails that batch's requests with an error, never leaving them waiting.
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -110,20 +109,18 @@ class TaskQueue:
         arrays: list[Array],
         deadline: float,
         keep: bool = False,
-        budget: float = math.inf,
     ) -> asyncio.Future[list[Array]]:
         """Queue one request of ``rows`` rows (≤ the batch size); its outputs' future.
-        ``keep``: never drop it (it arrived at an idle server, ``dropping``). ``budget``:
-        when its latency budget through this task runs out; one that comes, or whose
-        batch forms, after that is dropped (it has spent the budget), as one expected to
-        miss its ``deadline`` is."""
+        ``keep``: never drop it (it arrived at an idle server, ``dropping``); otherwise
+        one expected to miss its ``deadline`` is dropped on arrival or as its batch
+        forms."""
         core = self.core
         if not 1 <= rows <= core.cfg.max_batch_size:
             raise ValueError(f"{rows} rows for task {self.name!r} (1..{core.cfg.max_batch_size})")
         now = self.clock.now()
         core.arrive(now, rows)
         item = _Item(arrays)
-        entry = Entry(item, rows, now, deadline, budget, keep)
+        entry = Entry(item, rows, now, deadline, keep)
         self.metrics.requests.labels(self.name).inc()
         if self._closed:
             item.future.set_exception(InferFailed("unavailable", "the server is shutting down"))

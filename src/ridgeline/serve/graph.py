@@ -19,11 +19,10 @@ deadline the tasks see keeps back what the queue model does not see: the
 ``dropping.Slack`` the answers show (the hops to worker processes and back, the glue
 between tasks, batch times swinging on shared cores), the event loop's own lateness
 (``frontend_s``), and ``margin`` of the SLO (default none, ``DROP_MARGIN``) for what
-happens outside the pipeline if a deployment needs it. Each task also has its plan's
-latency budget: a request that reaches a task, or whose batch there forms, after the
-budgets summed from the source through it (``Plan.budget_through_ms``) have run out has
-spent it, and is dropped there, counted with the task's drops. A request that finds
-every task idle is never dropped, at any task (``dropping``).
+happens outside the pipeline if a deployment needs it. A plan's per-task latency
+budgets are the planner's shares of the SLO, not deadlines: a request behind its share
+at one task that can still make the end-to-end deadline is kept (``dropping``). A
+request that finds every task idle is never dropped, at any task.
 """
 
 from __future__ import annotations
@@ -65,12 +64,10 @@ class GraphRunner:
         self.frontend_s = frontend_s
         """Time a request spends outside the queues, waiting for the event loop on its
         way in and out (``PlanServer``: twice the loop's recent p99 lateness)."""
-        self.slack = Slack(initial_s=0.05 * plan.slo_ms / 1000.0)
+        self.slack = Slack()
         self.sources = plan.sources()
         self.sinks = [t for t in plan.tasks if not plan.children(t)]
         self._carry: dict[int, float] = {}
-        self._through_s = {t: ms / 1000.0 for t, ms in plan.budget_through_ms().items()}
-        """Per task, when (after arrival) its latency budget runs out."""
 
     def expected_s(self) -> float:
         """Expected time of a request arriving now: its longest path's."""
@@ -79,8 +76,9 @@ class GraphRunner:
     async def infer(self, rows: int, arrays: list[Array], *, drop: bool = True) -> list[Array]:
         """The sink tasks' outputs, in ``plan.tasks`` order, each task's in its order."""
         now, slo_s = self.clock.now(), self.plan.slo_ms / 1000.0
-        deadline = now + (1 - self.margin) * slo_s - self.slack.slack_s - self.frontend_s()
         expected = self.expected_s()
+        budget = (1 - self.margin) * slo_s - self.frontend_s()
+        deadline = self.slack.deadline(now, budget, expected)
         idle = all(q.idle() for q in self.queues.values())
         if drop and refuses_request(now, deadline, expected, idle):
             raise InferFailed(
@@ -117,11 +115,8 @@ class GraphRunner:
     ) -> None:
         queue = self.queues[task]
         size = queue.cfg.max_batch_size
-        budget = arrival + self._through_s[task]
         chunks = [
-            queue.submit(
-                min(size, rows - i), [a[i : i + size] for a in arrays], deadline, keep, budget
-            )
+            queue.submit(min(size, rows - i), [a[i : i + size] for a in arrays], deadline, keep)
             for i in range(0, rows, size)
         ]
         answers: list[list[Array]] = await self._gather(chunks)

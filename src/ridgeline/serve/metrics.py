@@ -108,9 +108,9 @@ class ServeMetrics:
             registry=r,
         )
         self.drop_slack = Gauge(
-            "ridgeline_drop_slack_seconds",
-            "How much later than expected answers come (the 0.9 quantile), added to every "
-            "drop decision",
+            "ridgeline_drop_slack_ratio",
+            "How many times longer than expected answers take (a low quantile, "
+            "SLACK_QUANTILE); every drop decision scales its expectation by it",
             ["model"],
             registry=r,
         )

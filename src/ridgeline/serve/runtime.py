@@ -104,13 +104,13 @@ class _TaskModel(_Model):
         super().__init__(clock=clock, **kw)
         self.queue, self.budget_s, self.margin = queue, budget_s, margin
         self.frontend_s = frontend_s
-        self.slack = Slack(initial_s=0.05 * budget_s)
+        self.slack = Slack()
 
     async def infer(self, rows: int, arrays: list[Array]) -> list[Array]:
         began = arrival = self.clock.now()
         expected = self.queue.expected_s()
-        deadline = (
-            arrival + (1 - self.margin) * self.budget_s - self.slack.slack_s - self.frontend_s()
+        deadline = self.slack.deadline(
+            arrival, (1 - self.margin) * self.budget_s - self.frontend_s(), expected
         )
         try:
             out = await self.queue.submit(rows, arrays, deadline, keep=self.queue.idle())
@@ -142,7 +142,7 @@ class _PipelineModel(_Model):
             raise
         m.pipeline_requests.labels(self.name, "ok").inc()
         m.pipeline_latency.labels(self.name).observe(self.clock.now() - began)
-        m.drop_slack.labels(self.name).set(self.runner.slack.slack_s)
+        m.drop_slack.labels(self.name).set(self.runner.slack.factor)
         self._count(True, began)
         return out
 

@@ -126,6 +126,11 @@ class JigsawConfig(BaseModel):
         "cores a 64-GPU solve with the whole-graph floor ran past it with no plan)",
     )
     jobs: int = Field(2, ge=1, le=64, description="processes")
+    served: bool = Field(
+        False,
+        description="also size every plan for Poisson, gamma CV 3 and the bundled trace "
+        "and serve it in the simulator, dropping on and off (``study.jigsaw_served``)",
+    )
 
     @classmethod
     def quick(cls, **overrides: Any) -> JigsawConfig:
@@ -182,6 +187,37 @@ class Simulated(BaseModel):
     violation_rate_no_drop: float
     """The same arrivals and seed with early dropping off (``--no-drop``)."""
     p99_ms_no_drop: float | None
+
+
+class ServedCell(BaseModel):
+    """One plan, sized for one arrival process, served under it (``study.jigsaw_served``)."""
+
+    app: str
+    gpus: str
+    slo_ms: float
+    setting: str
+    arrivals: str
+    plain_max_rps: float
+    """The plain MILP plan's max demand (no simulator check)."""
+    max_rps: float
+    """The most the GPUs serve with a plan sized until it holds under ``arrivals``; 0
+    when not even ``FLOOR`` of the plain maximum does."""
+    sized_for_rps: float | None = None
+    requests: int = 0
+    violation_rate: float = 0.0
+    """Late or dropped, as served (dropping on)."""
+    dropped: int = 0
+    late: int = 0
+    violation_rate_no_drop: float = 0.0
+    """Late, the same arrivals and batch times with dropping off."""
+    p99_ms: float | None = None
+    p99_ms_no_drop: float | None = None
+    wall_s: float = 0.0
+
+    @property
+    def drop_helps(self) -> bool:
+        """Dropping missed no more than not dropping (exactly: same arrivals)."""
+        return self.violation_rate <= self.violation_rate_no_drop
 
 
 class SettingRow(BaseModel):
@@ -267,6 +303,8 @@ class JigsawResult(BaseModel):
     gpu_types: list[GpuRow]
     occupancy: list[OccupancyRow]
     rows: list[SettingRow]
+    served: list[ServedCell] = Field(default_factory=list)
+    """``--served``: every plan sized for its traffic and served (``study.jigsaw_served``)."""
 
     def row(
         self,
