@@ -10,9 +10,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 
 from ridgeline.errors import InfeasiblePlan, PlanCheckFailed
-from ridgeline.pipeline.plan import Plan
+from ridgeline.pipeline.plan import Plan, dump_plan
 from ridgeline.pipeline.planned import to_plan
 from ridgeline.pipeline.planner import plan_pipeline
 from ridgeline.pipeline.profiles import ProfileRow, ProfileTable
@@ -99,6 +100,9 @@ def test_a_burstier_arrival_than_the_bound_assumes_is_sized_up_until_it_holds() 
     got = checked_plan(spec(), rows(), {GPU: 56}, check=check)
     assert got.headroom > 1.0
     assert got.rounds[0][1] != "held" and got.rounds[-1][1] == "held"
+    assert got.plan.checked_arrivals == ("gamma:cv=4",)  # what verify replays
+    again = Plan.model_validate(yaml.safe_load(dump_plan(got.plan)))
+    assert again.checked_arrivals == ("gamma:cv=4",)
     fresh = simulate_plan(
         got.plan,
         arrival_schedule("gamma:cv=4", rate=200, duration_s=200, seed=7),

@@ -250,3 +250,26 @@ async def test_verify_passes_a_plan_within_its_demand_and_fails_one_beyond(
     assert ok.summary().startswith("PASS: 40 req/s")
     assert not bad.passed and bad.capacity_rps is None
     assert bad.summary().startswith("FAIL: 2000 req/s")
+
+
+@pytest.mark.slow
+async def test_verify_replays_each_arrival_process_the_plan_was_checked_under(
+    tmp_path: Path,
+) -> None:
+    """A plan sized for bursts (``ridgeline plan --check-arrivals``) records them, and
+    verify replays each at the demand: one step per process, the counts summed, the
+    summary naming them. A process that names no trace is refused before any load."""
+    from ridgeline.errors import RidgelineError
+    from ridgeline.loop.verify import verify
+
+    checked = plan({"detect": 1, "classify": 1}, demand=40.0, budget_ms=200).model_copy(
+        update={"checked_arrivals": ("poisson", "gamma:cv=3")}
+    )
+    async with PlanServer(checked, tmp_path, http_port=0, grpc_port=None) as server:
+        got = await verify(checked, server.model_url(), seconds=2.0, warmup_s=0.0, search=False)
+        broken = checked.model_copy(update={"checked_arrivals": ("trace:no-such-trace",)})
+        with pytest.raises(RidgelineError, match="no-such-trace"):
+            await verify(broken, server.model_url(), seconds=2.0, warmup_s=0.0, search=False)
+    assert got.arrivals == ("poisson", "gamma:cv=3")
+    assert 100 <= got.sent <= 220  # two steps of 2 s at 40 req/s (80 each, drawn)
+    assert "40 req/s under poisson, gamma:cv=3" in got.summary()

@@ -18,7 +18,13 @@ def verify(
     target: Annotated[
         str, typer.Argument(help="its pipeline's v2 URL, e.g. http://127.0.0.1:8000/v2/models/NAME")
     ],
-    seconds: Annotated[float, typer.Option(help="length of the step at the demand, s")] = 10.0,
+    seconds: Annotated[
+        float,
+        typer.Option(
+            help="length of each step at the demand, s: one per arrival process the plan "
+            "was checked under (its checked_arrivals; Poisson when it names none)"
+        ),
+    ] = 10.0,
     max_fail: Annotated[
         float, typer.Option(help="largest share of errors, timeouts and drops that passes")
     ] = 0.01,

@@ -18,7 +18,7 @@ from ridgeline.errors import ConfigError
 from ridgeline.workload.arrivals import ArrivalSpec, parse_arrival
 from ridgeline.workload.llm import LlmWorkload
 from ridgeline.workload.payloads import RequestShape, shapes_from_trace
-from ridgeline.workload.traces import Trace, read_trace
+from ridgeline.workload.traces import Trace, bundled_trace_path, read_trace
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,34 @@ def build_schedule(
     if drawn:
         return trace_superposed(recorded, target, duration_s, seed)
     return trace_overlaid(recorded, target, duration_s, seed)
+
+
+BUNDLED_TRACE = "azure_llm_2023_code"
+"""What ``trace:BUNDLED`` names: the production trace shipped with ridgeline."""
+_TRACE_KINDS: dict[str, TraceScale] = {"trace": "overlay", "trace-speed": "speed"}
+
+
+def named_arrivals(spec: str, rate: float, duration_s: float, seed: int = 0) -> Schedule:
+    """``duration_s`` of the arrivals ``spec`` names at ``rate``, in the words of
+    ``ridgeline plan --check-arrivals`` and of a plan's ``checked_arrivals``: an arrival
+    spec (``poisson``, ``gamma:cv=3``: ``workload.arrivals``), ``trace:NAME`` (a bundled
+    trace; ``trace:BUNDLED`` the one shipped) or ``trace:PATH.csv``, brought to the rate
+    as that many times its users (copies overlaid from ``seed``'s starting points), or
+    ``trace-speed:NAME`` / ``PATH``, the one trace sped up to the rate."""
+    kind, _, name = spec.partition(":")
+    if kind not in _TRACE_KINDS:
+        return build_schedule(spec, rate=rate, duration_s=duration_s, seed=seed)
+    if not name:
+        raise ConfigError(f"{spec!r} names no trace: give {kind}:BUNDLED or {kind}:FILE.csv")
+    name = BUNDLED_TRACE if name == "BUNDLED" else name
+    path = Path(name) if Path(name).suffix else bundled_trace_path(name)
+    return build_schedule(
+        trace=path,
+        target_rate=rate,
+        trace_scale=_TRACE_KINDS[kind],
+        duration_s=duration_s,
+        seed=seed,
+    )
 
 
 def shaped(

@@ -121,6 +121,12 @@ class Plan(_Frozen):
     tasks: dict[Name, TaskPlan] = Field(min_length=1)
     edges: tuple[Edge, ...] = ()
     demand_rps: Positive | None = Field(None, description="the demand it was planned for")
+    checked_arrivals: tuple[str, ...] = Field(
+        (),
+        description="the arrival processes the simulator checked the plan under (`ridgeline "
+        "plan --check-arrivals`: poisson, gamma:cv=3, trace:BUNDLED); `ridgeline verify` "
+        "replays each at the demand",
+    )
 
     @model_validator(mode="after")
     def _a_dag_within_the_slo(self) -> Self:

@@ -29,24 +29,20 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from statistics import NormalDist
 
 import numpy as np
 
 from ridgeline.errors import InfeasiblePlan, PlanCheckFailed
+from ridgeline.loadgen.schedule import named_arrivals
 from ridgeline.pipeline.choices import ALL_FEATURES, DEFAULT_OPTIONS
 from ridgeline.pipeline.plan import Plan
 from ridgeline.pipeline.planned import to_plan
 from ridgeline.pipeline.planner import Features, PlannerOptions, PlanResult, plan_pipeline
 from ridgeline.pipeline.profiles import ProfileTable
 from ridgeline.pipeline.spec import PipelineSpec
-from ridgeline.plansim.api import SimConfig, TraceScale, arrival_schedule, simulate_plan
+from ridgeline.plansim.api import SimConfig, simulate_plan
 from ridgeline.plansim.result import PlanSimResult
-from ridgeline.workload.traces import bundled_trace_path
-
-BUNDLED_TRACE = "azure_llm_2023_code"
-_TRACE_SCALES: dict[str, TraceScale] = {"trace": "overlay", "trace-speed": "speed"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +128,9 @@ def checked_plan(
                 raise
             rounds.append((sized, f"no plan: {e}"))
             break
-        plan = to_plan(result).model_copy(update={"demand_rps": demand})
+        plan = to_plan(result).model_copy(
+            update={"demand_rps": demand, "checked_arrivals": check.arrivals}
+        )
         groups = [
             tuple(
                 _simulate(plan, table, demand, a, check, check.seed + w)
@@ -174,20 +172,8 @@ def _simulate(
     check: CheckConfig,
     seed: int,
 ) -> PlanSimResult:
-    kind, _, name = arrivals.partition(":")
     duration = (check.trace_requests if _windowed(arrivals) else check.requests) / demand
-    if kind in _TRACE_SCALES:
-        name = BUNDLED_TRACE if name == "BUNDLED" else name
-        path = Path(name) if Path(name).suffix else bundled_trace_path(name)
-        schedule = arrival_schedule(
-            trace=path,
-            target_rate=demand,
-            trace_scale=_TRACE_SCALES[kind],
-            duration_s=duration,
-            seed=seed,
-        )
-    else:
-        schedule = arrival_schedule(arrivals, rate=demand, duration_s=duration, seed=seed)
+    schedule = named_arrivals(arrivals, demand, duration, seed)
     return simulate_plan(plan, schedule, SimConfig(seed=seed), table)
 
 

@@ -27,16 +27,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ridgeline.loadgen.schedule import Schedule
+from ridgeline.loadgen.schedule import named_arrivals
 from ridgeline.pipeline.planned import max_demand, to_plan
 from ridgeline.pipeline.planner import PlanResult, plan_pipeline
 from ridgeline.pipeline.spec import PipelineSpec, load_spec
-from ridgeline.plansim import SimConfig, arrival_schedule, simulate_plan
-from ridgeline.plansim.check import BUNDLED_TRACE, CheckConfig, checked_plan
+from ridgeline.plansim import SimConfig, simulate_plan
+from ridgeline.plansim.check import CheckConfig, checked_plan
 from ridgeline.plansim.result import PlanSimResult
 from ridgeline.study._pool import as_finished
 from ridgeline.study.jigsaw import SETTINGS, ServedCell, available, features, table_for
-from ridgeline.workload.traces import bundled_trace_path
 
 ARRIVALS: tuple[str, ...] = ("poisson", "gamma:cv=3", "trace:BUNDLED")
 SLO_FACTORS: tuple[float, ...] = (1.0, 0.5)
@@ -59,15 +58,6 @@ class _Job:
     requests: int
     seed: int
     batches: tuple[int, ...]
-
-
-def _schedule_for(arrivals: str, rate: float, requests: int, seed: int) -> Schedule:
-    duration = requests / rate
-    kind, _, name = arrivals.partition(":")
-    if kind == "trace":
-        path = bundled_trace_path(BUNDLED_TRACE if name == "BUNDLED" else name)
-        return arrival_schedule(trace=path, target_rate=rate, duration_s=duration, seed=seed)
-    return arrival_schedule(arrivals, rate=rate, duration_s=duration, seed=seed)
 
 
 def _cells(job: _Job) -> list[ServedCell]:
@@ -107,7 +97,7 @@ def _cells(job: _Job) -> list[ServedCell]:
             )
             if result is not None:
                 plan = to_plan(result).model_copy(update={"demand_rps": rate})
-                schedule = _schedule_for(arrivals, rate, job.requests, job.seed)
+                schedule = named_arrivals(arrivals, rate, job.requests / rate, job.seed)
                 runs: list[PlanSimResult] = [
                     simulate_plan(plan, schedule, SimConfig(seed=job.seed, drop=d), table)
                     for d in (True, False)
