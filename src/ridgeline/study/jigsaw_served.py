@@ -79,17 +79,13 @@ def _cells(job: _Job) -> list[ServedCell]:
             plain_max_rps=plain,
             max_rps=0.0,
         )
-        sized: dict[float, float] = {}
+        check = CheckConfig(
+            arrivals=(arrivals,), requests=job.requests, trace_requests=job.requests // 2
+        )
 
-        def checked(
-            s: PipelineSpec, arrivals: str = arrivals, sized: dict[float, float] = sized
-        ) -> PlanResult:
-            check = CheckConfig(
-                arrivals=(arrivals,), requests=job.requests, trace_requests=job.requests // 2
-            )
-            c = checked_plan(s, table, gpus, feats, check=check)
-            sized[s.demand_rps] = c.sized_for_rps
-            return c.result
+        def checked(s: PipelineSpec, check: CheckConfig = check) -> PlanResult:
+            """The MILP's plan the check passed (its spec: the demand it is sized for)."""
+            return checked_plan(s, table, gpus, feats, check=check).result
 
         if plain > 0:
             rate, result = max_demand(
@@ -106,7 +102,7 @@ def _cells(job: _Job) -> list[ServedCell]:
                 cell = cell.model_copy(
                     update={
                         "max_rps": rate,
-                        "sized_for_rps": sized.get(rate),
+                        "sized_for_rps": result.spec.demand_rps,
                         "requests": on.requests,
                         "violation_rate": on.violation_rate,
                         "dropped": on.dropped,
