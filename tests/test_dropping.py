@@ -36,7 +36,9 @@ _errors = st.floats(-1.0, 1.0, allow_nan=False, allow_subnormal=False)
 def test_the_slack_is_np_quantile_of_the_window_to_the_bit(
     answers: list[tuple[float, float]], window: int, min_answers: int, q: float
 ) -> None:
-    slack = Slack(quantile=q, window=window, min_answers=min_answers, initial=0.7)
+    slack = Slack(
+        quantile=q, window=window, min_answers=min_answers, initial=0.7, by_expectation=False
+    )
     kept: deque[float] = deque(maxlen=window)
     for latency, expected in answers:
         slack.observe(latency, expected)

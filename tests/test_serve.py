@@ -11,7 +11,7 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -22,14 +22,14 @@ from hypothesis import strategies as st
 
 from _timing import measure_apart, running
 from ridgeline.clock import MonotonicClock, VirtualClock
-from ridgeline.errors import PlanError
-from ridgeline.health.slo import LatencyBound
+from ridgeline.errors import ConfigError, PlanError
 from ridgeline.loadgen.schedule import from_arrival
 from ridgeline.loadgen.step import StepConfig
 from ridgeline.loadgen.validity import ValidityConfig
 from ridgeline.pipeline.plan import Plan, dump_plan, load_plan
 from ridgeline.policies.batching import BatchingConfig
 from ridgeline.policies.dropping import (
+    SLACK_QUANTILE,
     ExecModel,
     Slack,
     TaskTiming,
@@ -41,7 +41,6 @@ from ridgeline.serve.batcher import TaskQueue
 from ridgeline.serve.graph import adapt
 from ridgeline.serve.metrics import ServeMetrics
 from ridgeline.serve.runtime import PlanServer
-from ridgeline.telemetry.summary import good
 from ridgeline.v2.spec import TensorSpec
 from ridgeline.workload.arrivals import parse_arrival
 
@@ -110,6 +109,15 @@ def test_a_bad_plan_names_the_problem_and_the_fix(
     path.write_text(_yaml(doc))
     with pytest.raises(PlanError, match=re.escape(message)):
         load_plan(path)
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.0])
+def test_a_drop_holdout_outside_0_to_1_is_refused_naming_the_fix(
+    tmp_path: Path, share: float
+) -> None:
+    plan = Plan.model_validate(three_task_plan())
+    with pytest.raises(ConfigError, match=r"drop holdout is .*at least 0 and below 1"):
+        PlanServer(plan, tmp_path, http_port=0, grpc_port=None, drop_holdout=share)
 
 
 def test_a_batch_over_the_models_limit_is_refused_at_load(tmp_path: Path) -> None:
@@ -202,7 +210,7 @@ def test_expected_remaining_follows_the_longest_path() -> None:
 
 
 def test_the_slack_is_a_quantile_of_how_many_times_longer_than_expected_answers_took() -> None:
-    slack = Slack(quantile=0.5, window=4, min_answers=3)
+    slack = Slack(quantile=0.5, window=4, min_answers=3, initial=1.0, by_expectation=False)
     slack.observe(0.050, 0.040)
     slack.observe(0.050, 0.025)
     assert slack.factor == 1.0  # fewer than min_answers: the model is trusted as it is
@@ -233,17 +241,71 @@ def test_a_dropped_request_would_have_come_late_at_least_one_minus_the_quantile_
     expectation times the slack passes the budget, at least about ``1 − quantile`` of the
     dropped would have come late had they been kept."""
     rng = np.random.default_rng(seed)
-    slack, budget, dropped, would_be_late = Slack(quantile=q), 1.0, 0, 0
-    for k in range(10_000):
-        expected = rng.uniform(0.0, 4 * budget)
-        took = expected * rng.lognormal(0.0, sigma)
-        if should_drop(0.0, slack.deadline(0.0, budget, expected), expected):
-            if k >= 2_000:
-                dropped += 1
-                would_be_late += took > budget
-            continue
-        slack.observe(took, expected)
+    expected = rng.uniform(0.0, 4.0, 10_000)
+    took = expected * rng.lognormal(0.0, sigma, expected.size)
+    dropped, would_be_late = dropping_on(Slack(quantile=q), 1.0, expected, took, 2_000)
     assert dropped > 1_000 and would_be_late / dropped >= 1 - q - 0.03
+
+
+def dropping_on(
+    slack: Slack, budget: float, expected: Any, took: Any, learning: int
+) -> tuple[int, int]:
+    """Requests expected to take ``expected`` and taking ``took``, each dropped when
+    ``slack`` says so, else answered (and learnt from): how many were dropped after the
+    first ``learning``, and how many of those would have come late."""
+    dropped = would_be_late = 0
+    for k, (e, t) in enumerate(zip(expected, took, strict=True)):
+        if should_drop(0.0, slack.deadline(0.0, budget, e), e):
+            if k >= learning:
+                dropped += 1
+                would_be_late += t > budget
+            continue
+        slack.observe(t, e)
+    return dropped, would_be_late
+
+
+def test_the_slack_is_learnt_apart_for_answers_expected_about_as_long() -> None:
+    """Shallow answers twice as long as expected (an overhead the queue model does not
+    see) do not scale a deep expectation: a request expected twenty times as long, with no
+    evidence of its own yet, takes the lowest factor known and no more than 1 (the model
+    as it is); once answers expected as long are known, their own ratio decides."""
+    slack = Slack(quantile=0.5, min_answers=3)
+    for _ in range(3):
+        slack.observe(0.020, 0.010)  # expected 10 ms (bin 3): ratio 2
+    assert slack.factor_for(0.012) == pytest.approx(2.0)
+    assert slack.deadline(0.0, 0.100, 0.015) == pytest.approx(0.100 - 0.015)
+    assert slack.factor_for(0.200) == 1.0  # bin 7: nothing known, the model as it is
+    assert not should_drop(0.0, slack.deadline(0.0, 0.210, 0.200), 0.200)
+    for took in (0.015, 0.016, 0.017):
+        slack.observe(took, 0.020)  # expected 20 ms (bin 4): 0.75, 0.8, 0.85
+    assert slack.factor_for(0.200) == pytest.approx(0.8)  # the lowest known
+    assert slack.last == 1.0  # the factor of the latest deadline
+    for took in (0.210, 0.220, 0.230):
+        slack.observe(took, 0.200)  # ratios 1.05, 1.1, 1.15: median 1.1
+    assert slack.factor_for(0.150) == pytest.approx(1.1)  # 128–256 ms share a bin
+    assert should_drop(0.0, slack.deadline(0.0, 0.210, 0.200), 0.200)
+    assert slack.last == pytest.approx(1.1)
+    assert slack.factor_for(0.012) == pytest.approx(2.0)  # the shallow bin is unchanged
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.floats(0.005, 0.03), st.floats(0.05, 0.4), st.integers(0, 2**31))
+def test_an_overhead_the_model_misses_does_not_drop_deep_requests_that_would_make_it(
+    overhead: float, sigma: float, seed: int
+) -> None:
+    """Answers take a fixed overhead the queue model does not know (a frontend, a hop
+    between processes) plus a lognormal multiple of what was expected; most requests are
+    shallow (expected 2–20 ms), where the overhead doubles their latency or more, one in
+    twenty deep (up to 3 budgets), where it hardly counts. Of the dropped, at least
+    about ``1 − quantile`` would have come late: with one window for all, the shallow answers'
+    ratio was put on the deep ones and dropped requests that would have made it."""
+    rng = np.random.default_rng(seed)
+    n = 40_000
+    deep = rng.random(n) < 0.05
+    expected = np.where(deep, rng.uniform(0.03, 0.3, n), rng.uniform(0.002, 0.020, n))
+    took = overhead + expected * rng.lognormal(0.0, sigma, n)
+    dropped, would_be_late = dropping_on(Slack(), 0.100, expected, took, 4_000)
+    assert dropped > 500 and would_be_late / dropped >= 1 - SLACK_QUANTILE - 0.03
 
 
 # --- a task queue in-process -------------------------------------------------------------
@@ -435,19 +497,44 @@ async def load(url: str, rate: float, seconds: float, slo_ms: float, timed: bool
     return step
 
 
-def missed(step: Any, slo_ms: float) -> float:
-    """The share of a step's requests that missed the SLO: not answered (dropped, failed)
-    or answered later than ``slo_ms`` from their scheduled send (so a generator's own lag
-    counts against both runs alike)."""
-    bound = (LatencyBound(percentile="p99", bound_ms=slo_ms),)  # each request's own latency
-    return float(np.mean(~good(step.records, bound)))
+LAW_SE = 3.0
+"""Issue 32's law served for real, as an A/B test inside one server (``--drop-holdout
+0.5``): the requests that could be dropped miss the SLO (dropped, failed or late) no
+more often than those kept from dropping, within this many standard errors of the
+difference. One run, not a run with dropping and one without: two runs one after the
+other on a shared 2-core host differ by more than their binomial noise (a CI host's
+p75 SLO was missed by 31.4 % in one and 10.9 % in another), and the law failed on that
+difference, not on the drops (CI, stop 39)."""
 
 
-LAW_TOLERANCE = 0.05
-"""Issue 32's law served for real: with dropping on, no more of the same arrivals miss
-the SLO than with it off, within this share. Two runs one after the other on a shared
-2-core host differ by more than their binomial noise (some 2 points at a few hundred
-requests): a stall of the host lands in one and not the other."""
+def slo_outcomes(text: str, pipeline: str) -> dict[str, dict[str, float]]:
+    """Each arm's requests by outcome, from ``/metrics``."""
+    arms: dict[str, dict[str, float]] = {}
+    for labels, count in re.findall(
+        r"^ridgeline_pipeline_slo_outcomes_total\{([^}]*)\} (\S+)$", text, re.M
+    ):
+        got = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+        if got["pipeline"] == pipeline:
+            arms.setdefault(got["arm"], {})[got["outcome"]] = float(count)
+    return arms
+
+
+def law_break(arms: dict[str, dict[str, float]]) -> float:
+    """How far the droppable arm's share missed is above the kept arm's, beyond
+    ``LAW_SE`` standard errors of the difference (≤ 0: the law held)."""
+    n = {a: sum(c.values()) for a, c in arms.items()}
+    miss = {a: 1.0 - arms[a].get("on_time", 0.0) / n[a] for a in arms}
+    pooled = (miss["droppable"] * n["droppable"] + miss["kept"] * n["kept"]) / sum(n.values())
+    se = math.sqrt(max(pooled * (1 - pooled), 0.01) * (1 / n["droppable"] + 1 / n["kept"]))
+    return miss["droppable"] - miss["kept"] - LAW_SE * se
+
+
+def arms_seen(arms: dict[str, dict[str, float]]) -> str:
+    return "; ".join(
+        f"{a}: {1 - c.get('on_time', 0.0) / sum(c.values()):.1%} missed of {sum(c.values()):.0f} "
+        f"({', '.join(f'{k} {v:.0f}' for k, v in sorted(c.items()))})"
+        for a, c in sorted(arms.items())
+    )
 
 
 async def steady_load(url: str, rate: float, seconds: float, slo_ms: float, tries: int = 3) -> Any:
@@ -466,8 +553,8 @@ async def steady_load(url: str, rate: float, seconds: float, slo_ms: float, trie
 @pytest.mark.timeout(240)  # up to three judged steps (steady_load)
 async def test_batching_at_load_and_drops_under_a_tight_slo(tmp_path: Path) -> None:
     """At a fixed rate the detector batches (mean batch > 1). With an SLO tighter than a
-    busy detector allows, requests are dropped at once, and the same arrivals served
-    with dropping off miss the SLO (late) at least as often (``missed``)."""
+    busy detector allows, requests are dropped at once, and those that could be dropped
+    miss the SLO no more often than those the holdout kept from dropping (``law_break``)."""
     import aiohttp
 
     plan = Plan.model_validate(three_task_plan())
@@ -489,19 +576,18 @@ async def test_batching_at_load_and_drops_under_a_tight_slo(tmp_path: Path) -> N
     for t in tight["tasks"].values():
         t["latency_budget_ms"] = 30
     tight["tasks"]["detect"]["synthetic"] = {"base_ms": 10, "per_item_ms": 2}
-    steps = {}
-    for drop in ("--drop", "--no-drop"):  # each in its own process, the same arrivals
-        with serving_apart(Plan.model_validate(tight), tmp_path, tmp_path, drop) as url:
-            steps[drop] = await steady_load(url, 250.0, 3.0, slo)
-    on, off = (missed(steps[d], slo) for d in ("--drop", "--no-drop"))
-    seen = f"missed {on:.1%} with dropping, {off:.1%} without: {steps['--drop'].summary}"
-    for step in steps.values():
-        # the arrivals near their schedule (a generator sharing two cores with the suite
-        # fell 9 ms behind once), or the load is not the one asked for
-        assert np.percentile(step.records.lateness, 99) * 1000 <= slo / 4, seen
-        assert step.summary.errors == 0, seen
-    assert steps["--drop"].summary.dropped > 0 and steps["--no-drop"].summary.dropped == 0, seen
-    assert on <= off + LAW_TOLERANCE, seen
+    # one server, half its requests (drawn at random) kept from dropping: the same host,
+    # queues and moments for both arms
+    with serving_apart(Plan.model_validate(tight), tmp_path, tmp_path, *HOLDOUT) as served:
+        step = await steady_load(served.grpc, 250.0, 4.0, slo)
+        arms = slo_outcomes(await served.metrics(), "traffic")
+    seen = f"{arms_seen(arms)}: {step.summary}"
+    # the arrivals near their schedule (a generator sharing two cores with the suite
+    # fell 9 ms behind once), or the load is not the one asked for
+    assert np.percentile(step.records.lateness, 99) * 1000 <= slo / 4, seen
+    assert step.summary.errors == 0, seen
+    assert arms["droppable"].get("dropped", 0) > 0 and "dropped" not in arms["kept"], seen
+    assert law_break(arms) <= 0.0, seen
 
 
 # --- the zoo's real models, from the example plan ----------------------------------------
@@ -518,10 +604,26 @@ def zoo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+class ServedApart(NamedTuple):
+    grpc: str
+    """The plan's model over gRPC, ``grpc://host:port/name``."""
+    http: str
+    """The server's HTTP root."""
+
+    async def metrics(self) -> str:
+        import aiohttp
+
+        async with aiohttp.ClientSession() as s, s.get(f"{self.http}/metrics") as r:
+            return await r.text()
+
+
+HOLDOUT = ("--drop", "--drop-holdout", "0.5")
+
+
 @contextlib.contextmanager
-def serving_apart(plan: Plan, where: Path, zoo: Path, *options: str) -> Iterator[str]:
-    """``ridgeline serve`` of ``plan`` (with ``options``) in its own process; its gRPC
-    URL until the block ends, then SIGINT and its exit."""
+def serving_apart(plan: Plan, where: Path, zoo: Path, *options: str) -> Iterator[ServedApart]:
+    """``ridgeline serve`` of ``plan`` (with ``options``) in its own process, until the
+    block ends, then SIGINT and its exit."""
     path = where / f"{plan.name}.yaml"
     path.write_text(dump_plan(plan))
     cmd = [sys.executable, "-m", "ridgeline", "serve", str(path), "--port", "0", *options]
@@ -529,7 +631,11 @@ def serving_apart(plan: Plan, where: Path, zoo: Path, *options: str) -> Iterator
         line = stdout.wait_for("v2 gRPC", timeout=120)
         found = re.search(r"v2 gRPC\s+(\S+):(\d+)", line)
         assert found is not None, line
-        yield f"grpc://{found.group(1)}:{found.group(2)}/{plan.name}"
+        metrics = stdout.wait_for("metrics ", timeout=10).split()[-1]
+        yield ServedApart(
+            f"grpc://{found.group(1)}:{found.group(2)}/{plan.name}",
+            metrics.removesuffix("/metrics"),
+        )
 
 
 @pytest.mark.slow
@@ -539,8 +645,9 @@ async def test_the_example_plan_batches_at_load_and_drops_under_a_tight_slo(
 ) -> None:
     """detector → car and face classifiers, real ONNX on CPU. At a fixed rate the
     detector forms batches (mean > 1; dropping off, so every request counts); with a
-    tight SLO (the p75 of an undropped run), the same arrivals served with dropping on
-    and off: none fails, and with dropping on no more miss the SLO (``missed``)."""
+    tight SLO (the p75 of an undropped run), served with half its requests (drawn at
+    random) kept from dropping: none fails, and those that could be dropped miss the SLO
+    no more often than those kept (``law_break``)."""
     import aiohttp
 
     plan = load_plan(EXAMPLE)
@@ -579,9 +686,9 @@ async def test_the_example_plan_batches_at_load_and_drops_under_a_tight_slo(
     # process its event loop shared the heap (and the collector's pauses) of the whole
     # suite, and answered p99s of 67-75 ms came from that, not from the runtime
     loose = plan.model_copy(update={"slo_ms": 10_000.0})
-    with serving_apart(loose, tmp_path, zoo) as url:
-        await load(url, 30.0, 2.0, 10_000.0, timed=False)  # warm-up, unjudged
-        step = await steady_load(url, 30.0, 6.0, 10_000.0)
+    with serving_apart(loose, tmp_path, zoo) as served:
+        await load(served.grpc, 30.0, 2.0, 10_000.0, timed=False)  # warm-up, unjudged
+        step = await steady_load(served.grpc, 30.0, 6.0, 10_000.0)
     assert step.summary.ok == step.summary.sent, step.summary
     slo = float(np.ceil(np.percentile(step.records.latency_from_send, 75) * 1000))
     tight = plan.model_copy(
@@ -593,29 +700,27 @@ async def test_the_example_plan_batches_at_load_and_drops_under_a_tight_slo(
             },
         }
     )
-    steps = {}
-    for drop in ("--drop", "--no-drop"):  # each in its own process, the same arrivals
-        with serving_apart(tight, tmp_path, zoo, drop) as url:
-            await load(url, 30.0, 3.0, slo, timed=False)  # warm-up, as a probe runs one
-            # long enough that the share missed is a share (some 600 requests), not the
-            # luck of a hundred: one stall of a shared host decides that alone
-            steps[drop] = await steady_load(url, 30.0, 20.0, slo)
-    on, off = (missed(steps[d], slo) for d in ("--drop", "--no-drop"))
-    seen = f"SLO {slo:.0f} ms: missed {on:.1%} with dropping, {off:.1%} without: " + "; ".join(
-        f"{d} {s.summary.dropped} dropped, {s.summary.ok} answered of {s.summary.sent}, "
-        f"p99 lateness {np.percentile(s.records.lateness, 99) * 1000:.1f} ms"
-        for d, s in steps.items()
-    )
-    for step in steps.values():
-        # the generator shares two cores with four busy processes and may send a few ms
-        # late (9 ms p99 in one run): the arrivals must stay near their schedule (a
-        # quarter of the SLO), or the load is not the one asked for
-        assert np.percentile(step.records.lateness, 99) * 1000 <= slo / 4, seen
-        assert step.summary.errors == 0, seen
-    assert steps["--no-drop"].summary.dropped == 0, seen
+    # one server, half its requests (drawn at random) kept from dropping: the same host,
+    # queues and moments for both arms
+    with serving_apart(tight, tmp_path, zoo, *HOLDOUT) as served:
+        await load(served.grpc, 30.0, 3.0, slo, timed=False)  # warm-up, as a probe runs one
+        before = slo_outcomes(await served.metrics(), plan.name)
+        # long enough that each arm's share missed is a share (some 450 requests), not the
+        # luck of a hundred
+        step = await steady_load(served.grpc, 30.0, 30.0, slo)
+        after = slo_outcomes(await served.metrics(), plan.name)
+    arms = {
+        a: {k: v - before.get(a, {}).get(k, 0.0) for k, v in c.items()} for a, c in after.items()
+    }
+    seen = f"SLO {slo:.0f} ms: {arms_seen(arms)}; {step.summary}"
+    # the generator shares two cores with four busy processes and may send a few ms late
+    # (9 ms p99 in one run): the arrivals must stay near their schedule (a quarter of the
+    # SLO), or the load is not the one asked for
+    assert np.percentile(step.records.lateness, 99) * 1000 <= slo / 4, seen
+    assert step.summary.errors == 0 and "dropped" not in arms["kept"], seen
     # a tight SLO is one a quarter of the undropped answers missed: dropping must not
     # make that worse (it drops only what is nearly sure to come late)
-    assert on <= off + LAW_TOLERANCE, seen
+    assert law_break(arms) <= 0.0, seen
 
 
 # --- a worker crash, a token, a body bound ----------------------------------------------

@@ -64,9 +64,9 @@ class LoopLag:
     """How late this event loop runs what is ready: a timer every ``interval_s``, how much
     later than asked it fired, over the last ``window`` ticks. A request waits about
     that long for the loop before its handler sees it, and again before its answer is
-    written: time no model of the queues behind the handler can see (``serve`` keeps it
-    back from every deadline). Measured on the loop's own clock: it is the loop's real
-    lateness, whatever clock the code it runs decides by."""
+    written: time no model of the queues behind the handler can see (``serve`` keeps a
+    low quantile of it back from every drop deadline). Measured on the loop's own clock:
+    it is the loop's real lateness, whatever clock the code it runs decides by."""
 
     def __init__(self, interval_s: float = 0.005, window: int = 400) -> None:
         self.interval_s = interval_s

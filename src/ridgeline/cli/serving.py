@@ -28,6 +28,16 @@ def serve(
     host: HostOption = "127.0.0.1",
     zoo: ZooOption = None,
     drop: DropOption = True,
+    drop_holdout: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=0.99,
+            help="share of requests, drawn at random, never dropped: an A/B holdout; the "
+            "metric ridgeline_pipeline_slo_outcomes_total counts each arm's on_time, late "
+            "and dropped, so you see whether dropping helps on this host and traffic",
+        ),
+    ] = 0.0,
     reconfigure: Annotated[
         bool,
         typer.Option(
@@ -80,13 +90,21 @@ def serve(
         "grpc_port": grpc_port,
         "zoo": zoo,
         "drop": drop,
+        "drop_holdout": drop_holdout,
         "decoders": decoders,
         **security,
     }
     with failing():
         if engine == "ray":
             _serve_on_ray(
-                plan, host, port, zoo, reconfigure=reconfigure, decoders=decoders, **security
+                plan,
+                host,
+                port,
+                zoo,
+                reconfigure=reconfigure,
+                decoders=decoders,
+                drop_holdout=drop_holdout,
+                **security,
             )
             return
         if not reconfigure:
@@ -115,6 +133,7 @@ def _serve_on_ray(
     *,
     reconfigure: bool,
     decoders: int | None,
+    drop_holdout: float = 0.0,
     **security: Any,
 ) -> None:
     """``serve --engine ray``: refuse what Ray Serve's export does not do, then deploy."""
@@ -126,6 +145,7 @@ def _serve_on_ray(
         for flag, given in (
             ("--reconfigure", reconfigure),
             ("--decoders", decoders is not None),
+            ("--drop-holdout", drop_holdout > 0.0),
             ("--tls-cert/--tls-key", security.get("tls") is not None),
             ("--token (or --token-file, $RIDGELINE_TOKEN)", security.get("token") is not None),
         )

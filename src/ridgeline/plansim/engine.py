@@ -6,8 +6,9 @@ Each task is a ``policies.queue.BatchQueue``, the queue the runtime's
 a heap of virtual-time events; around the queues it follows ``serve.graph.GraphRunner``:
 
 * a request arrives with a deadline of arrival + ``(1 − margin)``·SLO − the ``Slack``
-  the answers show; if the pipeline's expected time (``dropping.expected_remaining_s``
-  along its longest path, over the sources) passes it, it is dropped at once, unless
+  shown by the answers expected about as long as it; if the pipeline's expected time
+  (``dropping.expected_remaining_s`` along its longest path, over the sources) passes it,
+  it is dropped at once, unless
   every queue is idle (then it, and everything it sends on, is never dropped);
 * at each task its rows join the queue in chunks of at most the batch size, each
   dropped on arrival if the queue refuses it; a free instance asks the queue (dispatch

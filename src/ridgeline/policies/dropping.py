@@ -210,22 +210,72 @@ before, less its per-task budgets as deadlines: a drop when more than 10 % likel
 24 of the 144 development cells broke it, the worst by 11.7 points."""
 
 
+SLACK_BIN_BASE_S = 0.001
+"""The ``Slack``'s answers are kept apart by how long they were expected to take, in
+bins a factor of two wide from this up (all below twice it share the first)."""
+
+SLACK_BINS = 16
+"""How many such bins (the last holds every expectation past ``2**15`` ms)."""
+
+
+def expectation_bin(expected_s: float) -> int:
+    """The ``Slack`` bin of an answer expected to take ``expected_s``: ``⌊log2(expected /
+    SLACK_BIN_BASE_S)⌋``, within ``[0, SLACK_BINS)``."""
+    if expected_s < 2.0 * SLACK_BIN_BASE_S:
+        return 0
+    return min(SLACK_BINS - 1, math.frexp(expected_s / SLACK_BIN_BASE_S)[1] - 1)
+
+
+class _Window:
+    """The last ``size`` ratios, in order and sorted (a quantile after each answer costs
+    a bisection, not a sort)."""
+
+    __slots__ = ("ordered", "recent")
+
+    def __init__(self, size: int) -> None:
+        self.recent: deque[float] = deque(maxlen=size)
+        self.ordered: list[float] = []
+
+    def add(self, value: float) -> None:
+        recent, ordered = self.recent, self.ordered
+        if len(recent) == recent.maxlen:
+            del ordered[bisect_left(ordered, recent[0])]
+        recent.append(value)
+        insort(ordered, value)
+
+
 class Slack:
     """How many times longer than expected answers take: the ``quantile`` of latency ÷
-    the latency expected at arrival over the last ``window`` answers, ``initial`` until
-    ``min_answers`` have come. Below 1 when the model is pessimistic: then it admits more.
-    The drop decision scales every expectation by it (``deadline``), so that a request is
-    dropped only when more than ``1 − quantile`` of answers expected as it is came late
-    (``SLACK_QUANTILE``). A ratio, not a difference: a request behind many batches has an
-    error that grows with its expectation, and the rare deep queues where drops are
-    decided are where an additive error drawn from the many shallow ones misjudged it
-    (with the moving-mean ``ExecModel``, 2 of 150 random plans broke the drop law
-    with differences, none of 300 with ratios).
+    the latency expected at arrival over the last ``window`` answers expected about as
+    long as the request in question (the same ``expectation_bin``). The drop decision
+    scales a request's expectation by it (``deadline``), so that a request is dropped
+    only when more than ``1 − quantile`` of answers expected as it is came late
+    (``SLACK_QUANTILE``). Below 1 when the model is pessimistic: then it admits more.
 
-    The window is kept sorted as well as in order, so reading the quantile after each
-    answer costs a bisection, not a sort (the runtime reads it per request, the plan
-    simulator a million times a minute); it is ``np.quantile``'s default (linear)
-    estimate, to the bit (``quantile_sorted``)."""
+    A ratio, not a difference: a request behind many batches has an error that grows with
+    its expectation, and the rare deep queues where drops are decided are where an
+    additive error drawn from the many shallow ones misjudged it (with the moving-mean
+    ``ExecModel``, 2 of 150 random plans broke the drop law with differences, none of 300
+    with ratios).
+
+    Kept apart by expectation, because the ratio is not the same at every depth: what the
+    queue model does not see (the hops between processes, the frontend's parsing) is a
+    large part of a short expectation and a small part of a long one. With one window for
+    all, the ratio learnt from the many shallow answers (1.5–2 on this host) was put on
+    the deep queues where drops are decided, and requests were dropped that would have
+    made it: the example plan served at a tight SLO missed 37.1 % with dropping against
+    31.4 % without (CI, stop 39), and the AR assistant's H100 plan under the conversation
+    trace dropped 0.98 % against none late (``benchmarks/drop_rule.py``).
+
+    A bin with fewer than ``min_answers`` answers borrows the lowest factor of those that
+    have them, and never more than ``initial`` (1: the model as it is): without evidence
+    at its depth, a request is dropped only when every depth known (and the model) says it
+    would be late. It cannot wait for evidence of its own: in an overload the queue
+    deepens faster than answers come back, and each deeper bin would be empty when asked
+    (a plan at twice its capacity for 3 s dropped nothing). With ``by_expectation=False``
+    all answers share one bin and ``initial`` is its factor until it fills (the rule
+    before). The quantile is ``np.quantile``'s default (linear) estimate, to the bit
+    (``quantile_sorted``)."""
 
     def __init__(
         self,
@@ -233,43 +283,67 @@ class Slack:
         window: int = 400,
         min_answers: int = 20,
         initial: float = 1.0,
+        *,
+        by_expectation: bool = True,
     ) -> None:
         self.initial, self.quantile, self.min_answers = initial, quantile, min_answers
-        self._errors: deque[float] = deque(maxlen=window)
-        self._sorted: list[float] = []
-        self._factor = initial
-        self._fresh = True
+        self.window, self.by_expectation = window, by_expectation
+        self._bins: dict[int, _Window] = {}
+        self._factors: dict[int, float] = {}
+        self._lowest: float | None = None
+        """The factor of a bin without answers enough (``None``: to be worked out)."""
+        self.last = initial
+        """The factor of the latest ``deadline``."""
+
+    def _bin(self, expected_s: float) -> int:
+        return expectation_bin(expected_s) if self.by_expectation else 0
+
+    def _known(self, b: int) -> float | None:
+        """Bin ``b``'s factor, or ``None`` while it has too few answers."""
+        f = self._factors.get(b)
+        if f is None:
+            w = self._bins.get(b)
+            if w is None or len(w.ordered) < self.min_answers:
+                return None
+            f = self._factors[b] = quantile_sorted(w.ordered, self.quantile)
+        return f
+
+    def factor_for(self, expected_s: float) -> float:
+        """The factor a request expected to take ``expected_s`` is scaled by."""
+        f = self._known(self._bin(expected_s))
+        if f is not None:
+            return f
+        if self._lowest is None:
+            known = (self._known(k) for k in self._bins)
+            self._lowest = min([self.initial, *(k for k in known if k is not None)])
+        return self._lowest
 
     @property
     def factor(self) -> float:
-        if not self._fresh:
-            self._factor = (
-                quantile_sorted(self._sorted, self.quantile)
-                if len(self._sorted) >= self.min_answers
-                else self.initial
-            )
-            self._fresh = True
-        return self._factor
+        """The factor of a request expected to take no time (with ``by_expectation=False``,
+        of every request)."""
+        return self.factor_for(0.0)
 
     def deadline(self, now: float, budget_s: float, expected_s: float) -> float:
         """The drop deadline of a request arriving at ``now`` with ``budget_s`` to go and
         ``expected_s`` expected: ``should_drop(now, deadline, expected_s)`` exactly when
         ``factor · expected_s > budget_s``. The slack it keeps back, ``(factor − 1) ·
         expected_s``, is carried to the checks at each task on the way."""
-        return now + budget_s - (self.factor - 1.0) * expected_s
+        f = self.last = self.factor_for(expected_s)
+        return now + budget_s - (f - 1.0) * expected_s
 
     def observe(self, latency_s: float, expected_s: float) -> None:
         """An answer that took ``latency_s`` where ``expected_s`` was expected (nothing
         is learnt from one with no expectation)."""
         if expected_s <= 0.0:
             return
-        error = latency_s / expected_s
-        errors, ordered = self._errors, self._sorted
-        if len(errors) == errors.maxlen:
-            del ordered[bisect_left(ordered, errors[0])]
-        errors.append(error)
-        insort(ordered, error)
-        self._fresh = False
+        b = self._bin(expected_s)
+        w = self._bins.get(b)
+        if w is None:
+            w = self._bins[b] = _Window(self.window)
+        w.add(latency_s / expected_s)
+        self._factors.pop(b, None)
+        self._lowest = None
 
 
 def quantile_sorted(values: Sequence[float], q: float) -> float:

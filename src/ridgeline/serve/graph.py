@@ -17,9 +17,9 @@ If the graph's expected time already passes the deadline at arrival, the whole r
 is dropped at once; a drop or an error at any task fails the whole request with it. The
 deadline the tasks see keeps back what the queue model does not see: the
 ``dropping.Slack`` the answers show (the hops to worker processes and back, the glue
-between tasks, batch times swinging on shared cores), the event loop's own lateness
-(``frontend_s``), and ``margin`` of the SLO (default none, ``DROP_MARGIN``) for what
-happens outside the pipeline if a deployment needs it. A plan's per-task latency
+between tasks, batch times swinging on shared cores), a low quantile of the event loop's
+own lateness (``frontend_s``), and ``margin`` of the SLO (default none, ``DROP_MARGIN``)
+for what happens outside the pipeline if a deployment needs it. A plan's per-task latency
 budgets are the planner's shares of the SLO, not deadlines: a request behind its share
 at one task that can still make the end-to-end deadline is kept (``dropping``). A
 request that finds every task idle is never dropped, at any task.
@@ -74,7 +74,9 @@ class GraphRunner:
         return max(self.queues[s].expected_s() for s in self.sources)
 
     async def infer(self, rows: int, arrays: list[Array], *, drop: bool = True) -> list[Array]:
-        """The sink tasks' outputs, in ``plan.tasks`` order, each task's in its order."""
+        """The sink tasks' outputs, in ``plan.tasks`` order, each task's in its order.
+        With ``drop`` false the request is dropped nowhere (not at arrival, not at a
+        task)."""
         now, slo_s = self.clock.now(), self.plan.slo_ms / 1000.0
         expected = self.expected_s()
         budget = (1 - self.margin) * slo_s - self.frontend_s()
@@ -87,8 +89,9 @@ class GraphRunner:
                 "expect it to finish past its deadline",
             )
         results: dict[str, list[list[Array]]] = {s: [] for s in self.sinks}
+        keep = idle or not drop  # kept: no task drops it either
         await self._gather(
-            [self._run(s, rows, arrays, deadline, results, idle, now) for s in self.sources]
+            [self._run(s, rows, arrays, deadline, results, keep, now) for s in self.sources]
         )
         out: list[Array] = []
         for sink in self.sinks:

@@ -100,6 +100,14 @@ class ServeMetrics:
             ["pipeline", "outcome"],
             registry=r,
         )
+        self.pipeline_outcomes = Counter(
+            "ridgeline_pipeline_slo_outcomes",
+            "Requests to a pipeline by whether they could be dropped (arm: droppable, or kept "
+            "as the --drop-holdout share and with dropping off) and how they ended against "
+            "the SLO, timed from their arrival at the server: on_time, late, dropped, error",
+            ["pipeline", "arm", "outcome"],
+            registry=r,
+        )
         self.pipeline_latency = Histogram(
             "ridgeline_pipeline_latency_seconds",
             "End-to-end latency of answered pipeline requests",
@@ -110,7 +118,8 @@ class ServeMetrics:
         self.drop_slack = Gauge(
             "ridgeline_drop_slack_ratio",
             "How many times longer than expected answers take (a low quantile, "
-            "SLACK_QUANTILE); every drop decision scales its expectation by it",
+            "SLACK_QUANTILE), among answers expected about as long as the latest request; "
+            "its drop decision scaled its expectation by it",
             ["model"],
             registry=r,
         )
