@@ -21,7 +21,7 @@ from _timing import wait_until
 from ridgeline.cli._exit import ExitCode, loop_code, verify_code
 from ridgeline.fakeserver import load_preset, running_in_process
 from ridgeline.loadgen.step import StepResult
-from ridgeline.loop.run import loop_verdict, phase_misses
+from ridgeline.loop.run import HOST_SHARE, highest_rate, loop_verdict, phase_misses
 from ridgeline.loop.verify import VerifyResult
 from ridgeline.telemetry.records import Outcome, Records
 from ridgeline.telemetry.store import RunStore
@@ -309,3 +309,18 @@ def test_sigterm_stops_the_fake_server_as_ctrl_c_does() -> None:
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 0, stderr
+
+
+def test_the_demos_step_up_stays_within_the_capacity_verify_measured() -> None:
+    """Four times 30 req/s, on a host whose verify measured 120: the step goes to 60 %
+    of it (72 req/s), said; measured at 500, or not searched, the step is as asked."""
+    said: list[str] = []
+    phases = ((1.0, 12.0), (4.0, 18.0), (1.0, 18.0))
+    assert highest_rate(30.0, phases, 120.0, said.append) == pytest.approx(HOST_SHARE * 120.0)
+    assert said == [
+        "      this host served up to 120.0 req/s (verify): the step goes to 72.0 req/s, not 120"
+    ]
+    assert highest_rate(30.0, phases, 500.0, said.append) == 120.0
+    assert highest_rate(30.0, phases, None, said.append) == 120.0
+    assert highest_rate(30.0, phases, 20.0, said.append) == 30.0  # never below the demand
+    assert len(said) == 2

@@ -2,14 +2,20 @@
 HTML report that tells the story (what ``ridgeline demo`` runs).
 
 1. Profile the spec's variants on CPU segments (``loop.profiling``).
-2. Plan for the demand under the SLO (``pipeline.planner``), within a core budget.
+2. Plan for the demand under the SLO (``pipeline.planner``), within a core budget,
+   checked in simulation (``plansim.check``) under Poisson arrivals and the arrivals
+   the demand phases replay, and sized up until it holds there.
 3. Serve the plan (``serve.runtime.PlanServer``) on 127.0.0.1.
-4. Verify it at the planned demand (``loop.verify``): pass or fail, and the margin.
-5. Move the demand up and back down (arrival gaps from a recorded production trace,
-   time-scaled to each phase's rate) while the reconfiguration controller
-   (``serve.controller``) re-plans — the MILP again, holding each task's variant,
-   segment and batch, so only instance counts change — and applies the difference
-   live. Every request sent is counted: answered, dropped or failed.
+4. Verify it at the planned demand (``loop.verify``) under the arrivals it was checked
+   under: pass or fail, and the margin (the capacity the probe measures).
+5. Move the demand up and back down (a recorded production trace's users overlaid at
+   each phase's rate: its bursts, at a steady level) while the reconfiguration
+   controller (``serve.controller``) re-plans — the MILP again, holding each task's
+   variant, segment and batch, so only instance counts change, sized with the headroom
+   the check found — and applies the difference live. The step up goes no higher than
+   ``HOST_SHARE`` of the capacity verify measured: past what the host serves, a demo
+   measures its host, not its controller. Every request sent is counted: answered,
+   dropped or failed.
 6. The report: ``report.loop_html`` renders the result.
 
 The loop's verdict (``LoopResult.verdict``) is verify's at the demand, and then the
@@ -31,8 +37,9 @@ from typing import Literal
 
 import numpy as np
 
+from ridgeline.errors import PlanCheckFailed
 from ridgeline.health.slo import LatencyBound
-from ridgeline.loadgen.schedule import Schedule, from_arrival, trace_held
+from ridgeline.loadgen.schedule import named_arrivals
 from ridgeline.loadgen.step import StepConfig, StepResult, measure_step
 from ridgeline.loop.profiling import ensure_zoo, measure_cpu
 from ridgeline.loop.verify import VerifyResult, verify
@@ -42,13 +49,12 @@ from ridgeline.pipeline.planner import PlanResult, plan_pipeline
 from ridgeline.pipeline.profiles import ProfileTable
 from ridgeline.pipeline.segments import CPU
 from ridgeline.pipeline.spec import PipelineSpec
+from ridgeline.plansim.check import CheckConfig, CheckedPlan, checked_plan
 from ridgeline.serve.controller import ReconfigEvent, Reconfigurer
 from ridgeline.serve.reconfig import ReconfigConfig
 from ridgeline.serve.runtime import PlanServer
 from ridgeline.telemetry.records import Outcome
 from ridgeline.telemetry.summary import good
-from ridgeline.workload.arrivals import parse_arrival
-from ridgeline.workload.traces import bundled_trace_path, read_trace
 
 Say = Callable[[str], None]
 
@@ -71,8 +77,9 @@ class LoopConfig:
     reads the rate over its 6 s window, then applies the re-plan): the requests after
     them must be served within the SLO."""
     trace: str | None = "azure_llm_2023_code"
-    """A bundled recorded trace whose arrival gaps shape each phase (time-scaled to the
-    phase's rate: production burstiness, not Poisson); None for Poisson arrivals."""
+    """A bundled recorded trace whose users shape each phase's arrivals (as many copies
+    overlaid as the phase's rate needs: production burstiness, not Poisson), and under
+    which the plan is checked; None for Poisson arrivals."""
     reconfig: ReconfigConfig = field(
         default_factory=lambda: ReconfigConfig(
             window_s=6.0, band=0.3, cooldown_s=6.0, stabilize_s=6.0
@@ -81,6 +88,13 @@ class LoopConfig:
     """Scale-down stabilised over a window: the trace's idle gaps, time-scaled, last
     seconds inside a surge, and should not drain what its next burst needs."""
 
+
+HOST_SHARE = 0.6
+"""The step up goes to at most this share of the capacity verify measured (when it
+searched): a surge past what the host serves fails on the host (the generator falls
+behind, the cores are full), whatever the plan. At 120 req/s, four times the demand and
+the capacity verify measured, the demo's generator fell behind and 29.5 % of the judged
+requests missed (dropped or late; at 8a0af84, on this 2-core host)."""
 
 MAX_MISSED = 0.01
 """The share of the judged requests of the demand phases that may miss (verify's own
@@ -239,9 +253,13 @@ async def run_loop(
         ),
     )
     (out_dir / "profiles.csv").write_text(table.to_csv())
-    say(f"[2/6] planning {spec.demand_rps:g} req/s under {spec.slo_ms:g} ms, {cfg.cores:g} cores")
-    planned = plan_pipeline(spec, table, {CPU: cfg.cores})
-    plan = to_plan(planned)
+    arrivals = _arrivals(cfg.trace)
+    say(
+        f"[2/6] planning {spec.demand_rps:g} req/s under {spec.slo_ms:g} ms, {cfg.cores:g} "
+        f"cores, checked in simulation under {' and '.join(arrivals)}"
+    )
+    checked = _checked(spec, table, cfg.cores, arrivals, say)
+    planned, plan = checked.result, checked.plan
     plan_path = out_dir / "plan.yaml"
     plan_path.write_text(dump_plan(plan))
     for name, p in planned.tasks.items():
@@ -259,8 +277,13 @@ async def run_loop(
         held = _holding(table, planned)
 
         def replan(demand: float) -> Plan:
-            moved = spec.model_copy(update={"demand_rps": demand})
-            return to_plan(plan_pipeline(moved, held, {CPU: cfg.reconfig_cores}))
+            # sized with the headroom the check found: a re-plan runs in the serving
+            # loop, and simulating each would stall it for seconds
+            moved = spec.model_copy(update={"demand_rps": demand * checked.headroom})
+            made = to_plan(plan_pipeline(moved, held, {CPU: cfg.reconfig_cores}))
+            return made.model_copy(
+                update={"demand_rps": demand, "checked_arrivals": plan.checked_arrivals}
+            )
 
         def told(e: ReconfigEvent) -> None:
             say(f"      {e.line()}")
@@ -272,10 +295,11 @@ async def run_loop(
         watching = asyncio.create_task(ctl.run(stop))
         phases = []
         try:
+            top = highest_rate(spec.demand_rps, cfg.phases, verified.capacity_rps, say)
             for k, (multiple, seconds) in enumerate(cfg.phases):
-                rate = spec.demand_rps * multiple
+                rate = min(spec.demand_rps * multiple, top)
                 say(f"      {rate:g} req/s for {seconds:g} s")
-                sched = _phase(cfg.trace, rate, seconds, seed=10 + k)
+                sched = named_arrivals(arrivals[-1], rate, seconds, seed=10 + k)
                 # the server runs in this event loop: a generator sharing it fell behind
                 # when the server was busy, and the controller saw gaps and bursts the
                 # schedule does not have (7 req/s read inside a 120 req/s phase)
@@ -291,15 +315,49 @@ async def run_loop(
     return result
 
 
-def _phase(trace: str | None, rate: float, seconds: float, seed: int) -> Schedule:
-    """``seconds`` of arrivals at ``rate``: Poisson, or the recorded trace's arrivals
-    with the rate held every 2 s (``trace_held``: the trace's burstiness within each
-    stretch). The whole phase time-scaled at once (``trace_at_rate``) put four fifths of
-    a 12 s phase at 30 req/s into its last 2 s (the bundled trace's opening), so no
-    estimator over the seconds a controller watches could read 30 → 120 → 30."""
-    if trace is None:
-        return from_arrival(parse_arrival("poisson", rate), seconds, seed=seed)
-    return trace_held(read_trace(bundled_trace_path(trace)), rate, seconds)
+def _arrivals(trace: str | None) -> tuple[str, ...]:
+    """The arrival processes the plan is checked and verified under; the last is the
+    one the demand phases replay."""
+    return ("poisson",) if trace is None else ("poisson", f"trace:{trace}")
+
+
+def _checked(
+    spec: PipelineSpec, table: ProfileTable, cores: float, arrivals: tuple[str, ...], say: Say
+) -> CheckedPlan:
+    """The plan, checked in simulation under ``arrivals``; when none holds, the closest
+    one found, said as such (served and verified all the same: verify's verdict then
+    says what the host makes of it)."""
+    try:
+        checked = checked_plan(spec, table, {CPU: cores}, check=CheckConfig(arrivals=arrivals))
+    except PlanCheckFailed as e:
+        if not isinstance(e.best, CheckedPlan):
+            raise
+        say(f"      no plan held in simulation: {e}; serving the closest")
+        return e.best
+    say(
+        f"      sized for {checked.sized_for_rps:,.1f} req/s ({checked.headroom:.2f} times "
+        "the demand): it held in simulation there"
+    )
+    return checked
+
+
+def highest_rate(
+    demand: float,
+    phases: tuple[tuple[float, float], ...],
+    capacity: float | None,
+    say: Say,
+) -> float:
+    """The highest rate a demand phase goes to: ``HOST_SHARE`` of the capacity verify
+    measured, when it measured one below the highest phase."""
+    asked = demand * max(m for m, _ in phases)
+    if capacity is None or asked <= HOST_SHARE * capacity:
+        return asked
+    top = max(demand, HOST_SHARE * capacity)
+    say(
+        f"      this host served up to {capacity:,.1f} req/s (verify): the step goes to "
+        f"{top:,.1f} req/s, not {asked:g}"
+    )
+    return top
 
 
 def _holding(table: ProfileTable, planned: PlanResult) -> ProfileTable:
