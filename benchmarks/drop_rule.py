@@ -17,7 +17,8 @@ H100-80GB with the code trace, and both GPU sets with the Azure conversation tra
 which no constant was set. Every run is a row.
 
 Rows go to docs/benchmarks.md unless RIDGELINE_BENCH_NO_WRITE=1. ``--quick``: the
-development set at the chosen quantile only.
+development set at the chosen quantile only. ``--held-out``: the held-out sets only
+(after the quantile was chosen on a development run).
 """
 
 from __future__ import annotations
@@ -124,13 +125,15 @@ def row(date: str, role: str, gpus: str, trace: str, quantile: float, cells: lis
 
 
 def main() -> None:
-    quick = "--quick" in sys.argv
+    quick, held_out_only = "--quick" in sys.argv, "--held-out" in sys.argv
     date = datetime.now(UTC).strftime("%Y-%m-%d")
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
     ).stdout.strip()
     runs = [
-        ("development", "A100-80GB", CODE, q) for q in QUANTILES if not quick or q == SLACK_QUANTILE
+        ("development", "A100-80GB", CODE, q)
+        for q in QUANTILES
+        if not held_out_only and (not quick or q == SLACK_QUANTILE)
     ]
     if not quick:
         runs += [
