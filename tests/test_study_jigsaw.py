@@ -22,15 +22,8 @@ from ridgeline.report.jigsaw import (
     served_markdown,
     update_document,
 )
-from ridgeline.study.jigsaw import (
-    SETTINGS,
-    JigsawConfig,
-    JigsawResult,
-    SettingRow,
-    features,
-    fit_error,
-    run_jigsaw,
-)
+from ridgeline.study.jigsaw import SETTINGS, JigsawConfig, features, fit_error, run_jigsaw
+from ridgeline.study.jigsaw_result import JigsawResult, SettingRow
 from ridgeline.study.jigsaw_served import ARRIVALS, REL, run_served
 
 pytestmark = pytest.mark.timeout(120)

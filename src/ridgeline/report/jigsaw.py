@@ -6,16 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ridgeline.report import _markers
-from ridgeline.study.jigsaw import (
-    SETTINGS,
-    JigsawResult,
-    Ratio,
-    ServedCell,
-    SettingRow,
-    Simulated,
-    TaskDone,
-    available,
-)
+from ridgeline.study.jigsaw import SETTINGS, TaskDone, available
+from ridgeline.study.jigsaw_result import JigsawResult, Ratio, ServedCell, SettingRow, Simulated
 
 INPUTS, HEADLINE, EMPIRICAL, SETTINGS_BLOCK, PLANS, RANGES, SCOPES, OCCUPANCY, SERVED = (
     "inputs",

@@ -35,7 +35,8 @@ from ridgeline.plansim import SimConfig, simulate_plan
 from ridgeline.plansim.check import CheckConfig, checked_plan
 from ridgeline.plansim.result import PlanSimResult
 from ridgeline.study._pool import as_finished
-from ridgeline.study.jigsaw import SETTINGS, ServedCell, available, features, table_for
+from ridgeline.study.jigsaw import SETTINGS, available, features, table_for
+from ridgeline.study.jigsaw_result import ServedCell
 
 ARRIVALS: tuple[str, ...] = ("poisson", "gamma:cv=3", "trace:BUNDLED")
 SLO_FACTORS: tuple[float, ...] = (1.0, 0.5)
