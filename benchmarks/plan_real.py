@@ -1,52 +1,28 @@
-"""The example plan served for real on this host's CPU, beside the simulator (issue 13).
-Not a test: `make bench`.
+"""The example plan served for real on this host's CPU, beside the calibrated simulator
+(issues 13 and 32). Not a test: `make bench`.
 
 `examples/plans/traffic-cpu.yaml` (detector → car and face classifiers, real ONNX models
 from the local zoo) is served by `ridgeline serve` in its own process, early dropping
-on, as it runs. A generator in this process sends it Poisson arrivals at the plan's
-demand for `SECONDS`; the answered requests' p50 and p99 (from their scheduled send) and
-the share late, dropped or failed are what was measured. The served-plan simulator then
-runs the same plan, from the profile table measured on this host
-(`examples/profiles/traffic-cpu.csv`), under the very same arrival times. The two should
-agree within 15 % on p50 and p99, and the real run should lose under 0.5 %.
+on, as it runs. Over gRPC, from this process:
 
-The simulator does not see the time a request spends outside the queues (gRPC parsing,
-the hops to the worker processes), nor how much slower and wider batch times are when
-served (the batch crosses a pipe both ways, pickled by the server, on two cores shared
-with the server, the generator and the other workers) than a profile of one model alone
-shows. They are measured first, apart from the comparison. Two steps at low load:
-Poisson at 2 req/s for `CALIBRATION_SECONDS` (90 s: 180 requests), where almost
-nothing queues and batches are as small as they come, and `BURST` requests at once
-every `BURST_GAP_S` (45 s), where each task runs batches of several requests' rows and
-nothing is left queued from one burst to the next. The batches' own times come from the
-server's `/metrics` (`ridgeline_task_compute_seconds`, sum and count over each step,
-what the runtime's execution model sees, worker pipes included): per task, the line
-through its mean served batch time at the two steps' mean batch sizes replaces its
-profile rows (`served_lines`). A single scale of the profile's line, as before, kept
-the served time of a one-row batch but not its growth with rows: the detector's
-three-row batches took 17.8 ms served against 13.4 from the scaled profile, and the
-slowest answers at 20 req/s are the ones in such batches (traced request by request).
-Then the front-end time (`SimConfig.frontend_ms`) and the batch-time spread
-(`noise_cv`, for every task) are fitted together so that the simulated p50 and p90 of
-a third step, Poisson at `FIT_RATE` (10 req/s, half the plan's demand, for 60 s), are
-the served ones (the front-end time from the p50, the spread, by bisection, from the
-p90; three rounds). At 2 req/s a request's batches almost never overlap another's, so
-a spread fitted there missed how the server's own work (gRPC, pickling every batch
-through the pipes, on the same two cores) slows batches once requests are in flight
-together; 600 requests also estimate a p90 better than 180. The simulated side of the
-fit is a long run (`FIT_SECONDS`), so its own quantiles are the model's, not another
-small sample's. The simulator is told the host's cores (`SimConfig.cpu_cores`,
-`os.sched_getaffinity`): the plan's three one-core instances are pinned to two cores as
-the runtime pins them, and the detector and the face model share one. The comparison
-is then at the plan's demand, a rate and a schedule nothing was fitted at.
+1. `ridgeline calibrate`'s three steps (`loop.calibrate`, the model in
+   `plansim.calibration`): Poisson at a tenth of the demand (90 s), bursts (45 s), and
+   Poisson at half the demand (60 s), where the front-end time and the batch-time spread
+   are fitted to the served p50 and p90; each task's served batch time is the line
+   through its mean served batch time at the first two steps' batch sizes.
+2. Then one Poisson step of `SECONDS` (60 s) at each rate of `RATES` (default 15 and 20
+   req/s, the plan's demand): rates and schedules nothing was fitted at. The answered
+   requests' p50 and p99 (from their scheduled send) and the share late, dropped or
+   failed are what was measured there; the calibrated simulator then serves the same
+   plan to the very same arrival times. They should agree within 15 % on p50 and p99,
+   at both rates, and the real run should lose under 0.5 %.
 
 The host is shared (other jobs run beside the benchmark), and what they take of its two
-cores decides the served tail more than anything the plan does: each step's row says
-how many CPU-seconds the rest of the host used while it ran (``/proc/stat`` minus this
+cores decides the served tail more than anything the plan does: each row says how many
+CPU-seconds the rest of the host used while its step ran (``/proc/stat`` minus this
 process, the server and its workers), and how much time the hypervisor stole from this
-virtual machine, so a run on a busy host reads as one.
-``RIDGELINE_BENCH_RATE`` serves at another rate than the plan's demand (the calibration
-stays as it is); ``RIDGELINE_BENCH_FIT_RATE`` moves the fit step.
+virtual machine, so a run on a busy host reads as one. ``RIDGELINE_BENCH_RATES``
+("15,20") sets the judged rates; ``RIDGELINE_BENCH_SECONDS`` their length.
 
 Rows go to docs/benchmarks.md unless RIDGELINE_BENCH_NO_WRITE=1.
 """
@@ -59,8 +35,7 @@ import re
 import signal
 import subprocess
 import sys
-import time
-import urllib.request
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -70,23 +45,19 @@ from _doc import add_rows, ensure_section, machine
 from ridgeline.loadgen.schedule import Schedule, from_arrival
 from ridgeline.loadgen.step import StepConfig, measure_step
 from ridgeline.loadgen.validity import ValidityConfig
-from ridgeline.pipeline.plan import Plan, load_plan
-from ridgeline.pipeline.profiles import ProfileRow, ProfileTable, load_profiles
+from ridgeline.loop.calibrate import Steps, calibrate
+from ridgeline.pipeline.plan import load_plan
+from ridgeline.pipeline.profiles import load_profiles
 from ridgeline.plansim import SimConfig, simulate_plan
-from ridgeline.plansim.service import pool_of, service_times
 from ridgeline.telemetry.records import Outcome
+from ridgeline.telemetry.store import RunStore
 from ridgeline.workload.arrivals import parse_arrival
 
 ROOT = Path(__file__).resolve().parent.parent
 PLAN = ROOT / "examples" / "plans" / "traffic-cpu.yaml"
 PROFILES = ROOT / "examples" / "profiles" / "traffic-cpu.csv"
 SECONDS = float(os.environ.get("RIDGELINE_BENCH_SECONDS", "60"))
-RATE = os.environ.get("RIDGELINE_BENCH_RATE")
-CALIBRATION_SECONDS = 90.0
-BURST, BURST_GAP_S, BURST_SECONDS = 4, 0.5, 45.0
-FIT_RATE = float(os.environ.get("RIDGELINE_BENCH_FIT_RATE", "10"))
-FIT_STEP_SECONDS = 60.0
-FIT_SECONDS = 20_000 / FIT_RATE
+RATES = [float(r) for r in os.environ.get("RIDGELINE_BENCH_RATES", "15,20").split(",")]
 HEADING = "## The example plan, served and simulated (`benchmarks/plan_real.py`)"
 
 
@@ -118,74 +89,6 @@ def serve(where: Path) -> tuple[subprocess.Popen[str], str, str]:
         if metrics and grpc is not None:
             return proc, grpc, metrics.group(1)
     raise RuntimeError("ridgeline serve ended before it served")
-
-
-Batches = dict[str, tuple[float, float, float]]
-"""Per task: (batches, seconds, rows) executed so far."""
-
-
-def batches(metrics_url: str) -> Batches:
-    """The server's executed batches so far, from its Prometheus text."""
-    with urllib.request.urlopen(metrics_url, timeout=10) as r:
-        text = r.read().decode()
-    got: dict[tuple[str, str], float] = {}
-    pattern = r'^ridgeline_task_(compute_seconds|batch_size)_(sum|count)\{task="([^"]+)"\} (\S+)'
-    for m in re.finditer(pattern, text, re.M):
-        got[(m.group(3), f"{m.group(1)}_{m.group(2)}")] = float(m.group(4))
-    tasks = {t for t, _ in got}
-    return {
-        t: (
-            got.get((t, "compute_seconds_count"), 0.0),
-            got.get((t, "compute_seconds_sum"), 0.0),
-            got.get((t, "batch_size_sum"), 0.0),
-        )
-        for t in tasks
-    }
-
-
-Line = tuple[float, float]
-"""A task's served batch time, ``(base_ms, per_row_ms)``."""
-
-
-def served_lines(
-    plan: Plan, table: ProfileTable, steps: list[tuple[Batches, Batches]]
-) -> dict[str, Line]:
-    """Per task, the line through its served mean batch time at each step's mean batch
-    size (two steps of different sizes: the time of a batch of any size); with one size
-    seen, the profile's line scaled to pass through it."""
-    services = service_times(plan, table)
-    out: dict[str, Line] = {}
-    for name in plan.tasks:
-        points = []
-        for before, after in steps:
-            n0, s0, r0 = before.get(name, (0.0, 0.0, 0.0))
-            n1, s1, r1 = after.get(name, (0.0, 0.0, 0.0))
-            if n1 > n0:
-                points.append(((r1 - r0) / (n1 - n0), (s1 - s0) / (n1 - n0) * 1000))
-        if not points:
-            continue
-        (ra, ta), (rb, tb) = min(points), max(points)
-        if rb - ra >= 0.5:
-            per_row = max(0.0, (tb - ta) / (rb - ra))
-            out[name] = (max(0.0, ta - per_row * ra), per_row)
-        else:
-            svc = services[name]
-            k = ta / ((svc.base_s + svc.per_row_s * ra) * 1000)
-            out[name] = (svc.base_s * 1000 * k, svc.per_row_s * 1000 * k)
-    return out
-
-
-def served_table(plan: Plan, table: ProfileTable, lines: dict[str, Line]) -> ProfileTable:
-    """``table`` with each served task's rows replaced by its served line, at batch 1
-    and its batch size (the simulator fits its line through them: the same line)."""
-    served = {plan.tasks[name].variant: (plan.tasks[name], line) for name, line in lines.items()}
-    rows = [r for r in table if r.variant not in served]
-    for variant, (task, (base, per_row)) in served.items():
-        pool, segment = pool_of(task.segment), task.segment.label
-        for size in sorted({1, task.batch_size}):
-            ms = base + per_row * size
-            rows.append(ProfileRow(variant, pool, segment, size, ms, size / ms * 1000, "measured"))
-    return ProfileTable(rows)
 
 
 def _cpu_s(fields: list[str]) -> float:
@@ -248,93 +151,75 @@ def measured(url: str, schedule: Schedule, slo_ms: float, server_pid: int) -> di
     }
 
 
-def calibrate(
-    plan: Plan, table: ProfileTable, cores: int, served: dict[str, float]
-) -> tuple[float, float, float]:
-    """``(frontend_ms, noise_cv, bare_p50)``: the front-end time and batch-time spread
-    whose simulation of a long run at ``FIT_RATE`` has the served p50 and p90 of the
-    fit step; ``bare_p50`` is the simulated p50 without front-end time."""
-    long = from_arrival(parse_arrival("poisson", FIT_RATE), FIT_SECONDS, seed=5)
-
-    def sim(frontend: float, cv: float) -> dict[str, float | None]:
-        cfg = SimConfig(seed=5, frontend_ms=frontend, noise_cv=cv, cpu_cores=cores)
-        return simulate_plan(plan, long, cfg, table).latency_ms
-
-    frontend, cv, bare = 0.0, 0.1, 0.0
-    for _ in range(3):
-        bare = sim(0.0, cv)["p50"] or 0.0
-        frontend = max(0.0, served["p50"] - bare)
-        lo, hi = 0.0, 1.5
-        for _ in range(14):  # the p90 rises with the spread (a lognormal's, below CV 2)
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if (sim(frontend, mid)["p90"] or 0.0) < served["p90"] else (lo, mid)
-        cv = (lo + hi) / 2
-    return frontend, cv, bare
-
-
 def main() -> None:
     date = datetime.now(UTC).strftime("%Y-%m-%d")
     plan = load_plan(PLAN)
     profiles = load_profiles(PROFILES)
-    rate = float(RATE) if RATE else (plan.demand_rps or 1.0)
-    quiet = from_arrival(parse_arrival("poisson", 2.0), CALIBRATION_SECONDS, seed=4)
-    fitting = from_arrival(parse_arrival("poisson", FIT_RATE), FIT_STEP_SECONDS, seed=6)
-    gaps = np.arange(0.0, BURST_SECONDS, BURST_GAP_S)
-    bursts = Schedule(
-        np.repeat(gaps, BURST), None, BURST_SECONDS, f"{BURST} at once every {BURST_GAP_S} s"
-    )
+    steps = Steps.for_demand(plan.demand_rps or 20.0)
     cores = len(os.sched_getaffinity(0))
-    schedule = from_arrival(parse_arrival("poisson", rate), SECONDS, seed=3)
+    schedules = [
+        (rate, from_arrival(parse_arrival("poisson", rate), SECONDS, seed=3)) for rate in RATES
+    ]
     proc, url, metrics = serve(zoo())
     try:
-        before = batches(metrics)
-        alone = measured(url, quiet, plan.slo_ms, proc.pid)
-        between = batches(metrics)
-        burst = measured(url, bursts, plan.slo_ms, proc.pid)
-        lines = served_lines(plan, profiles, [(before, between), (between, batches(metrics))])
-        fit = measured(url, fitting, plan.slo_ms, proc.pid)
-        table = served_table(plan, profiles, lines)
-        real = measured(url, schedule, plan.slo_ms, proc.pid)
+        with tempfile.TemporaryDirectory() as where, RunStore(Path(where) / "runs.sqlite") as db:
+            host0, ours0, steal0 = busy_s(proc.pid)
+            done = asyncio.run(
+                calibrate(
+                    plan,
+                    url,
+                    metrics_url=metrics,
+                    store=db,
+                    steps=steps,
+                    cpu_cores=cores,
+                    profiles=profiles,
+                    say=print,
+                )
+            )
+            host1, ours1, steal1 = busy_s(proc.pid)
+        judged = [(rate, schedule, measured(url, schedule, plan.slo_ms, proc.pid))
+                  for rate, schedule in schedules]  # fmt: skip
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)
-    began = time.time()
-    frontend, cv, bare = calibrate(plan, table, cores, fit)
-    fitted = SimConfig(seed=3, frontend_ms=frontend, noise_cv=cv, cpu_cores=cores)
-    raw = simulate_plan(plan, schedule, SimConfig(seed=3), profiles)
-    apart = simulate_plan(plan, schedule, fitted.model_copy(update={"cpu_cores": None}), table)
-    sim = simulate_plan(plan, schedule, fitted, table)
-    sim_p50, sim_p99 = (sim.latency_ms["p50"] or 0.0), (sim.latency_ms["p99"] or 0.0)
-    print(alone, burst, fit, real, raw.latency_ms, sim.latency_ms)
-    print(f"simulations {time.time() - began:.1f} s")
-    r50, r99 = sim_p50 / real["p50"], sim_p99 / real["p99"]
-    ok = abs(r50 - 1) <= 0.15 and abs(r99 - 1) <= 0.15
-    row = (
-        f"| {date} | {PLAN.name} at {rate:g} req/s, Poisson, {SECONDS:g} s, dropping on | "
-        f"served: p50 {real['p50']:.1f} ms, p99 {real['p99']:.1f} ms, **{real['lost']:.2%}** "
-        f"late, dropped or failed ({real['dropped']:.0f} dropped, {real['errors']:.0f} errors, "
-        f"{real['late']:.0f} late of {real['sent']:.0f}; generator p99 lateness "
-        f"{real['lateness_p99']:.1f} ms; the rest of the host used "
-        f"{real['others_cpu_s']:.0f} CPU-s beside its {real['ours_cpu_s']:.0f}, "
-        f"{fit['others_cpu_s']:.0f} during the {FIT_RATE:g} req/s step; "
-        f"stolen by the hypervisor {real['steal_s']:.1f} and {fit['steal_s']:.1f} s) | "
-        f"simulated on {cores} shared cores, served batch times "
-        f"{', '.join(f'{b:.1f} + {r:.2f}/row ms ({t})' for t, (b, r) in lines.items())} "
-        f"(2 req/s, and bursts of {BURST}: served p50 {burst['p50']:.1f}, p90 "
-        f"{burst['p90']:.1f} ms), "
-        f"front-end {frontend:.1f} ms "
-        f"(served p50 {fit['p50']:.1f} − simulated {bare:.1f} at {FIT_RATE:g} req/s, "
-        f"{FIT_STEP_SECONDS:g} s) and batch-time CV {cv:.2f} (served p90 there "
-        f"{fit['p90']:.1f} ms, p99 {fit['p99']:.1f}): "
-        f"p50 {sim_p50:.1f} ms, p99 {sim_p99:.1f} ms, {sim.violation_rate:.2%}; without "
-        f"sharing p50 {apart.latency_ms['p50'] or 0:.1f}, p99 "
-        f"{apart.latency_ms['p99'] or 0:.1f}; uncalibrated p50 "
-        f"{raw.latency_ms['p50'] or 0:.1f}, p99 {raw.latency_ms['p99'] or 0:.1f} | "
-        f"sim/served p50 {r50:.2f}, p99 {r99:.2f}: within 15 %: "
-        f"**{'yes' if ok else 'no'}**; served loss < 0.5 %: "
-        f"**{'yes' if real['lost'] < 0.005 else 'no'}** | {machine()} |"
+    cal = done.calibration
+    fit = done.steps[-1][1].summary
+    lines = ", ".join(
+        f"{line.base_ms:.1f} + {line.per_row_ms:.2f}/row ms ({t})" for t, line in cal.lines.items()
     )
-    print(row)
+    calibrated = (
+        f"calibrated in the same run ({steps.quiet_rps:g} req/s {steps.quiet_s:g} s, bursts of "
+        f"{steps.burst} every {steps.burst_gap_s:g} s {steps.burst_s:g} s, {steps.fit_rps:g} "
+        f"req/s {steps.fit_s:g} s; the rest of the host used "
+        f"{max(0.0, (host1 - host0) - (ours1 - ours0)):.0f} CPU-s, stolen "
+        f"{steal1 - steal0:.1f} s): served batch times {lines}; front-end "
+        f"{cal.fit.frontend_ms:.1f} ms and batch-time CV {cal.fit.noise_cv:.2f} on {cores} "
+        f"shared cores (fitted to served p50 {fit.latency_ms.p50 or 0:.1f}, p90 "
+        f"{fit.latency_ms.p90 or 0:.1f} ms at {fit.offered_rps:.1f} req/s)"
+    )
+    rows = []
+    for rate, schedule, real in judged:
+        sim = simulate_plan(plan, schedule, cal.config(plan, seed=3), profiles)
+        raw = simulate_plan(plan, schedule, SimConfig(seed=3), profiles)
+        sim_p50, sim_p99 = (sim.latency_ms["p50"] or 0.0), (sim.latency_ms["p99"] or 0.0)
+        r50, r99 = sim_p50 / real["p50"], sim_p99 / real["p99"]
+        ok = abs(r50 - 1) <= 0.15 and abs(r99 - 1) <= 0.15
+        rows.append(
+            f"| {date} | {PLAN.name} at {rate:g} req/s, Poisson, {SECONDS:g} s, dropping on | "
+            f"served: p50 {real['p50']:.1f} ms, p99 {real['p99']:.1f} ms, **{real['lost']:.2%}** "
+            f"late, dropped or failed ({real['dropped']:.0f} dropped, {real['errors']:.0f} "
+            f"errors, {real['late']:.0f} late of {real['sent']:.0f}; generator p99 lateness "
+            f"{real['lateness_p99']:.1f} ms; the rest of the host used "
+            f"{real['others_cpu_s']:.0f} CPU-s beside its {real['ours_cpu_s']:.0f}; stolen by "
+            f"the hypervisor {real['steal_s']:.1f} s) | {calibrated}: p50 {sim_p50:.1f} ms, p99 "
+            f"{sim_p99:.1f} ms, {sim.violation_rate:.2%}; uncalibrated p50 "
+            f"{raw.latency_ms['p50'] or 0:.1f}, p99 {raw.latency_ms['p99'] or 0:.1f} | "
+            f"sim/served p50 {r50:.2f}, p99 {r99:.2f}: within 15 %: "
+            f"**{'yes' if ok else 'no'}**; served loss < 0.5 %: "
+            f"**{'yes' if real['lost'] < 0.005 else 'no'}** | {machine()} |"
+        )
+    for row in rows:
+        print(row)
     if os.environ.get("RIDGELINE_BENCH_NO_WRITE") != "1":
         ensure_section(
             HEADING,
@@ -349,7 +234,7 @@ def main() -> None:
                 "|---|---|---|---|---|---|",
             ],
         )
-        add_rows(HEADING, f"benchmarks/plan_real.py, {date}", [row])
+        add_rows(HEADING, f"benchmarks/plan_real.py, {date}, ridgeline calibrate", rows)
 
 
 if __name__ == "__main__":

@@ -86,6 +86,7 @@ app.command("probe")(measure.probe)
 app.command("fake-server")(fake.fake_server)
 app.command("serve")(serving.serve)
 app.command("simulate")(simulate.simulate)
+app.command("calibrate")(simulate.calibrate)
 app.command("verify")(loop.verify)
 app.command("demo")(loop.demo)
 _lazy_group(

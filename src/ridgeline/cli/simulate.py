@@ -10,6 +10,7 @@ import typer
 
 from ridgeline.cli._common import (
     ArrivalOption,
+    DbOption,
     DropOption,
     JsonOption,
     PlanArgument,
@@ -18,6 +19,7 @@ from ridgeline.cli._common import (
     TraceOption,
     TraceScaleOption,
     emit,
+    err,
     failing,
     out,
     warn,
@@ -45,13 +47,13 @@ def simulate(
         ),
     ] = None,
     frontend_ms: Annotated[
-        float,
+        float | None,
         typer.Option(
             help="time a request spends in the server's front end (parsing, answering, "
             "hops), ms, one request at a time: a burst queues for it; measure it as served "
-            "minus simulated p50 when nothing queues"
+            "minus simulated p50 when nothing queues (--calibrate-from fits it); default 0"
         ),
-    ] = 0.0,
+    ] = None,
     cpu_cores: Annotated[
         int | None,
         typer.Option(
@@ -61,6 +63,17 @@ def simulate(
             "default: every instance has its own processor",
         ),
     ] = None,
+    calibrate_from: Annotated[
+        int | None,
+        typer.Option(
+            "--calibrate-from",
+            metavar="RUN",
+            help="a calibration run (`ridgeline calibrate`): the tasks' served batch "
+            "times, the front-end time, the spread and the cores it fitted on this host "
+            "(any of --noise-cv, --frontend-ms, --cpu-cores given wins)",
+        ),
+    ] = None,
+    db: DbOption = None,
     drop: DropOption = True,
     as_json: JsonOption = False,
 ) -> None:
@@ -76,6 +89,23 @@ def simulate(
     with failing(values=True):
         p = load_plan(plan)
         table = load_profiles(profiles) if profiles is not None else None
+        given = {
+            k: v
+            for k, v in (
+                ("noise_cv", noise_cv),
+                ("frontend_ms", frontend_ms),
+                ("cpu_cores", cpu_cores),
+            )
+            if v is not None
+        }
+        config = SimConfig.model_validate({"seed": seed, "drop": drop, **given})
+        if calibrate_from is not None:
+            from ridgeline.cli._common import opened_store
+            from ridgeline.loop.calibrate import stored_calibration
+
+            with opened_store(db) as store:
+                calibration = stored_calibration(store, calibrate_from)
+            config = calibration.config(p, seed=seed, drop=drop, **given)
         schedule = arrival_schedule(
             arrival,
             rate=rate,
@@ -85,21 +115,108 @@ def simulate(
             duration_s=duration,
             seed=seed,
         )
-        result = simulate_plan(
-            p,
-            schedule,
-            SimConfig(
-                seed=seed,
-                noise_cv=noise_cv,
-                drop=drop,
-                frontend_ms=frontend_ms,
-                cpu_cores=cpu_cores,
-            ),
-            table,
-        )
+        result = simulate_plan(p, schedule, config, table)
     if as_json:
         emit(json.dumps(result.to_json(), indent=2))
         return
     out.print(simulation_report(result), highlight=False)
     for w in result.warnings:
         warn(w)
+
+
+def calibrate(
+    plan: PlanArgument,
+    target: Annotated[
+        str, typer.Argument(help="its pipeline's v2 URL, e.g. http://127.0.0.1:8000/v2/models/NAME")
+    ],
+    metrics_url: Annotated[
+        str | None,
+        typer.Option(help="the server's Prometheus /metrics; default: TARGET's host /metrics"),
+    ] = None,
+    profiles: Annotated[
+        Path | None,
+        typer.Option(help="profile table CSV: the line a task seen at one batch size scales"),
+    ] = None,
+    rate: Annotated[
+        float | None,
+        typer.Option(help="the demand the steps are set from (default: the plan's demand_rps)"),
+    ] = None,
+    scale: Annotated[
+        float,
+        typer.Option(
+            help="every step's length × this (1: 90 s, 45 s and 60 s); under 1 the fit's "
+            "simulated run shortens too"
+        ),
+    ] = 1.0,
+    cpu_cores: Annotated[
+        int | None,
+        typer.Option(min=1, help="the server host's CPU cores (default: this host's)"),
+    ] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Measure a served plan so that `ridgeline simulate --calibrate-from RUN` serves it as
+    this host does: a quiet Poisson step at a tenth of the demand, a step of bursts, and a
+    Poisson step at half the demand, the server's /metrics scraped beside each. From them,
+    each task's served batch time (the line through two batch sizes), then the front-end
+    time and batch-time spread whose simulation has the last step's p50 and p90. Stored as
+    one run; Ctrl-C keeps the steps measured. About 3.5 minutes at --scale 1."""
+    import os
+    from urllib.parse import urlsplit
+
+    from ridgeline.aio import run_coroutine, stopping_on_signal
+    from ridgeline.cli._common import opened_store
+    from ridgeline.errors import ConfigError
+    from ridgeline.loop.calibrate import CalibrationRun, Steps
+    from ridgeline.loop.calibrate import calibrate as run_calibration
+    from ridgeline.pipeline.plan import load_plan
+    from ridgeline.pipeline.profiles import load_profiles
+    from ridgeline.plansim.calibration import FIT_REQUESTS
+    from ridgeline.report.simulation import calibration_report
+
+    with failing(values=True):
+        p = load_plan(plan)
+        table = load_profiles(profiles) if profiles is not None else None
+        demand = rate if rate is not None else p.demand_rps
+        if demand is None:
+            raise ConfigError(f"plan {p.name!r} names no demand_rps: give --rate R")
+        steps = Steps.for_demand(demand, scale)
+        if metrics_url is None:
+            parts = urlsplit(target)
+            if parts.scheme not in ("http", "https"):
+                raise ConfigError(
+                    f"cannot find the metrics of {target}: give --metrics-url "
+                    "(`ridgeline serve` prints it)"
+                )
+            metrics_url = f"{parts.scheme}://{parts.netloc}/metrics"
+        cores = cpu_cores or len(os.sched_getaffinity(0))
+
+        async def main() -> CalibrationRun:
+            import asyncio
+
+            stop = asyncio.Event()
+            with stopping_on_signal(stop):
+                return await run_calibration(
+                    p,
+                    target,
+                    metrics_url=metrics_url,
+                    store=store,
+                    steps=steps,
+                    cpu_cores=cores,
+                    profiles=table,
+                    say=lambda line: err.print(line, highlight=False),
+                    stop=stop,
+                    fit_requests=max(1000, round(FIT_REQUESTS * min(1.0, scale))),
+                )
+
+        with opened_store(db) as store:
+            done = run_coroutine(main())
+    if as_json:
+        emit(json.dumps({"run_id": done.run_id, **done.calibration.model_dump()}, indent=2))
+        return
+    out.print(calibration_report(done), highlight=False)
+    out.print(
+        f"stored as run {done.run_id}: `ridgeline simulate {plan} --rate R "
+        f"--calibrate-from {done.run_id}`",
+        highlight=False,
+    )

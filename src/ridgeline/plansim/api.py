@@ -62,6 +62,11 @@ class SimConfig(BaseModel):
         "pins them (in turn, wrapping round), and instances pinned to one core share its "
         "time (processor sharing); None: every instance has its own processor",
     )
+    served_ms: dict[str, tuple[float, float]] | None = Field(
+        None,
+        description="per task, its batch time as served on the host, (base_ms, per_row_ms): "
+        "replaces its profile rows and synthetic model (``ridgeline calibrate`` measures it)",
+    )
     slack_quantile: float = Field(
         SLACK_QUANTILE,
         gt=0.0,
@@ -128,7 +133,7 @@ def simulate_plan(
     """Serve ``plan`` to ``schedule``'s arrivals, one row each, in virtual time, until
     every request is answered or dropped."""
     cfg = config or SimConfig()
-    services = service_times(plan, profiles, cfg.noise_cv)
+    services = service_times(plan, profiles, cfg.noise_cv, served_ms=cfg.served_ms)
     began = time.perf_counter()
     engine = Engine(
         plan,

@@ -4,6 +4,8 @@ The simulator needs, per task, ``base + per_row·rows`` (the form the runtime's 
 execution model takes, ``policies.dropping.ExecModel``) and the spread of batch times
 about it (lognormal noise of mean 1). It takes them, in order, from:
 
+0. the task's batch time as served on this host (``SimConfig.served_ms``, measured by
+   ``ridgeline calibrate``: ``plansim.calibration``);
 1. the profile table (``--profiles``, ``pipeline.profiles``): the rows of the task's
    variant on its pool and segment (measured rows when there are any, else modelled;
    those of batches up to the task's batch size when there are any, for the batches
@@ -19,7 +21,7 @@ A task with neither is a ``PlanError`` that names it and how to give it one.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ridgeline.errors import ConfigError, PlanError
@@ -46,14 +48,34 @@ class ServiceTime:
 
 
 def service_times(
-    plan: Plan, profiles: ProfileTable | None = None, noise_cv: float | None = None
+    plan: Plan,
+    profiles: ProfileTable | None = None,
+    noise_cv: float | None = None,
+    *,
+    served_ms: Mapping[str, tuple[float, float]] | None = None,
 ) -> dict[str, ServiceTime]:
     """Every task's service time (see the module docstring); ``noise_cv``, when given,
-    replaces every task's own spread. Raises ``PlanError`` naming each task without one."""
+    replaces every task's own spread; ``served_ms`` (per task, ``(base_ms, per_row_ms)``
+    as served on the host: ``plansim.calibration``) comes before both sources. Raises
+    ``PlanError`` naming each task without one, or a served time for a task the plan lacks."""
     out: dict[str, ServiceTime] = {}
     missing: list[str] = []
+    served = dict(served_ms or {})
+    unknown = sorted(set(served) - set(plan.tasks))
+    if unknown:
+        raise PlanError(
+            f"served batch times were given for tasks plan {plan.name!r} lacks "
+            f"({', '.join(unknown)}): calibrate this plan (`ridgeline calibrate`)"
+        )
     for name, task in plan.tasks.items():
-        found = _from_profiles(task, profiles) if profiles is not None else None
+        found = None
+        if name in served:
+            base_ms, per_row_ms = served[name]
+            found = ServiceTime(
+                base_ms / 1000.0, per_row_ms / 1000.0, DEFAULT_NOISE_CV, "served (calibrated)"
+            )
+        if found is None and profiles is not None:
+            found = _from_profiles(task, profiles)
         if found is None and task.synthetic is not None:
             s = task.synthetic
             found = ServiceTime(

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
+    from ridgeline.loop.calibrate import CalibrationRun
     from ridgeline.plansim.result import PlanSimResult
 
 
@@ -71,3 +72,36 @@ def simulation_report(r: PlanSimResult) -> Group:
         f"({r.requests_per_wall_minute:,.0f} requests a minute)",
     ]
     return Group(head, tasks, *(Text(line) for line in lines))
+
+
+def calibration_report(done: CalibrationRun) -> Group:
+    """A calibration (``ridgeline calibrate``): what each step measured, each task's served
+    batch time, and the front end and spread fitted."""
+    steps = Table(title="served steps (latency of the answered, ms)", title_justify="left")
+    for col in ("step", "arrivals", "sent", "p50", "p90", "p99", "failed", "valid"):
+        steps.add_column(col, justify="left" if col in ("step", "arrivals") else "right")
+    for name, result in done.steps:
+        s = result.summary
+        lat = s.latency_ms
+        steps.add_row(
+            name,
+            f"{s.offered_rps:.1f}/s",
+            f"{s.sent:,}",
+            _ms(lat.p50),
+            _ms(lat.p90),
+            _ms(lat.p99),
+            f"{s.errors + s.timeouts + s.dropped:,}",
+            "yes" if s.valid else f"no: {s.invalid_reason}",
+        )
+    tasks = Table(title="served batch times", title_justify="left", box=box.SIMPLE_HEAD)
+    for col in ("task", "ms/batch", "from"):
+        tasks.add_column(col, justify="left")
+    for task, line in done.calibration.lines.items():
+        tasks.add_row(task, f"{line.base_ms:.2f} + {line.per_row_ms:.2f}n", line.source)
+    fit = done.calibration.fit
+    said = Text(
+        f"fitted at {fit.rate_rps:.1f} req/s: front end {fit.frontend_ms:.2f} ms, batch-time "
+        f"spread (CV) {fit.noise_cv:.2f}; simulated there p50 {fit.p50_ms:.1f} ms, p90 "
+        f"{fit.p90_ms:.1f} ms; on {done.calibration.cpu_cores} cores"
+    )
+    return Group(steps, tasks, said)
