@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ridgeline.errors import InfeasiblePlan, PlanCheckFailed
 from ridgeline.pipeline.plan import Plan, dump_plan
@@ -19,7 +21,13 @@ from ridgeline.pipeline.planner import plan_pipeline
 from ridgeline.pipeline.profiles import ProfileRow, ProfileTable
 from ridgeline.pipeline.spec import PipelineSpec
 from ridgeline.plansim import SimConfig, arrival_schedule, simulate_plan
-from ridgeline.plansim.check import CheckConfig, checked_plan, violation_bound
+from ridgeline.plansim.check import (
+    CheckConfig,
+    checked_plan,
+    prediction_bound,
+    violation_bound,
+    window_bound,
+)
 from ridgeline.plansim.engine import ANSWERED, DROPPED
 
 pytestmark = pytest.mark.timeout(120)
@@ -70,9 +78,40 @@ def test_by_default_a_plan_is_checked_under_poisson_and_the_trace_from_six_start
     poisson, *trace = got.runs
     assert "poisson" in poisson.arrivals.lower()
     assert [t.arrivals.rsplit("seed ", 1)[1] for t in trace] == ["1", "2", "3", "4", "5", "6"]
-    assert all("overlaid" in t.arrivals and t.requests == 10_000 for t in trace)
+    assert all("overlaid" in t.arrivals and t.requests == 20_000 for t in trace)
     assert all(t.violation_rate < 0.005 for t in trace)
     assert violation_bound(tuple(trace)) < 0.005
+    assert window_bound(tuple(trace)) < 0.005  # and a fresh window is predicted to hold
+
+
+def test_a_fresh_windows_bound_grows_with_how_much_the_windows_differ() -> None:
+    """Six windows, five clean and one at 0.6 %: a fresh one is predicted up to
+    mean + t(0.95, 5)·sd·√(7/6) = 0.1 % + 2.015 × 0.245 % × 1.080 = 0.633 % (Student's t
+    from the table): such a plan fails a 0.5 % check though five windows of six held
+    with nothing late. Six windows that agree bound a fresh one at their share."""
+    assert prediction_bound([0, 0, 0, 0, 0, 0.006]) == pytest.approx(0.00633, rel=0.01)
+    assert prediction_bound([0.002] * 6) == pytest.approx(0.002)
+    assert prediction_bound([0.003]) == 0.003
+    assert prediction_bound([]) == 0.0
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    k=st.integers(5, 12),
+    mean=st.floats(0.0, 0.01),
+    sd=st.floats(1e-4, 0.01),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_a_fresh_draw_passes_the_prediction_bound_as_often_as_its_confidence(
+    k: int, mean: float, sd: float, seed: int
+) -> None:
+    """The law of a prediction bound: with k draws from a normal distribution, one more
+    draw exceeds their 95 % bound 5 % of the time (20,000 trials: ±0.75 points is nearly
+    five standard errors, and the t quantile's expansion is within 0.02 at k ≥ 5)."""
+    draws = np.random.default_rng(seed).normal(mean, sd, size=(20_000, k + 1))
+    bounds = np.array([prediction_bound(row[:k]) for row in draws])
+    missed = float(np.mean(draws[:, k] > bounds))
+    assert missed == pytest.approx(0.05, abs=0.0075)
 
 
 def test_the_violation_bound_widens_when_violations_come_together() -> None:

@@ -9,8 +9,9 @@ inter-arrivals of CV 3, the bundled Azure code trace overlaid):
    study finds it.
 2. **Max demand sized for the traffic**: the same bisection (to ``REL``) over
    ``plansim.check.checked_plan`` under that arrival process alone (the plan is sized
-   up until the simulator, dropping on, holds it under 0.5 % late or dropped; runs of
-   ``requests`` requests, a trace's six of half that), starting
+   up until the simulator, dropping on, holds it under 0.5 % late or dropped, and a
+   fresh run is predicted to; runs of ``requests`` requests, a trace's or gamma's six
+   of as many), starting
    at the plain maximum and going down to an eighth of it at most (``FLOOR``).
 3. **Served**: the plan there, simulated afresh under the same process (``seed``, apart
    from the check's seeds 1 to 6; ``requests`` requests), once with dropping on (as
@@ -81,7 +82,7 @@ def _cells(job: _Job) -> list[ServedCell]:
             max_rps=0.0,
         )
         check = CheckConfig(
-            arrivals=(arrivals,), requests=job.requests, trace_requests=job.requests // 2
+            arrivals=(arrivals,), requests=job.requests, trace_requests=job.requests
         )
 
         def checked(s: PipelineSpec, check: CheckConfig = check) -> PlanResult:
