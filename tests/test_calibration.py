@@ -125,10 +125,13 @@ def test_a_fit_finds_the_front_end_and_spread_a_simulated_server_was_served_with
     frontend_ms: float, cv: float
 ) -> None:
     """A served step made by the simulator itself with a known front end and spread (on
-    other arrivals and batch-time draws than the fit's): the fit finds both."""
-    plan = three_tasks()
-    lines = {n: ServedLine(base_ms=4.0, per_row_ms=1.5, source="t") for n in plan.tasks}
-    rate = 40.0
+    other arrivals and batch-time draws than the fit's): the fit finds both. One task,
+    busy 40 % of the time: requests overlap, and a simulation is cheap."""
+    plan = Plan.model_validate(
+        {"name": "one", "slo_ms": 400, "tasks": {"detect": synthetic(5, 1, 8)}, "edges": []}
+    )
+    lines = {"detect": ServedLine(base_ms=4.0, per_row_ms=1.5, source="t")}
+    rate = 60.0
     served = simulate_plan(
         plan,
         from_arrival(parse_arrival("poisson", rate), 5000 / rate, seed=21),
@@ -243,3 +246,28 @@ async def test_a_calibration_stopped_keeps_its_steps_marked_interrupted(
         assert run["steps"][0]["summary"]["sent"] > 0
         with pytest.raises(Exception, match="holds no fit"):
             stored_calibration(store, run_id)
+
+
+def test_calibrate_refuses_bad_inputs_and_stores_a_run_that_could_not_reach_its_server(
+    tmp_path: Path,
+) -> None:
+    """A bad --scale or a plan without demand is refused before anything is sent; a
+    server that does not answer fails the command with the connect check's message, and
+    the run it opened is stored, marked failed, not left running."""
+    path = tmp_path / "traffic.yaml"
+    path.write_text(dump_plan(three_tasks()))
+    db = tmp_path / "runs.sqlite"
+    url = "http://127.0.0.1:9/v2/models/traffic"  # the discard port: nothing listens
+    scale = ridgeline("calibrate", str(path), url, "--scale", "0", db=db)
+    assert scale.returncode != 0 and "--scale must be > 0" in scale.stderr
+    no_demand = tmp_path / "no-demand.yaml"
+    no_demand.write_text(dump_plan(three_tasks().model_copy(update={"demand_rps": None})))
+    demand = ridgeline("calibrate", str(no_demand), url, db=db)
+    assert demand.returncode != 0 and "give --rate R" in demand.stderr
+    grpc = ridgeline("calibrate", str(path), "grpc://127.0.0.1:9/traffic", db=db)
+    assert grpc.returncode != 0 and "give --metrics-url" in grpc.stderr
+    down = ridgeline("calibrate", str(path), url, db=db)
+    assert down.returncode != 0 and "connect" in down.stderr.lower()
+    with RunStore(db) as store:
+        (run,) = store.list_runs()
+        assert (run["kind"], run["status"]) == ("calibrate", "failed")

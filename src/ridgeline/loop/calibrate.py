@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ridgeline.errors import ConfigError, RunInterrupted, StoreError
+from ridgeline.errors import ConfigError, RidgelineError, RunInterrupted, StoreError
 from ridgeline.loadgen.schedule import Schedule, from_arrival
 from ridgeline.loadgen.step import StepConfig, StepResult, measure_step
 from ridgeline.loadgen.validity import ValidityConfig
@@ -64,11 +64,13 @@ class Steps:
         """The default steps for a plan of ``demand_rps``: quiet at a tenth of it, the fit
         at half, bursts of 40 % of the fit rate's requests in a second, every half
         second (at least 2); ``scale`` shortens or lengthens every step."""
-        if demand_rps <= 0 or scale <= 0:
+        if demand_rps <= 0:
             raise ConfigError(
-                f"calibration steps need a demand > 0 and a length scale > 0 (got "
-                f"{demand_rps:g} req/s, × {scale:g}): give the plan a demand_rps or --rate"
+                f"calibration steps are set from the demand, and {demand_rps:g} req/s is "
+                "none: give the plan a demand_rps > 0 or --rate R"
             )
+        if scale <= 0:
+            raise ConfigError(f"--scale must be > 0 (got {scale:g}): 1 is 90 s, 45 s and 60 s")
         fit = demand_rps / 2
         return cls(
             quiet_rps=demand_rps / 10,
@@ -125,7 +127,13 @@ async def calibrate(
     done: list[tuple[str, StepResult]] = []
     for i, (name, schedule) in enumerate(steps.schedules()):
         say(f"step {i + 1}/3  {name}: {schedule.description}, {schedule.duration_s:g} s")
-        result = await measure_step(url, schedule, cfg, target_options=target_options, stop=stop)
+        try:
+            result = await measure_step(
+                url, schedule, cfg, target_options=target_options, stop=stop
+            )
+        except RidgelineError as e:  # unreachable, or the server died: what was measured stays
+            store.finish_run(run_id, "failed", f"{name} step: {e}")
+            raise
         store.add_step(run_id, i, result.summary, result.windows)
         done.append((name, result))
         if result.interrupted:
