@@ -156,6 +156,11 @@ def test_when_no_plan_holds_within_the_gpus_the_error_keeps_the_best() -> None:
     with pytest.raises(PlanCheckFailed, match="no plan held the SLO 120 ms") as e:
         checked_plan(spec(), rows(), {GPU: 3}, check=check)
     assert e.value.best is not None
+    # each round ended at the first window that failed: fewer than the six were served
+    runs = e.value.best.runs
+    assert 1 <= len(runs) < check.trace_windows
+    assert runs[-1].violation_rate >= 0.005 or not runs[-1].judgment.latency_held
+    assert all(r.violation_rate < 0.005 and r.judgment.latency_held for r in runs[:-1])
 
 
 def test_a_plan_that_cannot_be_made_at_all_is_infeasible_as_before() -> None:

@@ -13,7 +13,8 @@ that share over its runs (batch means, ``violation_bound``) reaches it, or (seve
 runs) the 95 % upper prediction bound on a fresh run's share (``window_bound``) does,
 or a run's answered p99 passes the SLO, plans again for more:
 the demand the instances are sized for rises by ``step`` (the plan's demand, what the
-server expects and its controller watches, stays the real one). That repeats
+server expects and its controller watches, stays the real one; the first run that
+fails ends the round, the runs after it are not simulated). That repeats
 at most ``max_rounds`` times. The first plan that holds is returned with every run that
 judged it; when none holds, or the GPUs run out first, ``PlanCheckFailed`` says so with
 the best plan found and its runs, so nothing measured is lost.
@@ -138,17 +139,15 @@ def checked_plan(
         plan = to_plan(result).model_copy(
             update={"demand_rps": demand, "checked_arrivals": check.arrivals}
         )
-        groups = [
-            tuple(
-                _simulate(plan, table, demand, a, check, check.seed + w)
-                for w in range(check.trace_windows if _windowed(a) else 1)
-            )
-            for a in check.arrivals
-        ]
-        runs = tuple(r for g in groups for r in g)
-        failing = [
-            (a, g) for a, g in zip(check.arrivals, groups, strict=True) if not _holds(g, check)
-        ]
+        groups: list[tuple[str, tuple[PlanSimResult, ...]]] = []
+        failing = []
+        for a in check.arrivals:  # the first process, or run, that fails ends the round
+            group = _judged(plan, table, demand, a, check)
+            groups.append((a, group))
+            if not _holds(group, check):
+                failing.append((a, group))
+                break
+        runs = tuple(r for _, g in groups for r in g)
         verdict = "held" if not failing else "; ".join(_fault(a, g) for a, g in failing)
         rounds.append((sized, verdict))
         here = CheckedPlan(result, plan, sized, runs, tuple(rounds))
@@ -163,6 +162,24 @@ def checked_plan(
         f"{len(rounds)} round(s) ({tried}); add GPUs, loosen the SLO or lower the demand",
         None if best is None else replace(best, rounds=tuple(rounds)),
     )
+
+
+def _judged(
+    plan: Plan, table: ProfileTable, demand: float, arrivals: str, check: CheckConfig
+) -> tuple[PlanSimResult, ...]:
+    """The runs under ``arrivals`` (several windows when ``_windowed``), stopping at the
+    first that fails on its own: the plan fails there whatever the others show."""
+    runs: list[PlanSimResult] = []
+    for w in range(check.trace_windows if _windowed(arrivals) else 1):
+        run = _simulate(plan, table, demand, arrivals, check, check.seed + w)
+        runs.append(run)
+        if not _run_holds(run, check):
+            break
+    return tuple(runs)
+
+
+def _run_holds(run: PlanSimResult, check: CheckConfig) -> bool:
+    return run.judgment.latency_held and run.violation_rate < check.violations
 
 
 def _windowed(arrivals: str) -> bool:
@@ -240,10 +257,9 @@ def _t_quantile(p: float, df: int) -> float:
 
 
 def _holds(runs: tuple[PlanSimResult, ...], check: CheckConfig) -> bool:
-    answered = all(r.judgment.latency_held for r in runs)
-    each = all(r.violation_rate < check.violations for r in runs)
+    each = all(_run_holds(r, check) for r in runs)
     fresh = len(runs) < 2 or window_bound(runs) < check.violations
-    return answered and each and fresh and violation_bound(runs) < check.violations
+    return each and fresh and violation_bound(runs) < check.violations
 
 
 def _fault(arrivals: str, runs: tuple[PlanSimResult, ...]) -> str:
