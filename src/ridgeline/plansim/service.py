@@ -43,7 +43,7 @@ class ServiceTime:
     noise_cv: float
     source: str
 
-    def mean_s(self, rows: int) -> float:
+    def mean_s(self, rows: float) -> float:
         return self.base_s + self.per_row_s * rows
 
 
