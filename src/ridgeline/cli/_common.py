@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import re
 import select
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -171,6 +172,24 @@ def failing(*, values: bool = False) -> Iterator[None]:
 
 
 # --- servers and their clients: ports, connections, TLS, the bearer token ---------------
+
+
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")
+
+
+def parse_duration(text: str, flag: str) -> float:
+    """Seconds from ``10m``, ``90s``, ``1h30m`` or a plain number of seconds; a
+    ``ConfigError`` naming ``flag`` for anything else, or for nothing."""
+    m = _DURATION.fullmatch(text.strip().lower())
+    if m is None or not any(m.groups()):
+        raise ConfigError(
+            f"{flag} must be a duration such as 10m, 90s, 1h30m or 600 (seconds), got {text!r}"
+        )
+    h, mins, secs = (float(g) if g else 0.0 for g in m.groups())
+    seconds = 3600 * h + 60 * mins + secs
+    if seconds <= 0:
+        raise ConfigError(f"{flag} must be longer than 0 s, got {text!r}")
+    return seconds
 
 
 def port_option(what: str) -> Any:

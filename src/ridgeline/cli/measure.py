@@ -27,6 +27,7 @@ from ridgeline.cli._common import (
     failing,
     opened_store,
     out,
+    parse_duration,
 )
 from ridgeline.cli._exit import probe_code, step_code
 from ridgeline.errors import ConfigError
@@ -399,6 +400,22 @@ def probe(
         float,
         typer.Option(help="no step lasts longer, s (unless its percentile needs more)"),
     ] = 600.0,
+    budget: Annotated[
+        str | None,
+        typer.Option(
+            help="the load the whole probe may spend, e.g. 10m, 90s, 1h (warm-up, search "
+            "and confirmation; each step's drain counted): the best confirmed answer "
+            "reachable in it, and what bound it; default: none"
+        ),
+    ] = None,
+    sequential: Annotated[
+        bool | None,
+        typer.Option(
+            "--sequential/--no-sequential",
+            help="end a confirmation as soon as its outcome is decided (looks of a minute "
+            "and more; default: on with --budget)",
+        ),
+    ] = None,
     arrival: ArrivalOption = "poisson",
     trace: Annotated[
         Path | None,
@@ -457,6 +474,8 @@ def probe(
                 "confirm_requests": confirm_requests,
                 "confidence": confidence,
                 "max_step_s": max_step_s,
+                "budget_s": None if budget is None else parse_duration(budget, "--budget"),
+                "sequential": sequential,
                 "seed": seed,
             }
         )

@@ -194,7 +194,8 @@ def warmup_round(
     and whether it was well inside the SLO (``round_healthy``); the state after it,
     ``steady`` once the warm-up is done, else with the next round's ``rate``.
 
-    - An unhealthy round steps the rate back to the highest healthy one (none yet: it
+    - An unhealthy first round is run again at its rate (the server was cold);
+    - an unhealthy round steps the rate back to the highest healthy one (none yet: it
       stays), and holds it;
     - a healthy round while ramping multiplies the rate by ``growth`` (to ``ceiling``;
       there, it is held);
@@ -216,6 +217,11 @@ def warmup_round(
         span = trend_span(len(state.recent), cfg)
         fall = -trend_per_window(state.recent, cfg) * (span - 1)
         state = replace(state, fall=fall, fall_windows=span)
+    if not healthy and state.windows <= len(p50s):
+        # the server's very first round is its coldest: it says nothing yet of the
+        # rate, which is tried once more before the ramp holds (over HTTP, the example
+        # plan's first 10 requests reached 350 ms against 190-260 ms after)
+        return replace(state, recent=())
     if not healthy:
         back = min(state.healthy_rate or first, first)
         if back < first:

@@ -8,6 +8,7 @@ import asyncio
 import itertools
 import math
 import statistics
+import time
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -20,6 +21,7 @@ from ridgeline.health.slo import format_slo
 from ridgeline.health.state import HealthState
 from ridgeline.health.timescale import TimeScale, Window, time_scale
 from ridgeline.health.warmup import (
+    WarmupConfig,
     round_healthy,
     warmup_ceiling,
     warmup_round,
@@ -42,6 +44,8 @@ from ridgeline.telemetry.records import Outcome
 from ridgeline.telemetry.store import RunStore
 from ridgeline.telemetry.summary import StepSummary, with_goodput
 
+MIN_BUDGET_STEP_S = 5.0
+"""Under a budget, a step is not started with fewer seconds than this left."""
 FEWEST_CLUSTERS = 1
 """A confirmation that held counts only if it could hold this many clusters of late
 requests as the probe has seen them come (``health.timescale``): one shorter passed or
@@ -98,6 +102,12 @@ def _server_died(result: StepResult) -> str | None:
     return None
 
 
+class BudgetSpent(Exception):
+    """The probe's budget (``ProbeConfig.budget_s``) has too little left for the next
+    step: the probe ends with the best answer its steps so far support
+    (``orchestrator``)."""
+
+
 class Stopped(Exception):
     """The stop event ended a step (Ctrl-C through ``run_probe``): the probe ends,
     interrupted, with what it measured. A caller's cancellation is not this: it is
@@ -130,6 +140,12 @@ class Run:
         self.judged: list[StepSummary] = []
         """The summary each verdict judged (pooled runs as one), goodput included."""
         self.t_s = 0.0
+        self.spent_s = 0.0
+        self.reserve_s = 0.0
+        """Seconds of the budget kept back from the steps now running (for a last look:
+        ``orchestrator._fallback``)."""
+        """Seconds the probe has cost so far: each run's length, or the wall time it took
+        when longer (connecting, draining): what ``budget_s`` is counted in."""
         self.index = 0
         self.warmup_s = 0.0
         self.warmup_requests = 0
@@ -158,18 +174,52 @@ class Run:
                 "probe", self.driver.describe(), self.cfg.model_dump()
             )
 
+    def pooled_s(self) -> float:
+        """The length of the last step as judged (its pooled runs together)."""
+        return self._last.summary.duration_s if self._last is not None else 0.0
+
+    def remaining_s(self) -> float:
+        """Seconds of the budget left (infinite without one), less ``reserve_s``."""
+        budget = self.cfg.budget_s
+        return math.inf if budget is None else budget - self.spent_s - self.reserve_s
+
+    def within_budget(self, plan: StepPlan, least_s: float = 0.0) -> StepPlan:
+        """``plan`` cut to the budget left; ``BudgetSpent`` when less than ``least_s``
+        (and ``MIN_BUDGET_STEP_S``) is left: a step too short to say anything is no
+        step."""
+        left = self.remaining_s()
+        if left >= plan.duration_s:
+            return plan
+        if left < max(least_s, MIN_BUDGET_STEP_S):
+            raise BudgetSpent
+        return replace(plan, duration_s=left)
+
     async def measure(self, plan: StepPlan, seed: int, stop: asyncio.Event) -> StepResult:
+        began = time.monotonic()
         try:
             result = await self.driver.run(plan, seed, stop)
         except TargetUnreachableError as exc:
             if self.index == 0:
                 raise  # the connect check: nothing measured, nothing stored
             raise TargetError(f"the server stopped answering at step {self.index}: {exc}") from exc
+        finally:
+            # in virtual time a step costs its length; in real time, the wall time it
+            # took when longer (connecting, draining)
+            wall = time.monotonic() - began if self.driver.name != "sim" else 0.0
+            self.spent_s += max(plan.duration_s, wall)
         self.opened()
         self.sent += result.summary.sent
         return result
 
-    async def step(self, plan: StepPlan, stop: asyncio.Event) -> StepVerdict:
+    async def step(
+        self,
+        plan: StepPlan,
+        stop: asyncio.Event,
+        *,
+        settle: bool = True,
+        pool: bool = True,
+        capped: bool = True,
+    ) -> StepVerdict:
         """Run ``plan`` (its length within the caps, ``ProbeConfig.capped_s``), record
         its verdict in the trajectory and tell ``on_step``. A failure on too few requests
         to decide (``StepVerdict.decided``), or a confirmation whose clustered requests
@@ -179,13 +229,21 @@ class Run:
         least ``UNDECIDED_RERUNS`` have been added and the pooled step holds a
         confirmation's requests, or it reaches ``POOLED_CAPS`` step caps. Each adds what
         the evidence says is missing (at least doubling the step); nothing measured is
-        thrown away. The verdict returned is the pooled one."""
-        plan = replace(plan, duration_s=self.cfg.capped_s(plan.rate, plan.duration_s))
+        thrown away. The verdict returned is the pooled one. Under a budget, every run is
+        cut to what is left of it (``within_budget``). ``settle``: a confirmation that
+        held is checked for evidence enough (``settle``); a sequential look, which
+        decides that itself, leaves it, and ``pool`` False leaves an undecided failure as
+        it is (the look after it pools more, or the look's rule judges it); ``capped``
+        False leaves the step caps to the budget (a last look takes what is left)."""
+        if capped:
+            plan = replace(plan, duration_s=self.cfg.capped_s(plan.rate, plan.duration_s))
+        plan = self.within_budget(plan, self.cfg.needed_s(plan.rate))
         verdict = await self._assessed(plan, stop)
         total = plan.duration_s
-        limit = POOLED_CAPS * self.cfg.capped_s(plan.rate, math.inf)
+        caps = POOLED_CAPS if self.cfg.budget_s is None else 1  # a budget has no time twice
+        limit = caps * self.cfg.capped_s(plan.rate, math.inf)
         for reruns in itertools.count():
-            if verdict.decided:
+            if verdict.decided or not pool:
                 break
             if reruns >= UNDECIDED_RERUNS and verdict.samples >= self.cfg.confirm_count():
                 break  # as much as a confirmation: the verdict stands as measured
@@ -197,13 +255,18 @@ class Run:
                 total * verdict.shortfall * 1.25,
             )
             more = min(self.cfg.capped_s(plan.rate, wanted - total), limit - total)
-            if more < 1e-6 * total:
-                break  # the pooled step is as long as the caps allow
+            more = min(more, self.remaining_s())
+            if more < max(1e-6 * total, MIN_BUDGET_STEP_S if self.cfg.budget_s else 0.0):
+                break  # the pooled step is as long as the caps (or the budget) allow
             verdict = await self._assessed(replace(plan, duration_s=more), stop, pool=self._last)
             total += more
-        if plan.purpose == "confirm" and verdict.sustainable:
+        if settle and plan.purpose == "confirm" and verdict.sustainable:
             verdict = self._unsure(verdict)
         return verdict
+
+    def settle(self, held: StepVerdict) -> StepVerdict:
+        """A confirmation's last verdict checked for evidence enough (``_unsure``)."""
+        return self._unsure(held) if held.sustainable else held
 
     def time_scale(self, below: float = math.inf) -> TimeScale:
         """How the server's late requests have come so far, in the steps whose server
@@ -288,7 +351,8 @@ class Run:
         judged together with it and any runs pooled into it (``loadgen.step.joined``)."""
         assert self._last is not None, "longer() extends a step already run"
         more = self.cfg.capped_s(plan.rate, seconds - self._last.summary.duration_s)
-        return await self._assessed(replace(plan, duration_s=more), stop, pool=self._last)
+        more_plan = self.within_budget(replace(plan, duration_s=more))
+        return await self._assessed(more_plan, stop, pool=self._last)
 
     async def _assessed(
         self, plan: StepPlan, stop: asyncio.Event, pool: StepResult | None = None
@@ -362,7 +426,7 @@ class Run:
             status == "complete"
             and est.capacity_rps is not None
             and confirmed is not False
-            and all(v.valid for v in self.trajectory[-1:])
+            and all(v.valid for v in self._standing(est.capacity_rps))
         )
         held = [v for v in self.trajectory if v.purpose == "confirm" and v.sustainable]
         if confirmed and est.capacity_rps is not None and held and not held[-1].decided:
@@ -379,6 +443,8 @@ class Run:
             est,  # capacity_rps, ci_low, ci_high, strategy, steps
             test_seconds=self.t_s,  # every run once: pooled verdicts repeat their runs
             requests_sent=self.sent,
+            wall_s=self.spent_s,
+            budget_s=self.cfg.budget_s,
             warmup_excluded_s=self.warmup_s + self.excluded_s,
             warmup_s=self.warmup_s,
             warmup_requests=self.warmup_requests,
@@ -399,6 +465,13 @@ class Run:
             self.store.finish_run(self.run_id, status, reason or None, result.model_dump())
         return result
 
+    def _standing(self, rate: float | None) -> list[StepVerdict]:
+        """The step the answer stands on: the last confirmation at ``rate``, else the last
+        step. A recheck above a confirmed capacity that the generator could not send
+        (over HTTP at 38 req/s on two cores) leaves the confirmation as measured."""
+        held = [v for v in self.trajectory if v.purpose == "confirm" and v.rate == rate]
+        return held[-1:] or self.trajectory[-1:]
+
     def _at(self, rate: float | None) -> AtCapacity | None:
         """The last step that held at ``rate`` (a confirmation, when one held there)."""
         held = [
@@ -412,6 +485,38 @@ class Run:
         return AtCapacity.of(rate, summary)
 
 
+WARMUP_SHARE = 0.2
+"""Under a budget, the warm-up may take at most this share of it…"""
+TREND_SHARE = 0.5
+"""…and its trend is fitted to at most this share of those seconds' windows (the rest
+for the ramp): a server still warming then is said to be (``Warmed.capped``)."""
+
+
+def budgeted_warmup(cfg: ProbeConfig) -> WarmupConfig:
+    """The warm-up's settings within the probe's budget (``WARMUP_SHARE``,
+    ``TREND_SHARE``); as configured without one."""
+    wc = cfg.warmup_config
+    if cfg.budget_s is None:
+        return wc
+    cap = min(wc.max_s, WARMUP_SHARE * cfg.budget_s)
+    windows = max(MIN_TREND_WINDOWS, int(TREND_SHARE * cap / wc.window_s))
+    return wc.model_copy(
+        update={
+            "max_s": cap,
+            "trend_windows": min(wc.trend_windows, windows),
+            "min_windows": min(wc.min_windows, BUDGET_ROUND_WINDOWS),
+            "growth": max(wc.growth, BUDGET_GROWTH),
+        }
+    )
+
+
+MIN_TREND_WINDOWS = 10
+BUDGET_ROUND_WINDOWS = 5
+BUDGET_GROWTH = 2.0
+"""Under a budget the ramp climbs in rounds of at most this many windows, by at least
+this factor: from 1 req/s to 500 in some 45 s rather than 150."""
+
+
 @dataclass(frozen=True, slots=True)
 class Warmed:
     """What the warm-up phase did: how long, how many requests, at what rate it ended,
@@ -420,6 +525,8 @@ class Warmed:
     seconds: float = 0.0
     requests: int = 0
     windows: int = 0
+    healthy_rate: float | None = None
+    """The highest rate a whole round was well inside the SLO at (None: none was)."""
     rate: float = 0.0
     """The rate it held at its end, req/s."""
     steady: bool = False
@@ -443,7 +550,7 @@ async def warmup(run: Run, first_rate: float, stop: asyncio.Event) -> Warmed:
     passed with them sent. Its length is kept in ``run.warmup_s`` and
     ``run.warmup_requests``; what it did is returned, and kept as ``run.warmed``: when
     the cap ended it still trending, ``capped`` and a ``note`` for the probe's reason."""
-    wc = run.cfg.warmup_config
+    wc = budgeted_warmup(run.cfg)
     given = run.cfg.strategy_options.get("max_rate")
     max_rate = float(given) if given is not None else None
     ceiling = warmup_ceiling(wc, max_rate)
@@ -471,7 +578,10 @@ async def warmup(run: Run, first_rate: float, stop: asyncio.Event) -> Warmed:
                     "reason": "warmup",
                 }
             )
-        healthy = round_healthy(judge(result.records, run.policy), wc)
+        # a round the generator fell behind in measured the host: no reason to climb
+        # (the search would start where it cannot send: over HTTP, 1.2 MB frames at
+        # 16 req/s on two cores)
+        healthy = result.summary.valid and round_healthy(judge(result.records, run.policy), wc)
         state = warmup_round(state, p50s, healthy, wc, ceiling)
         if run.store is not None and run.run_id is not None:
             run.store.add_step(run.run_id, run.index, result.summary, result.windows)
@@ -479,6 +589,8 @@ async def warmup(run: Run, first_rate: float, stop: asyncio.Event) -> Warmed:
         if result.interrupted or (sent >= wanted and (state.steady or run.warmup_s >= wc.max_s)):
             break
     capped = not state.steady and not result.interrupted
+    budgeted = run.cfg.budget_s is not None and wc.max_s < run.cfg.warmup_config.max_s
+    cap_name = "its share of --budget" if budgeted else "warmup_config.max_s"
     note = ""
     if capped:
         seen = (
@@ -487,13 +599,14 @@ async def warmup(run: Run, first_rate: float, stop: asyncio.Event) -> Warmed:
             else "not yet tested"
         )
         note = (
-            f"the warm-up reached its {wc.max_s:g} s cap (warmup_config.max_s) after "
+            f"the warm-up reached its {wc.max_s:g} s cap ({cap_name}) after "
             f"{sent:,} requests at up to {state.healthy_rate or state.rate:.4g} req/s, "
             f"before its p50 had stopped falling (the last trend tested: a fall of {seen}): "
             "the server may not have been warm, and its capacity may be under-estimated; "
             "raise the cap for a server that warms this slowly"
         )
     run.warmed = Warmed(
+        healthy_rate=state.healthy_rate,
         seconds=run.warmup_s,
         requests=sent,
         windows=state.windows,

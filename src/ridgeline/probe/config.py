@@ -66,7 +66,23 @@ class ProbeConfig(BaseModel):
     max_step_requests: int = Field(
         1_000_000, ge=1, description="no step sends more requests (unless needed to decide)"
     )
+    budget_s: Seconds | None = Field(
+        None,
+        description="the seconds of load the whole probe may spend (warm-up, search and "
+        "confirmation; a step's drain counted as it takes): the probe returns the best "
+        "confirmed answer reachable in them and says what bound it; None: no budget",
+    )
+    sequential: bool | None = Field(
+        None,
+        description="end a confirmation as soon as its outcome is decided (looks of at "
+        f"least {60:g} s, each at a share of the error rate: see probe.sequential); None: "
+        "on with a budget, off without",
+    )
     seed: int = 0
+
+    def looks(self) -> bool:
+        """Whether confirmations end early once decided (``sequential``)."""
+        return self.sequential if self.sequential is not None else self.budget_s is not None
 
     def policy(self) -> SLOPolicy:
         """The SLO (parsed once, when the config was made)."""
@@ -145,6 +161,11 @@ class ProbeResult(BaseModel):
     requests_sent: int = 0
     """Requests sent over the whole probe, warmup included: what it cost the server."""
     warmup_excluded_s: float
+    wall_s: float = 0.0
+    """The probe's seconds as its budget counts them: each step's wall time on a real
+    endpoint (connecting and draining included), its length in virtual time."""
+    budget_s: float | None = None
+    """The budget it was given (``ProbeConfig.budget_s``)."""
     warmup_s: float = 0.0
     """Seconds of the warm-up phase (its rounds until the p50 stopped falling)."""
     warmup_requests: int = 0

@@ -16,7 +16,15 @@ from ridgeline.errors import RidgelineError, TargetUnreachableError
 from ridgeline.health.metrics import METRICS
 from ridgeline.health.state import HealthState
 from ridgeline.health.timescale import CLUSTERS
-from ridgeline.probe._run import POOLED_CAPS, UNDECIDED_RERUNS, Run, Stopped, warmup
+from ridgeline.probe._run import (
+    NEAR_BOUNDARY,
+    POOLED_CAPS,
+    UNDECIDED_RERUNS,
+    BudgetSpent,
+    Run,
+    Stopped,
+    warmup,
+)
 from ridgeline.probe.assess import STEADY
 from ridgeline.probe.config import (
     BOUNDARY_TAIL,
@@ -28,11 +36,21 @@ from ridgeline.probe.config import (
     strategy_step_s,
 )
 from ridgeline.probe.drivers import Driver
+from ridgeline.probe.sequential import (
+    MIN_LOOK_S,
+    Look,
+    first_look_s,
+    judge_look,
+    look_lengths,
+    sure_latency,
+    sure_pass,
+)
 from ridgeline.search import parse_strategy
 from ridgeline.search.base import CapacityEstimate, StepPlan, StepVerdict, Strategy
 from ridgeline.search.confirmation import Decision, below_failed, decide, deciding
 from ridgeline.telemetry.gpu import GpuMonitor
 from ridgeline.telemetry.store import RunStore
+from ridgeline.telemetry.summary import StepSummary
 
 __all__ = [
     "BOUNDARY_TAIL",
@@ -65,6 +83,8 @@ async def probe(
     stop = stop or asyncio.Event()
     options = dict(cfg.strategy_options)
     options.setdefault("decisive_requests", cfg.needed())
+    if cfg.budget_s is not None:  # the search's share; the confirmation has the rest
+        cfg = cfg.model_copy(update={"max_step_s": min(cfg.max_step_s, STEP_SHARE * cfg.budget_s)})
     if cfg.strategy == "adaptive":  # adaptive confirms itself: the same rule as ours
         options.setdefault("confirm_requests", cfg.confirm_count())
         options.setdefault("boundary_requests", cfg.tail_requests(BOUNDARY_TAIL, 3_000))
@@ -76,10 +96,18 @@ async def probe(
     late = [b.bound_ms for b in run.policy.latency if METRICS[b.metric].from_schedule]
     driver.judge_by(min(late, default=None))
     status, reason, confirmed = "complete", "", None
+    est = strategy.result()
     try:
         pending = strategy.propose()
         if cfg.warmup and pending is not None:
-            await warmup(run, pending.rate, stop)
+            warmed = await warmup(run, pending.rate, stop)
+            if cfg.budget_s is not None and "start_rate" not in options:
+                # no time to climb from min_rate again: from the rate the warm-up held
+                start = warmed.healthy_rate
+                top = options.get("max_rate")
+                if start is not None and start > pending.rate and (top is None or start <= top):
+                    options["start_rate"] = start
+                    strategy = parse_strategy(cfg.strategy, **options)
         est, confirmed, reason = await _search_and_confirm(run, strategy, stop)
         for _ in range(MAX_RESUMES if cfg.strategy != "stability" else 0):
             failed = _bounding_failure(run.trajectory, est) if confirmed else None
@@ -113,6 +141,12 @@ async def probe(
         if confirmed:
             est, confirmed, reason = await _still_covered(run, est, reason, stop)
         est = _with_confirmation(est, run.trajectory)
+    except BudgetSpent:
+        if not confirmed:  # a confirmed answer stands: the budget ended what came after
+            est, confirmed, reason = _within_budget(run, strategy.result())
+        else:
+            reason = f"{reason}; the budget ended the checks above it"
+        est = _with_confirmation(est, run.trajectory)
     except Stopped:
         status, reason = (
             "interrupted",
@@ -138,6 +172,115 @@ async def probe(
     if run.warmed is not None and run.warmed.capped:
         reason = f"{reason}; but {run.warmed.note}"
     return run.finish(est, confirmed, status, reason)
+
+
+FALLBACK_S = MIN_LOOK_S + 5.0
+"""Under a budget, the confirmation at the estimate (and its back-offs) leaves this much
+for a last look at a rate the search held plainly (``_fallback``)."""
+
+
+async def _fallback(
+    run: Run, est: CapacityEstimate, ceiling: float | None, why: str, stop: asyncio.Event
+) -> tuple[CapacityEstimate, bool, str]:
+    """Under a budget, when the confirmations at the estimate did not decide a pass in
+    their share of it: a last look, as long as the budget allows (a minute at least), at
+    a rate a search step held, below every failure decided; confirmed when the look
+    holds surely (``sequential.sure_pass`` at the probe's confidence). The rate: the
+    highest step plainly inside the SLO (its score at most ``NEAR_BOUNDARY``), or, with
+    time for two looks or no such step, first the highest step whose pass was sure
+    (``sequential.sure_latency``, on its latency: a short step cannot show errors<0.1 %
+    surely): near the boundary a look of a minute holds surely only where late requests
+    do not come in clusters, and an answer over-estimated is worse than one too low."""
+    cfg = run.cfg
+    run.reserve_s = 0.0  # what was kept back is this look's
+    below = [v.rate for v in run.trajectory if v.valid and not v.sustainable and v.decided]
+    top = min([*below, *([ceiling] if ceiling is not None else [])], default=math.inf)
+    held = [v for v in run.trajectory if v.valid and v.sustainable and v.rate < top]
+    # candidates, not answers: the look at one is the test
+    sure = [v.rate for v in held if sure_latency(v, 1.0 - cfg.confidence)]
+    inside = [v.rate for v in held if v.score <= NEAR_BOUNDARY]
+    high = None if math.isinf(top) else top
+    rates = [max(inside)] if inside else []
+    higher = sure and (not inside or max(sure) > max(inside))
+    if higher and (not inside or run.remaining_s() >= 2 * FALLBACK_S):
+        rates.insert(0, max(sure))
+    verdict: StepVerdict | None = None
+    for i, rate in enumerate(rates):
+        left = run.remaining_s() if i == len(rates) - 1 else run.remaining_s() - FALLBACK_S
+        if left < MIN_LOOK_S:
+            break
+        plan = StepPlan(rate, left, "confirm")
+        verdict = await run.step(plan, stop, settle=False, pool=False, capped=False)
+        s = run.judged[-1]
+        if sure_pass(
+            verdict, 1.0 - cfg.confidence, _failures(s), s.sent, run.policy.max_error_rate
+        ):
+            reason = (
+                f"confirmed at {rate:g} req/s, a rate the search held plainly, over "
+                f"{verdict.duration_s:.0f} s ({verdict.beyond} of {verdict.samples} requests "
+                f"beyond the bound): the budget of {cfg.budget_s:g} s left no time to "
+                f"confirm nearer the boundary ({why}; raise --budget for a narrower answer)"
+            )
+            low = est.ci_low if est.ci_low is not None and est.ci_low <= rate else rate
+            return replace(est, capacity_rps=rate, ci_low=low, ci_high=high), True, reason
+        high = rate if verdict.valid and not verdict.sustainable else high
+    if verdict is None:
+        raise BudgetSpent
+    reason = (
+        f"the budget of {cfg.budget_s:g} s ran out: no rate the search held plainly held "
+        f"a last look surely ({verdict.rate:g} req/s: {verdict.reason})"
+    )
+    return replace(est, capacity_rps=None, ci_low=None, ci_high=high), False, reason
+
+
+SEARCHED = 0.6
+"""Under a budget, no search step starts once this share of it is spent (the warm-up's
+``_run.WARMUP_SHARE`` included); the confirmation has the rest."""
+STEP_SHARE = 0.15
+"""Under a budget, no step is capped longer than this share of it (unless its
+percentile needs more to decide): a search of several steps fits in its share."""
+
+
+def _within_budget(run: Run, est: CapacityEstimate) -> tuple[CapacityEstimate, bool | None, str]:
+    """The answer when the budget ran out before a confirmation decided: the highest rate
+    a run of at least ``MIN_LOOK_S`` held surely (``sequential.sure_pass`` at the
+    probe's confidence, shared among the runs it is chosen from), below every decided
+    failure; the lowest of those bounds it above."""
+    cfg = run.cfg
+    budget = cfg.budget_s
+    failed = [v.rate for v in run.trajectory if v.valid and not v.sustainable and v.decided]
+    ceiling = min(failed, default=None)
+    candidates = [
+        (v, s)
+        for v, s in zip(run.trajectory, run.judged, strict=True)
+        if v.valid
+        and v.sustainable
+        and v.duration_s >= MIN_LOOK_S
+        and (ceiling is None or v.rate < ceiling)
+    ]
+    level = (1.0 - cfg.confidence) / max(len(candidates), 1)
+    max_error = run.policy.max_error_rate
+    sure = [v for v, s in candidates if sure_pass(v, level, _failures(s), s.sent, max_error)]
+    spent = f"the budget of {budget:g} s ran out before a confirmation decided"
+    if not sure:
+        reason = (
+            f"{spent}, and no run of {MIN_LOOK_S:g} s or more held surely: no capacity "
+            "to report (raise --budget)"
+        )
+        return replace(est, capacity_rps=None, ci_low=None, ci_high=ceiling), None, reason
+    best = max(sure, key=lambda v: v.rate)
+    above = f"; it fails at {ceiling:g} req/s" if ceiling is not None else ""
+    reason = (
+        f"{spent}: {best.rate:g} req/s is the highest rate a run of {MIN_LOOK_S:g} s or "
+        f"more held surely ({best.duration_s:.0f} s, {best.beyond} of {best.samples} "
+        f"requests beyond the bound){above} (raise --budget for a narrower answer)"
+    )
+    return replace(est, capacity_rps=best.rate, ci_low=best.rate, ci_high=ceiling), True, reason
+
+
+def _failures(s: StepSummary) -> int:
+    """A step's requests that count against the SLO's error bound."""
+    return s.errors + s.timeouts + s.incomplete + s.dropped
 
 
 MAX_RESUMES = 2
@@ -192,10 +335,23 @@ async def _search_and_confirm(
     """Run ``strategy`` to its end, then confirm its estimate (unless it confirmed
     itself): the estimate, whether it held a confirmation (None: nothing to confirm),
     and why the search ended."""
-    cfg = run.cfg
+    cfg, cut = run.cfg, False
     while (plan := strategy.propose()) is not None:
-        strategy.observe(await run.step(_covering(run, plan), stop))
+        if cfg.budget_s is not None and run.spent_s >= SEARCHED * cfg.budget_s:
+            cut = True  # the search's share is spent: its estimate so far is confirmed
+            break
+        plan = _covering(run, plan)
+        if plan.purpose == "confirm" and cfg.looks():  # the adaptive search's own
+            strategy.observe((await _looked(run, plan, stop))[0])
+        else:
+            strategy.observe(await run.step(plan, stop))
     est = strategy.result()
+    if cut:
+        est = replace(
+            est,
+            reason=f"the search's share of the budget ({SEARCHED:.0%} of {cfg.budget_s:g} s, "
+            "the warm-up's included) ended it unconverged",
+        )
     if est.capacity_rps is None:
         return est, None, est.reason
     if any(
@@ -255,36 +411,85 @@ async def _confirm(
     ceiling = est.ci_high
     precision = float(cfg.strategy_options.get("precision", 0.02))
     reason = est.reason
-    for attempt in range(cfg.confirm_retries + 1):
-        duration = max(strategy_step_s(cfg) * cfg.confirm_factor, cfg.confirm_count() / rate)
-        plan = _covering(run, StepPlan(rate, duration, "confirm"))
-        runs: list[StepVerdict] = []
-        invalid = 0
-        decision = Decision.AGAIN
-        while decision is Decision.AGAIN:
-            verdict = await run.step(plan, stop)
-            if not verdict.valid and invalid < INVALID_CONFIRM_RETRIES:
-                invalid += 1  # the generator's failure, not the server's: run it again
-                continue
-            runs.append(verdict)
-            decision = decide(runs, cfg.confirm_margin, contested=contested or attempt > 0)
-        verdict = deciding(runs, decision)
-        if decision is Decision.HELD:
-            if attempt:
-                reason = (
-                    f"confirmed at {rate:g} req/s after {attempt} back-off(s) from "
-                    f"{est.capacity_rps:g}"
+    try:
+        for attempt in range(cfg.confirm_retries + 1):
+            duration = max(strategy_step_s(cfg) * cfg.confirm_factor, cfg.confirm_count() / rate)
+            plan = _covering(run, StepPlan(rate, duration, "confirm"))
+            if cfg.budget_s is not None:
+                run.reserve_s = FALLBACK_S  # kept for the last look, whatever this one does
+                if run.remaining_s() < min(plan.duration_s, MIN_LOOK_S):
+                    raise BudgetSpent  # what is left is the fallback's
+            runs: list[StepVerdict] = []
+            invalid = 0
+            decision = Decision.AGAIN
+            while decision is Decision.AGAIN:
+                if runs and run.remaining_s() < min(plan.duration_s, MIN_LOOK_S):
+                    raise BudgetSpent  # no time for a run that could decide
+                if cfg.looks():
+                    verdict, early = await _looked(run, plan, stop)
+                else:
+                    verdict, early = await run.step(plan, stop), None
+                if not verdict.valid and invalid < INVALID_CONFIRM_RETRIES:
+                    invalid += 1  # the generator's failure, not the server's: run it again
+                    continue
+                runs.append(verdict)
+                decision = early or decide(
+                    runs, cfg.confirm_margin, contested=contested or attempt > 0
                 )
-            low = est.ci_low if est.ci_low is not None and est.ci_low <= rate else rate
-            return replace(est, capacity_rps=rate, ci_low=low, ci_high=ceiling), True, reason
-        ceiling = rate
-        reason = f"the estimate did not hold a confirmation run: {verdict.reason}"
-        rate = below_failed(verdict, [v for v in run.trajectory if v.valid], precision)
+            verdict = deciding(runs, decision)
+            if decision is Decision.HELD:
+                if attempt:
+                    reason = (
+                        f"confirmed at {rate:g} req/s after {attempt} back-off(s) from "
+                        f"{est.capacity_rps:g}"
+                    )
+                low = est.ci_low if est.ci_low is not None and est.ci_low <= rate else rate
+                return replace(est, capacity_rps=rate, ci_low=low, ci_high=ceiling), True, reason
+            ceiling = rate
+            reason = f"the estimate did not hold a confirmation run: {verdict.reason}"
+            rate = below_failed(verdict, [v for v in run.trajectory if v.valid], precision)
+    except BudgetSpent:
+        if cfg.budget_s is None:
+            raise
+        return await _fallback(run, est, ceiling, reason, stop)
+    if cfg.budget_s is not None:
+        return await _fallback(run, est, ceiling, reason, stop)
     refuted = (
         f"no rate held a confirmation: {est.capacity_rps:g} req/s (the search's estimate) "
         f"and {cfg.confirm_retries} back-off(s) below it failed; the last: {reason}"
     )
     return replace(est, capacity_rps=None, ci_low=None, ci_high=ceiling), False, refuted
+
+
+async def _looked(
+    run: Run, plan: StepPlan, stop: asyncio.Event
+) -> tuple[StepVerdict, Decision | None]:
+    """One confirmation run in looks (``probe.sequential``): its verdict, and HELD or
+    FAILED when a look decided it early; None when it ran its full length (or the
+    budget's), judged then as one run would be."""
+    cfg = run.cfg
+    q = cfg.quantile()
+    share = 1.0 - q if q is not None else 0.0
+    cover = run.time_scale().cover_s(plan.rate, share) if q is not None else 0.0
+    first = first_look_s(plan.rate, share, cfg.confidence, cover)
+    lengths = look_lengths(first, plan.duration_s)
+    first_plan = replace(plan, duration_s=lengths[0])
+    verdict = await run.step(first_plan, stop, settle=False, pool=cfg.budget_s is None)
+    max_error = run.policy.max_error_rate
+    for look, length in enumerate(lengths):
+        if look and run.pooled_s() < length:
+            if run.remaining_s() < MIN_LOOK_S / 2:
+                break  # the budget is spent: judged as it stands
+            verdict = await run.longer(plan, length, stop)
+        s = run.judged[-1]
+        outcome = judge_look(verdict, look, cfg.confidence, _failures(s), s.sent, max_error)
+        if outcome is Look.HELD and look < len(lengths) - 1:
+            return verdict, Decision.HELD
+        if outcome is Look.FAILED:
+            return verdict, Decision.FAILED
+        if not verdict.valid:
+            return verdict, None
+    return run.settle(verdict), None
 
 
 VARYING = 1.1

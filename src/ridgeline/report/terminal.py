@@ -201,6 +201,7 @@ def probe_table(r: ProbeResult) -> Table:
         ("steps", str(r.steps)),
         ("test-seconds", f"{r.test_seconds:,.0f} (warmup included)"),
         ("requests sent", f"{r.requests_sent:,}"),
+        ("wall time", _wall(r)),
         ("warmup excluded", f"{r.warmup_excluded_s:,.0f} s"),
         ("confirmed", "-" if r.confirmed is None else str(r.confirmed).lower()),
         ("valid", str(r.valid).lower()),
@@ -397,3 +398,9 @@ def _why(r: LoopResult) -> str:
     if r.verdict == "INCONCLUSIVE":
         return f"; the host was too busy to measure ({r.misses.invalid}): run it on a quieter host"
     return ""
+
+
+def _wall(r: ProbeResult) -> str:
+    """The probe's seconds as a budget counts them, and its budget when it had one."""
+    spent = f"{r.wall_s / 60:,.1f} min" if r.wall_s >= 120 else f"{r.wall_s:,.0f} s"
+    return spent if r.budget_s is None else f"{spent} of a {r.budget_s:g} s budget"

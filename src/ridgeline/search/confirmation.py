@@ -81,21 +81,31 @@ UNSURE_LEVEL = 0.05
 allows at this one-sided level (``unsure``)."""
 
 
+def boundary_chance(verdict: StepVerdict) -> float | None:
+    """How often a server right at the boundary would hold as well as ``verdict`` did:
+    P(a count beyond the bound no higher than its own), in effective requests
+    (``dispersion``: clustered late requests count as one). None for a run that did not
+    hold, or was judged on no percentile."""
+    if not verdict.sustainable or not verdict.judged or verdict.samples <= 0:
+        return None
+    share = verdict.allowed / verdict.samples
+    if not 0.0 < share < 1.0:
+        return None
+    d = max(verdict.dispersion, 1.0)
+    n = max(round(verdict.samples / d), 1)
+    return binomial_cdf(round(verdict.beyond / d), n, share)
+
+
 def unsure(verdict: StepVerdict) -> bool:
     """Whether a held run's pass could be chance: its count beyond the bound, in
     effective requests (``dispersion``: clustered late requests count as one), is no
     lower than a server right at the boundary would give it at least ``UNSURE_LEVEL``
-    of the time. A run of a heavy-tailed server held at 0.91 % beyond a p99 bound, where
-    the steps around it had 1.3 % to 1.9 %, by the luck of its 90 s: its 206 beyond
-    were worth 34 independent requests against 38 allowed, a 1-in-3 draw."""
-    if not verdict.sustainable or not verdict.judged or verdict.samples <= 0:
-        return False
-    share = verdict.allowed / verdict.samples
-    if not 0.0 < share < 1.0:
-        return False
-    d = max(verdict.dispersion, 1.0)
-    n = max(round(verdict.samples / d), 1)
-    return binomial_cdf(round(verdict.beyond / d), n, share) > UNSURE_LEVEL
+    of the time (``boundary_chance``). A run of a heavy-tailed server held at 0.91 %
+    beyond a p99 bound, where the steps around it had 1.3 % to 1.9 %, by the luck of its
+    90 s: its 206 beyond were worth 34 independent requests against 38 allowed, a 1-in-3
+    draw."""
+    chance = boundary_chance(verdict)
+    return chance is not None and chance > UNSURE_LEVEL
 
 
 def decide(
