@@ -109,7 +109,9 @@ async def probe(
                     options["start_rate"] = start
                     strategy = parse_strategy(cfg.strategy, **options)
         est, confirmed, reason = await _search_and_confirm(run, strategy, stop)
-        for _ in range(MAX_RESUMES if cfg.strategy != "stability" else 0):
+        # a budget leaves no time for a search resumed upward and its confirmation
+        resumes = MAX_RESUMES if cfg.strategy != "stability" and cfg.budget_s is None else 0
+        for _ in range(resumes):
             failed = _bounding_failure(run.trajectory, est) if confirmed else None
             if failed is None:
                 break
@@ -174,66 +176,86 @@ async def probe(
     return run.finish(est, confirmed, status, reason)
 
 
-FALLBACK_S = MIN_LOOK_S + 5.0
+FALLBACK_S = 2 * (MIN_LOOK_S + 5.0)
 """Under a budget, the confirmation at the estimate (and its back-offs) leaves this much
-for a last look at a rate the search held plainly (``_fallback``)."""
+for two last looks at rates the search held (``_fallback``)."""
 
 
 async def _fallback(
     run: Run, est: CapacityEstimate, ceiling: float | None, why: str, stop: asyncio.Event
-) -> tuple[CapacityEstimate, bool, str]:
+) -> tuple[CapacityEstimate, bool | None, str]:
     """Under a budget, when the confirmations at the estimate did not decide a pass in
-    their share of it: a last look, as long as the budget allows (a minute at least), at
-    a rate a search step held, below every failure decided; confirmed when the look
-    holds surely (``sequential.sure_pass`` at the probe's confidence). The rate: the
-    highest step plainly inside the SLO (its score at most ``NEAR_BOUNDARY``), or, with
-    time for two looks or no such step, first the highest step whose pass was sure
-    (``sequential.sure_latency``, on its latency: a short step cannot show errors<0.1 %
-    surely): near the boundary a look of a minute holds surely only where late requests
-    do not come in clusters, and an answer over-estimated is worse than one too low."""
+    their share of it: looks down a ladder of rates the search held, below every failure
+    decided, until one holds surely (``sequential.sure_pass`` at the probe's
+    confidence) or the budget ends. The ladder (``_ladder``): first the highest rate
+    whose pass was sure (``sequential.sure_latency``, on its latency: a short step
+    cannot show errors<0.1 % surely), then the rates held plainly inside the SLO (a
+    score of ``NEAR_BOUNDARY`` or less), highest first, then halving; after a look
+    fails, only rates ``LADDER_DROP`` or more below it. Each look lasts a minute, or
+    what the SLO needs to decide at its rate; the last one all that is left. Near the
+    boundary a minute holds surely only where late requests do not cluster (a stall, a
+    busy period), and an answer over-estimated is worse than one too low."""
     cfg = run.cfg
-    run.reserve_s = 0.0  # what was kept back is this look's
-    below = [v.rate for v in run.trajectory if v.valid and not v.sustainable and v.decided]
-    top = min([*below, *([ceiling] if ceiling is not None else [])], default=math.inf)
-    held = [v for v in run.trajectory if v.valid and v.sustainable and v.rate < top]
-    # candidates, not answers: the look at one is the test
-    sure = [v.rate for v in held if sure_latency(v, 1.0 - cfg.confidence)]
-    inside = [v.rate for v in held if v.score <= NEAR_BOUNDARY]
+    run.reserve_s = 0.0  # what was kept back is for these looks
+    failed = [v.rate for v in run.trajectory if v.valid and not v.sustainable and v.decided]
+    top = min([*failed, *([ceiling] if ceiling is not None else [])], default=math.inf)
     high = None if math.isinf(top) else top
-    rates = [max(inside)] if inside else []
-    higher = sure and (not inside or max(sure) > max(inside))
-    if higher and (not inside or run.remaining_s() >= 2 * FALLBACK_S):
-        rates.insert(0, max(sure))
+    floor = float(cfg.strategy_options.get("min_rate", 0.0))
+    ladder = _ladder(run, top)
     verdict: StepVerdict | None = None
-    for i, rate in enumerate(rates):
-        left = run.remaining_s() if i == len(rates) - 1 else run.remaining_s() - FALLBACK_S
+    while ladder:
+        rate = ladder.pop(0)
+        if rate < floor or (verdict is not None and rate > verdict.rate * (1 - LADDER_DROP)):
+            continue
+        look = max(MIN_LOOK_S, cfg.needed_s(rate))
+        left = run.remaining_s()
         if left < MIN_LOOK_S:
             break
-        plan = StepPlan(rate, left, "confirm")
+        if left - look < MIN_LOOK_S:
+            look = left  # no time for another: this one takes the rest
+        plan = StepPlan(rate, look, "confirm")
         verdict = await run.step(plan, stop, settle=False, pool=False, capped=False)
-        s = run.judged[-1]
-        if sure_pass(
-            verdict, 1.0 - cfg.confidence, _failures(s), s.sent, run.policy.max_error_rate
-        ):
+        s, bound = run.judged[-1], run.policy.max_error_rate
+        if sure_pass(verdict, 1.0 - cfg.confidence, _failures(s), s.sent, bound):
             reason = (
-                f"confirmed at {rate:g} req/s, a rate the search held plainly, over "
+                f"confirmed at {rate:g} req/s, a rate the search held, over "
                 f"{verdict.duration_s:.0f} s ({verdict.beyond} of {verdict.samples} requests "
                 f"beyond the bound): the budget of {cfg.budget_s:g} s left no time to "
                 f"confirm nearer the boundary ({why}; raise --budget for a narrower answer)"
             )
             low = est.ci_low if est.ci_low is not None and est.ci_low <= rate else rate
             return replace(est, capacity_rps=rate, ci_low=low, ci_high=high), True, reason
-        high = rate if verdict.valid and not verdict.sustainable else high
+        if verdict.valid and not verdict.sustainable:
+            high = rate if high is None else min(high, rate)
+        if not ladder:
+            ladder.append(rate / 2)  # below every rate the search held: halving
     if verdict is None:
         raise BudgetSpent
     reason = (
-        f"the budget of {cfg.budget_s:g} s ran out: no rate the search held plainly held "
-        f"a last look surely ({verdict.rate:g} req/s: {verdict.reason})"
+        f"the budget of {cfg.budget_s:g} s ran out before any rate held a look surely "
+        f"(the last, {verdict.rate:g} req/s: {verdict.reason}); raise --budget"
     )
-    return replace(est, capacity_rps=None, ci_low=None, ci_high=high), False, reason
+    return replace(est, capacity_rps=None, ci_low=None, ci_high=high), None, reason
 
 
-SEARCHED = 0.6
+LADDER_DROP = 0.15
+"""After a last look fails, the next is at least this far below it: a rate just under
+one that failed is as doubtful (the largest calibrated back-off, ``MAX_CALIBRATED_BACKOFF``)."""
+
+
+def _ladder(run: Run, top: float) -> list[float]:
+    """The rates ``_fallback`` looks at, in order: the highest sure pass (when above the
+    highest plain one), then the plain passes, highest first, all below ``top``."""
+    level = 1.0 - run.cfg.confidence
+    held = [v for v in run.trajectory if v.valid and v.sustainable and v.rate < top]
+    sure = [v.rate for v in held if sure_latency(v, level)]
+    inside = sorted({v.rate for v in held if v.score <= NEAR_BOUNDARY}, reverse=True)
+    if sure and (not inside or max(sure) > inside[0]):
+        return [max(sure), *inside]
+    return inside
+
+
+SEARCHED = 0.5
 """Under a budget, no search step starts once this share of it is spent (the warm-up's
 ``_run.WARMUP_SHARE`` included); the confirmation has the rest."""
 STEP_SHARE = 0.15
@@ -366,7 +388,7 @@ async def _search_and_confirm(
 
 async def _still_covered(
     run: Run, est: CapacityEstimate, reason: str, stop: asyncio.Event
-) -> tuple[CapacityEstimate, bool, str]:
+) -> tuple[CapacityEstimate, bool | None, str]:
     """The confirmation that stands, judged by all the probe has seen of the server's
     slow behaviour (``_covering``), not only what it had seen when that confirmation
     ran: a run of 30 s early in a probe that later finds a stall every 90 s (a search
@@ -401,7 +423,7 @@ clusters ask for could have missed them all."""
 
 async def _confirm(
     run: Run, est: CapacityEstimate, stop: asyncio.Event, *, contested: bool = False
-) -> tuple[CapacityEstimate, bool, str]:
+) -> tuple[CapacityEstimate, bool | None, str]:
     """A stability run at the estimate, judged by ``confirmation.decide`` (a marginal run
     is repeated and the majority decides); if it fails, back off and try again
     (``confirm_retries`` times): the estimate must hold a long run to stand."""
