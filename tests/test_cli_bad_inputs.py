@@ -40,6 +40,12 @@ tasks:
 
 Files = Callable[[str, str | bytes], Path]
 
+# 414 bytes standing for 9^9 strings through nested aliases (fault 6 of issue 33): the
+# plan, spec and verify commands took minutes and gigabytes to validate it
+BOMB = 'a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n' + "".join(
+    f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]\n" for a, b in zip("abcdefgh", "bcdefghi", strict=True)
+)
+
 
 @pytest.fixture
 def files(tmp_path: Path) -> Files:
@@ -116,6 +122,18 @@ CASES: dict[str, tuple[Callable[[Files], list[str]], str]] = {
     "target URL with a broken IPv6 host": (
         lambda f: ["run", "http://[::1/v2/models/fake", "--rate", "5", "--duration", "0.1"],
         "cannot be read (Invalid IPv6 URL)",
+    ),
+    "spec an alias bomb": (
+        lambda f: ["plan", str(f("bomb.yaml", BOMB)), "--profiles", str(PROFILES)],
+        "expands to more than 1,000,000 values through its aliases",
+    ),
+    "simulate a plan that is an alias bomb": (
+        lambda f: ["simulate", str(f("bomb.yaml", BOMB))],
+        "expands to more than 1,000,000 values through its aliases",
+    ),
+    "verify a plan that is an alias bomb": (
+        lambda f: ["verify", str(f("bomb.yaml", BOMB)), "http://127.0.0.1:9/v2/models/x"],
+        "expands to more than 1,000,000 values through its aliases",
     ),
     "spec YAML nested 5,000 deep": (
         lambda f: ["plan", str(f("deep.yaml", "a: " + "[" * 5000 + "]" * 5000)), *PLAN[2:]],

@@ -5,17 +5,20 @@ project's own errors (``ridgeline.errors``) — never a pydantic ``ValidationErr
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from ridgeline._yaml_config import parse_mapping
 from ridgeline.cli.planning import available_for
-from ridgeline.errors import RidgelineError
+from ridgeline.errors import ConfigError, RidgelineError
 from ridgeline.health.slo import parse_slo
 from ridgeline.pipeline.gpu import parse_gpus
 from ridgeline.pipeline.plan import load_plan
@@ -228,3 +231,20 @@ def test_gpus_option_raises_only_our_errors(text: str) -> None:
         parse_gpus(text)
     with only_our_errors():
         available_for(text)
+
+
+def test_aliases_are_counted_expanded_and_a_bomb_is_refused_before_it_is_walked() -> None:
+    """A config may use aliases (a shared mapping); what it may not do is stand for more
+    than ``MAX_NODES`` values once they are expanded. Counted on the composed graph,
+    each node once: 9 levels of 9 aliases (9^9 strings) are refused at once."""
+    shared = "base: &b {x: 1, y: [1, 2]}\nuse: [*b, *b, *b]\n"
+    assert parse_mapping(shared, "t", "fields")["use"][2] == {"x": 1, "y": [1, 2]}
+    levels = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    pairs = zip("abcdefgh", "bcdefghi", strict=True)
+    levels += [f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]" for a, b in pairs]
+    start = time.perf_counter()
+    with pytest.raises(ConfigError, match="expands to more than 1,000,000 values"):
+        parse_mapping("\n".join(levels), "bomb.yaml", "fields")
+    assert time.perf_counter() - start < 5.0
+    # six levels (9^6 = 531,441 strings) stay within the bound and load
+    assert len(parse_mapping("\n".join(levels[:6]), "t", "fields")) == 6

@@ -34,10 +34,71 @@ def read_text(path: Path, what: str, error: type[ConfigError] = ConfigError) -> 
         ) from None
 
 
+MAX_NODES = 1_000_000
+"""The most values a config may hold once its aliases are expanded: a 351-byte document
+of nested aliases (``a: &a [x, x, …]``, ``b: &b [*a, *a, …]``, …) stands for billions,
+and validating it took minutes and gigabytes. The largest shipped config holds some
+thousands."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a document whose aliases expand past
+    ``MAX_NODES`` values: counted on the composed graph, each node once, before anything
+    walks it."""
+
+    def get_single_node(self) -> yaml.Node | None:
+        node = super().get_single_node()
+        if node is not None and _expanded(node, {}) > MAX_NODES:
+            raise _TooLarge
+        return node
+
+
+class _TooLarge(Exception):
+    """A document whose aliases expand past ``MAX_NODES`` values."""
+
+
+def _expanded(node: yaml.Node, sizes: dict[int, int]) -> int:
+    """How many values ``node`` stands for once every alias is expanded: each node's
+    count computed once (``sizes``, by identity), so a bomb is counted in linear time;
+    stops counting past ``MAX_NODES``. Iterative, for a document nested thousands deep."""
+    stack: list[tuple[yaml.Node, bool]] = [(node, False)]
+    while stack:
+        current, children_done = stack.pop()
+        key = id(current)
+        if key in sizes:
+            continue
+        kids: list[yaml.Node] = []
+        if isinstance(current, yaml.SequenceNode):
+            kids = list(current.value)
+        elif isinstance(current, yaml.MappingNode):
+            kids = [n for pair in current.value for n in pair]
+        if not children_done:
+            stack.append((current, True))
+            stack.extend((k, False) for k in kids if id(k) not in sizes)
+            continue
+        sizes[key] = min(1 + sum(sizes.get(id(k), 1) for k in kids), MAX_NODES + 1)
+    return sizes[id(node)]
+
+
+def load_yaml(text: str) -> Any:
+    """``yaml.safe_load`` of ``text`` with aliases bounded (``_BoundedLoader``); raises
+    ``yaml.YAMLError``, ``RecursionError`` or ``_TooLarge``."""
+    loader = _BoundedLoader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
 def parse_mapping(text: str, where: str, fields: str) -> dict[str, Any]:
     """The YAML mapping in ``text``; ``fields`` names what it should hold, for errors."""
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
+    except _TooLarge:
+        raise ConfigError(
+            f"{where} expands to more than {MAX_NODES:,} values through its aliases (& and "
+            "*): write the config out, or use fewer nested aliases"
+        ) from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{where} is not valid YAML: {' '.join(str(e).split())}") from None
     except RecursionError:
