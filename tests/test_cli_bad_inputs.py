@@ -20,6 +20,7 @@ from ridgeline.serve.loading import SHARED_CORE_LIMIT, check_cores
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "examples" / "specs" / "traffic-cpu.yaml"
 PROFILES = ROOT / "examples" / "profiles" / "traffic-cpu.csv"
+PLAN_FILE = ROOT / "examples" / "plans" / "traffic-cpu.yaml"
 HEADER = PROFILES.read_text().splitlines()[0]
 ROW = "yolov5n,cpu,cpu1,1,7.6,131.0,measured"
 RUN = ["run", "null://", "--rate", "5", "--duration", "0.1"]
@@ -122,6 +123,18 @@ CASES: dict[str, tuple[Callable[[Files], list[str]], str]] = {
     "target URL with a broken IPv6 host": (
         lambda f: ["run", "http://[::1/v2/models/fake", "--rate", "5", "--duration", "0.1"],
         "cannot be read (Invalid IPv6 URL)",
+    ),
+    "analyze a run id of 2^70": (
+        lambda f: ["analyze", str(2**70), "--db", str(f("r/x", "").parent / "runs.sqlite")],
+        "run ids are 1 to 9223372036854775807",
+    ),
+    "runs show a run id of 2^70": (
+        lambda f: ["runs", "show", str(2**70), "--db", str(f("r/x", "").parent / "runs.sqlite")],
+        "run ids are 1 to 9223372036854775807",
+    ),
+    "export ray-serve --out a file": (
+        lambda f: ["export", "ray-serve", str(PLAN_FILE), "--out", str(f("afile", "x"))],
+        "is a file; give a directory to write into",
     ),
     "spec an alias bomb": (
         lambda f: ["plan", str(f("bomb.yaml", BOMB)), "--profiles", str(PROFILES)],

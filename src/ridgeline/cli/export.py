@@ -45,7 +45,12 @@ def ray_serve(
 
     with failing():
         written = export_ray_serve(
-            load_plan(plan), out, plan_dir=plan.parent, zoo=zoo, working_dir=working_dir, host=host
+            load_plan(plan),
+            _writable_dir(out),  # like the other exports: a file given as --out is named
+            plan_dir=plan.parent,
+            zoo=zoo,
+            working_dir=working_dir,
+            host=host,
         )
     emit("\n".join(str(p) for p in written))
     emit(

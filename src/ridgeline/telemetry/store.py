@@ -159,6 +159,10 @@ def _alive(pid: int) -> bool:
     return True
 
 
+MAX_RUN_ID = 2**63 - 1
+"""The largest id SQLite can hold (a signed 64-bit integer)."""
+
+
 class RunStore(Connected):
     def __init__(self, location: str | Path | None = None) -> None:
         text = str(location) if location is not None else str(default_store_path())
@@ -379,6 +383,11 @@ class RunStore(Connected):
         return [dict(zip(keys, row, strict=True)) for row in rows]
 
     def get_run(self, run_id: int) -> dict[str, Any]:
+        if not 0 < run_id <= MAX_RUN_ID:  # SQLite's integers: 2^70 is no run, not a crash
+            raise StoreError(
+                f"no run {run_id} in {self.path}: run ids are 1 to {MAX_RUN_ID}; "
+                "`ridgeline runs list` shows them"
+            )
         row = self._db.execute(
             "SELECT id, kind, target, config, status, status_reason, summary, started_at,"
             " finished_at FROM runs WHERE id=?",
