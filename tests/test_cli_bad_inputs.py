@@ -192,6 +192,26 @@ CASES: dict[str, tuple[Callable[[Files], list[str]], str]] = {
         ],
         "line 2: not readable as CSV",
     ),
+    "profiles segment share nan": (
+        lambda f: [
+            *PLAN[:3],
+            str(
+                f("p.csv", f"{HEADER}\n{ROW}\nyolov5n,A100-80GB,1g.10gb@nan,1,7.6,131.0,measured\n")
+            ),
+            *PLAN[4:],
+        ],
+        "line 3: segment '1g.10gb@nan': the MPS share after '@' must be a fraction in (0, 1]",
+    ),
+    "profiles segment share 1/0": (
+        lambda f: [
+            *PLAN[:3],
+            str(
+                f("p.csv", f"{HEADER}\n{ROW}\nyolov5n,A100-80GB,1g.10gb@1/0,1,7.6,131.0,measured\n")
+            ),
+            *PLAN[4:],
+        ],
+        "got '1/0'",
+    ),
     "profiles throughput_rps inf": (
         lambda f: [
             *PLAN[:3],

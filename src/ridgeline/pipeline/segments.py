@@ -97,7 +97,22 @@ def parse_segment(pool: str, label: str) -> SegmentType:
     """The GPU segment type a label names (``1g.10gb`` or ``1g.10gb@1/2``)."""
     profile, _, share = label.partition("@")
     gpu_type(pool).profile(profile)  # an unknown profile lists the valid ones
-    return SegmentType(pool, profile, Fraction(share) if share else Fraction(1))
+    return SegmentType(pool, profile, _share(label, share) if share else Fraction(1))
+
+
+def _share(label: str, text: str) -> Fraction:
+    """The MPS share after ``@`` in ``label``: a fraction in (0, 1] (``1/2``, ``0.25``);
+    a ``PlanError`` naming the label for anything else (``nan``, ``1/0``, ``2``)."""
+    try:
+        share = Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        share = None
+    if share is None or not 0 < share <= 1:
+        raise PlanError(
+            f"segment {label!r}: the MPS share after '@' must be a fraction in (0, 1], such "
+            f"as 1/2 or 0.25, got {text!r}"
+        )
+    return share
 
 
 def _cores(label: str) -> int:
