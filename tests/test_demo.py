@@ -18,12 +18,14 @@ import pytest
 from rich.console import Console
 
 from _timing import watch
+from ridgeline.errors import ConfigError
 from ridgeline.loop.demo import REPORT, demo_spec, run_demo
 from ridgeline.loop.run import LoopConfig, LoopResult
 from ridgeline.pipeline.spec import PipelineSpec
 from ridgeline.report.loop_html import FIGURES, write_loop_report
 from ridgeline.report.terminal import demo_summary
 from ridgeline.serve.reconfig import ReconfigConfig
+from ridgeline.telemetry.store import RunStore
 
 
 def synthetic(base_ms: float, per_item_ms: float) -> dict[str, float]:
@@ -165,3 +167,18 @@ def test_a_signal_stops_the_demo_cleanly_and_marks_its_run(
     with sqlite3.connect(db) as con:
         status, reason = con.execute("SELECT status, status_reason FROM runs").fetchone()
     assert status == "interrupted" and reason.startswith(f"{how} during [1/6] profiling")
+
+
+def test_a_demo_that_ends_in_an_error_leaves_its_run_failed_not_running(tmp_path: Path) -> None:
+    """Issue 33, fault 7: an error (here the zoo's folder is a file) used to leave the
+    demo's run ``running``, and the next command to open the store called it killed. It
+    is stored failed, naming the stage and the error, and the error still reaches the
+    caller."""
+    not_a_folder = tmp_path / "zoo"
+    not_a_folder.write_text("a file where the zoo's folder should be")
+    with RunStore(str(tmp_path / "runs.sqlite")) as store:
+        with pytest.raises(ConfigError, match="cannot create the zoo directory"):
+            run_demo(tmp_path / "out", zoo=not_a_folder, store=store, say=lambda _: None)
+        (run,) = store.list_runs()
+    assert run["kind"] == "demo" and run["status"] == "failed"
+    assert run["status_reason"].startswith("ConfigError during [1/6] profiling")

@@ -97,6 +97,14 @@ def run_demo(
                 f"{out_dir}: {', '.join(kept) or 'nothing yet'}; run {run_id} in {store.path} "
                 "is marked interrupted",
             ) from None
+        except Exception as exc:  # a failure ends the run as failed, never left running
+            store.finish_run(
+                run_id,
+                "failed",
+                f"{type(exc).__name__} during {stage[0]}: {exc}",
+                {"reconfigurations": events},
+            )
+            raise
         store.finish_run(
             run_id,
             "complete",
