@@ -124,6 +124,21 @@ CASES: dict[str, tuple[Callable[[Files], list[str]], str]] = {
         lambda f: ["run", "http://[::1/v2/models/fake", "--rate", "5", "--duration", "0.1"],
         "cannot be read (Invalid IPv6 URL)",
     ),
+    # usage errors (issue 33, fault 16): click printed a five-line box with no `error:`
+    "run without its target": (lambda f: ["run"], "Missing argument 'target'."),
+    "--rate abc": (
+        lambda f: ["run", "null://", "--rate", "abc"],
+        "Invalid value for '--rate': Input should be a valid number",
+    ),
+    "an option no command has": (
+        lambda f: ["run", "null://", "--nope"],
+        "No such option: --nope",
+    ),
+    "a command that does not exist": (lambda f: ["nope"], "No such command 'nope'."),
+    "a group's command that does not exist": (
+        lambda f: ["runs", "nope"],
+        "runs --help')",
+    ),
     "analyze a run id of 2^70": (
         lambda f: ["analyze", str(2**70), "--db", str(f("r/x", "").parent / "runs.sqlite")],
         "run ids are 1 to 9223372036854775807",

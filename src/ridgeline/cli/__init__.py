@@ -5,7 +5,9 @@ for, so ``ridgeline --help`` loads no numpy, onnx, grpc, aiohttp, HiGHS or onnxr
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, ClassVar
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 import typer
 from typer.core import TyperGroup
@@ -19,7 +21,45 @@ from ridgeline.errors import RidgelineError
 if TYPE_CHECKING:
     from typer._click import Command, Context  # typer's own click
 
+
+class _OneLineErrors(TyperGroup):
+    """The top group: a usage error (a missing argument, a bad choice, ``--rate abc``)
+    is one ``error:`` line naming what was wrong and where the help is, exit 2, as every
+    other error is (``_common.fail``), not click's five-line box. No arguments at all
+    still print the help."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        from typer import rich_utils
+        from typer._click.exceptions import ClickException, NoArgsIsHelpError
+        from typer.exceptions import Abort
+
+        from ridgeline.cli._common import err, usage_line
+
+        try:
+            code = super().main(args, prog_name, complete_var, False, **extra)
+        except NoArgsIsHelpError as e:
+            rich_utils.rich_format_error(e)
+            sys.exit(e.exit_code)
+        except ClickException as e:
+            err.print(usage_line(e), highlight=False, soft_wrap=True)
+            sys.exit(e.exit_code)
+        except Abort:
+            err.print("error: aborted", highlight=False)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
 app = typer.Typer(
+    cls=_OneLineErrors,
     help="ridgeline: what is the least GPU that serves demand D within my SLO, and does it "
     "really? Open-loop load, capacity search, planning and serving for ML inference.",
     no_args_is_help=True,

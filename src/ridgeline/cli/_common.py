@@ -116,6 +116,15 @@ def fail(exc: RidgelineError) -> NoReturn:
     raise typer.Exit(130 if isinstance(exc, RunInterrupted) else 2)
 
 
+def usage_line(exc: Any) -> Text:
+    """A click usage error as one ``error:`` line: its message, and where the help is
+    (``ridgeline run --help``) when it came from a command."""
+    message = " ".join(exc.format_message().split())
+    ctx = getattr(exc, "ctx", None)
+    where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+    return _labelled("error:", "red", f"{message}{where}")
+
+
 def error_line(exc: BaseException) -> Text:
     """``error: <message>``, the message as literal text on one line."""
     return _labelled("error:", "red", " ".join(str(exc).split()) or type(exc).__name__)
