@@ -19,12 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as tgrpc
 import tritonclient.grpc.aio as tgrpc_aio
 import tritonclient.http as thttp
 import tritonclient.http.aio as thttp_aio
+from multidict import CIMultiDict
 from tritonclient.utils import InferenceServerException
 
 from _timing import await_until
@@ -512,6 +514,26 @@ async def test_bearer_token_guards_every_endpoint(
         assert await client.is_server_live(headers={"authorization": "Bearer s3cret"})
     finally:
         await client.close()
+
+
+async def test_two_authorization_headers_or_metadata_are_refused(
+    make_server: MakeServer, session: aiohttp.ClientSession
+) -> None:
+    """One bearer token, and only one: two ``Authorization`` headers (the aiohttp
+    routes) or two ``authorization`` metadata entries (gRPC) are refused whichever is
+    right (issue 33, fault 14)."""
+    server = await make_server(token="s3cret")
+    for pair in (("Bearer s3cret", "Bearer wrong"), ("Bearer wrong", "Bearer s3cret")):
+        headers = CIMultiDict([("Authorization", pair[0]), ("Authorization", pair[1])])
+        async with session.get(server.http_url + "/v2/health/live", headers=headers) as resp:
+            assert resp.status == 401
+            assert "two Authorization headers" in (await resp.json())["error"]
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
+            live = channel.unary_unary("/inference.GRPCInferenceService/ServerLive")
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await live(b"", metadata=[("authorization", pair[0]), ("authorization", pair[1])])
+            assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert await live(b"", metadata=[("authorization", "Bearer s3cret")]) == b"\x08\x01"
 
 
 async def test_metrics_count_rows_and_batches(

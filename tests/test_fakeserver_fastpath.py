@@ -152,6 +152,18 @@ async def test_token_and_body_bound_still_hold_on_the_fast_path() -> None:
         assert answers.done[0][0] == 200
 
 
+async def test_two_authorization_headers_are_refused_whichever_comes_first() -> None:
+    """Issue 33, fault 14: the fast path trusted the last of two ``Authorization``
+    headers and every other route the first, so a proxy checking one could be walked
+    past with the other. A request with two is refused, in either order."""
+    right, wrong = "Authorization: Bearer s3cret\r\n", "Authorization: Bearer wrong\r\n"
+    async with FakeServer(MODEL, grpc_port=None, token="s3cret") as s:
+        for i, headers in enumerate((right + wrong, wrong + right, right + right)):
+            answers, _ = await exchange(s.http_port, infer(str(i), extra_headers=headers), expect=1)
+            status, _, body = answers.done[0]
+            assert status == 401 and "two Authorization headers" in json.loads(body)["error"]
+
+
 async def test_requests_waiting_when_the_server_stops_are_answered_503() -> None:
     slow = LatencyModel(name="fake", base_ms=5000.0)
     server = FakeServer(slow, grpc_port=None)

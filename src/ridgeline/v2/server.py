@@ -281,13 +281,16 @@ def auth_middleware(token: str, on_deny: Callable[[str], None] | None = None) ->
 
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-        given = request.headers.get("Authorization", "").encode()
-        if not hmac.compare_digest(given, expected):
+        given = request.headers.getall("Authorization", [])
+        if len(given) != 1 or not hmac.compare_digest(given[0].encode(), expected):
             if on_deny is not None:
                 on_deny("unauthorized")
-            resp = _json(
-                {"error": "missing or wrong bearer token; send Authorization: Bearer"}, 401
+            why = (
+                "two Authorization headers; send one"
+                if len(given) > 1
+                else "missing or wrong bearer token; send Authorization: Bearer"
             )
+            resp = _json({"error": why}, 401)
             resp.headers["WWW-Authenticate"] = "Bearer"
             return resp
         return await handler(request)
@@ -406,10 +409,9 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     async def intercept_service(
         self, continuation: Callable[[Any], Awaitable[Any]], details: Any
     ) -> Any:
-        meta = dict(details.invocation_metadata or ())
-        given = str(meta.get("authorization", "")).encode()
-        if hmac.compare_digest(given, self._expected):
-            return await continuation(details)
+        given = [v for k, v in details.invocation_metadata or () if k == "authorization"]
+        if len(given) == 1 and hmac.compare_digest(str(given[0]).encode(), self._expected):
+            return await continuation(details)  # two are refused: one, and only one
         if self._on_deny is not None:
             self._on_deny("unauthorized")
         return self._deny_stream if details.method.endswith("StreamInfer") else self._deny
