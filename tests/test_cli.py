@@ -205,3 +205,27 @@ def test_json_reaches_a_busy_reader_whole_through_a_non_blocking_pipe(tmp_path: 
     os.close(r)
     out = json.loads(b"".join(chunks))
     assert out["capacity_rps"] > 0 and len(b"".join(chunks)) > 65_536
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_the_command_starts_is_one_line_and_exit_130(sig: int) -> None:
+    """Issue 33, fault 12: a signal in a command's first moments (its imports) ended it
+    with a ``KeyboardInterrupt`` traceback or a silent exit 143. Sent while the CLI's
+    imports run: one ``error:`` line, exit 130."""
+    # the console command's own first lines (``_entry``), then a word when they have run:
+    # the signal lands in the CLI's imports, some 0.4 s
+    starts = (
+        "import sys, ridgeline._entry as e; e.install(); print('up', flush=True); "
+        "sys.argv = ['ridgeline', 'plan', 'examples/specs/traffic-cpu.yaml']; "
+        "from ridgeline.cli import main; main()"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", starts], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == "up\n"
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (out, err)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: interrupted"), err
+    assert "Traceback" not in err

@@ -1,3 +1,3 @@
-from ridgeline.cli import main
+from ridgeline._entry import main
 
 main()

@@ -22,6 +22,22 @@ if TYPE_CHECKING:
     from typer._click import Command, Context  # typer's own click
 
 
+def _interrupted() -> None:
+    from ridgeline.cli._common import err
+
+    err.print(
+        "error: interrupted (Ctrl-C or SIGTERM) before the command could stop cleanly; "
+        "what it had stored is kept",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def _as_interrupt(signum: int, frame: object) -> None:
+    """SIGTERM as Ctrl-C is, outside a command's own handling."""
+    raise KeyboardInterrupt
+
+
 class _OneLineErrors(TyperGroup):
     """The top group: a usage error (a missing argument, a bad choice, ``--rate abc``)
     is one ``error:`` line naming what was wrong and where the help is, exit 2, as every
@@ -56,6 +72,13 @@ class _OneLineErrors(TyperGroup):
             err.print("error: aborted", highlight=False)
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
+
+    def invoke(self, ctx: Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            _interrupted()
+            raise typer.Exit(130) from None
 
 
 app = typer.Typer(
@@ -149,10 +172,20 @@ _lazy_group(
 def main() -> None:
     """The ``ridgeline`` command. A project error that escapes a command's own handling
     (an option's callback, say) still takes the one error path: ``error: ...``, exit 2."""
+    import signal
+
     from ridgeline.cli._common import fail
 
+    # from here a signal is an interrupt a command handles (run, probe, serve... install
+    # their own handlers and store what they measured); one that reaches no handler is
+    # one line and exit 130 (``_OneLineErrors.invoke``)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _as_interrupt)
     try:
         app(prog_name="ridgeline")
+    except KeyboardInterrupt:  # while typer was still building the command
+        _interrupted()
+        raise SystemExit(130) from None
     except RidgelineError as exc:
         try:
             fail(exc)
