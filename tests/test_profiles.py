@@ -6,6 +6,9 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -416,3 +419,31 @@ def test_a_zoo_variant_is_built_measured_and_its_gpu_rows_are_the_fit(tmp_path: 
     assert {r.source for r in gpu} == {"calibrated"}
     assert "calibrated on A100-80GB" in result.output
     assert "its roofline by 2 measured rows" in result.output
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_profile_writes_the_rows_it_measured(tmp_path: Path, sig: int) -> None:
+    """Issue 33, fault 21: Ctrl-C during `profile` printed two tracebacks and wrote no
+    CSV, the rows already measured lost. Stopped once its first row is told: the rows
+    measured are written, one `error:` line says how many, exit 130."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "name: p\nslo_ms: 1000\ndemand_rps: 10\ntasks:\n  t:\n    variants:\n"
+        "      - {name: s, accuracy: 1, synthetic: {base_ms: 2, per_item_ms: 1}}\n"
+    )
+    out = tmp_path / "p.csv"
+    cmd = [sys.executable, "-m", "ridgeline", "profile", str(spec), "--out", str(out)]
+    cmd += ["--batches", "1,2,4,8,16,32", "--seconds", "0.5"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    first = proc.stderr.readline()
+    assert first.startswith("s cpu1 batch 1:"), first
+    proc.send_signal(sig)
+    _, rest = proc.communicate(timeout=60)
+    assert proc.returncode == 130, rest
+    errors = [line for line in rest.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "measured row(s) written to" in errors[0], rest
+    assert "Traceback" not in rest
+    rows = load_profiles(out).rows
+    assert 1 <= len(rows) < 6 and {r.source for r in rows} == {"measured"}

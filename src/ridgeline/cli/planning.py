@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from ridgeline.cli._common import JsonOption, ZooOption, err, failing, out
-from ridgeline.errors import ConfigError
+from ridgeline.errors import ConfigError, RunInterrupted
 from ridgeline.pipeline.gpu import compute_slices, gpu_type, parse_gpus
 
 if TYPE_CHECKING:
@@ -58,11 +58,27 @@ def profile_command(
         types = [gpu_type(g.strip()).name for g in gpus.split(",") if g.strip()]
         where = zoo or zoo_dir()
         manifest = ensure_zoo(s, where)
-        table = run_coroutine(
-            measure_cpu(
-                s, where, core_counts, sizes, seconds, spec_dir=spec.parent, on_row=_progress
+        measured: list[ProfileRow] = []
+
+        def kept(row: ProfileRow) -> None:
+            measured.append(row)
+            _progress(row)
+
+        try:
+            measuring = measure_cpu(
+                s, where, core_counts, sizes, seconds, spec_dir=spec.parent, on_row=kept
             )
-        )
+            table = run_coroutine(measuring)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the rows measured are not thrown away
+            if measured:
+                out_path.write_text(ProfileTable(measured).to_csv())
+            raise RunInterrupted(
+                None,
+                f"interrupted: {len(measured)} measured row(s) written to {out_path} (a partial "
+                "table; run profile again for the rest)"
+                if measured
+                else f"interrupted before the first row was measured; {out_path} not written",
+            ) from None
         modelled = model_gpus(s, table, types, sizes, manifest) if types else None
         if modelled is not None:
             table = ProfileTable([*table, *modelled.rows])
