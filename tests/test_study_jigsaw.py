@@ -227,15 +227,18 @@ def test_the_report_writes_its_blocks_between_markers_and_replaces_them(
 
 
 def test_the_command_quick_on_a_small_case_writes_the_document(tiny: Path, tmp_path: Path) -> None:
-    out, raw = tmp_path / "jigsaw.md", tmp_path / "jigsaw.json"
+    """Written, by default, into the user's ``ridgeline-runs/`` (created), never into the
+    project's committed ``docs/`` page unless ``--out`` names it (issue 33, fault 22)."""
+    out, raw = tmp_path / "ridgeline-runs" / "reproduction-jigsawserve.md", tmp_path / "j.json"
     run = subprocess.run(
         [sys.executable, "-m", "ridgeline", "study", "jigsaw", "--quick", "--spec", str(tiny),
-         "--gpus", GPUS, "--requests", "1000", "--jobs", "1", "--out", str(out),
-         "--json", str(raw)],
+         "--gpus", GPUS, "--requests", "1000", "--jobs", "1", "--json", str(raw)],
         capture_output=True,
         text=True,
         timeout=100,
+        cwd=tmp_path,
     )  # fmt: skip
+    assert not (tmp_path / "docs").exists()
     assert run.returncode == 0, run.stderr
     text = out.read_text()
     assert text.startswith("# The JigsawServe reproduction\n")

@@ -21,7 +21,11 @@ group is used."""
 
 JobsOption = Annotated[int, typer.Option(help="processes")]
 DocumentOption = Annotated[
-    Path, typer.Option(help="the document the tables are written into, between markers")
+    Path,
+    typer.Option(
+        help="the document the tables are written into, between markers (created if "
+        "missing; the project's own docs/ page only when named here)"
+    ),
 ]
 JsonFileOption = Annotated[
     Path | None, typer.Option("--json", help="write all the study found as JSON here")
@@ -123,7 +127,7 @@ def vanguard(
         typer.Option(help="probes per dev case and strategy (default 3; --quick 2)"),
     ] = None,
     jobs: JobsOption = 2,
-    out: DocumentOption = Path("docs/reproduction-vanguard.md"),
+    out: DocumentOption = Path("ridgeline-runs/reproduction-vanguard.md"),
     json_file: JsonFileOption = None,
     calibration: Annotated[
         Path | None,
@@ -209,7 +213,7 @@ def jigsaw(
         ),
     ] = False,
     jobs: JobsOption = 2,
-    out: DocumentOption = Path("docs/reproduction-jigsawserve.md"),
+    out: DocumentOption = Path("ridgeline-runs/reproduction-jigsawserve.md"),
     json_file: JsonFileOption = None,
 ) -> None:
     """What each of JigsawServe's features (accuracy scaling, spatial partitioning,

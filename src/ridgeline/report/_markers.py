@@ -23,6 +23,7 @@ def update_document(path: str | Path, blocks: dict[str, str], *, prefix: str, ti
     as it is; a block without markers there yet is appended, and a missing file is created
     with ``title`` as its heading."""
     p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)  # ridgeline-runs/, the default, on first use
     text = p.read_text(encoding="utf-8") if p.exists() else f"# {title}\n"
     for name, block in blocks.items():
         start, end = markers(prefix, name)
