@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -324,3 +325,28 @@ def test_the_demos_step_up_stays_within_the_capacity_verify_measured() -> None:
     assert highest_rate(30.0, phases, None, said.append) == 120.0
     assert highest_rate(30.0, phases, 20.0, said.append) == 30.0  # never below the demand
     assert len(said) == 2
+
+
+@pytest.mark.parametrize(
+    "command", [["runs", "list"], ["runs", "show", "1"], ["analyze", "1"], ["report", "1"]]
+)
+def test_a_damaged_store_is_one_line_naming_the_file_and_the_way_out(
+    command: list[str], tmp_path: Path
+) -> None:
+    """Issue 33, fault 10: a store with a damaged page gave a ``DatabaseError``
+    traceback on the reading commands. One line names the file, what SQLite said, and
+    how to recover what can be read."""
+    db = tmp_path / "runs.sqlite"
+    assert ridgeline("run", "null://", "--rate", "5", "--duration", "0.2", db=db).returncode == 0
+    with sqlite3.connect(db) as con:  # every page in the file, none left in the WAL
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    con.close()
+    data = bytearray(db.read_bytes())
+    page = int.from_bytes(data[16:18], "big")  # the header's page size
+    data[page:] = b"\x07" * (len(data) - page)  # every page but the first, the schema's root
+    db.write_bytes(bytes(data))
+    done = ridgeline(*command, db=db)
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"error: the run store {db} is damaged")
+    assert ".recover" in lines[0]

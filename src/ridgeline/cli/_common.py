@@ -144,21 +144,47 @@ def opened_store(db: str | None) -> Iterator[RunStore]:
     """The run store a command writes to or reads. On leaving, stderr is told what it
     could not write and where that went (a full disk), and which runs it found left
     ``running`` by a process that had ended (marked ``interrupted`` on opening)."""
+    import sqlite3
+
+    from ridgeline.errors import StoreError
     from ridgeline.telemetry.store import RunStore
 
-    with RunStore(db) as store:
-        try:
+    try:
+        with RunStore(db) as store, _reported(store):
             yield store
-        finally:
-            if store.recovered:
-                ids = ", ".join(map(str, store.recovered))
-                message = (
-                    f"run(s) {ids} were left running by a process that has ended (killed?); "
-                    "marked interrupted, what they stored is kept"
-                )
-                err.print(_labelled("note:", "cyan", message), highlight=False, soft_wrap=True)
-            if store.unsaved is not None:
-                warn(store.unsaved)
+    except sqlite3.DatabaseError as exc:
+        if isinstance(exc, sqlite3.OperationalError) and not _damaged(exc):
+            raise  # locked, busy: not the file's fault
+        path = db or os.environ.get("RIDGELINE_DB") or default_store_path()
+        fail(
+            StoreError(
+                f"the run store {path} is damaged ({exc}); what can still be read: "
+                f"`sqlite3 {path} .recover | sqlite3 recovered.sqlite`; or move it aside and "
+                "a new one is started"
+            )
+        )
+
+
+def _damaged(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return "malformed" in text or "not a database" in text or "corrupt" in text
+
+
+@contextmanager
+def _reported(store: RunStore) -> Iterator[None]:
+    """On leaving, what ``opened_store`` tells of ``store``."""
+    try:
+        yield
+    finally:
+        if store.recovered:
+            ids = ", ".join(map(str, store.recovered))
+            message = (
+                f"run(s) {ids} were left running by a process that has ended (killed?); "
+                "marked interrupted, what they stored is kept"
+            )
+            err.print(_labelled("note:", "cyan", message), highlight=False, soft_wrap=True)
+        if store.unsaved is not None:
+            warn(store.unsaved)
 
 
 @contextmanager
