@@ -125,22 +125,29 @@ def long_run_p99_ms(preset: SimPreset, rate: float, seconds: float = 600.0) -> f
 
 
 @pytest.mark.parametrize(
-    ("name", "budget_s"), [("vision", 180.0), ("vision", 600.0), ("nlp", 300.0), ("nlp", 600.0)]
+    ("name", "budget_s", "answers"),
+    [("vision", 180.0, True), ("vision", 600.0, True), ("nlp", 300.0, True), ("nlp", 600.0, False)],
 )
 def test_a_budgeted_probe_answers_within_its_budget_and_never_above_the_truth(
-    name: str, budget_s: float
+    name: str, budget_s: float, answers: bool
 ) -> None:
     """Every second of load counted (warm-up included) stays within the budget, and a
     confirmed answer holds a ten-minute Poisson run's p99 (the over-estimate a budget
-    must not buy); the interval reported reaches above it."""
+    must not buy); the interval reported reaches above it. nlp's late requests come
+    dozens together near its boundary: in 600 s its looks at 80 and 64 req/s, each worth
+    too few independent requests, did not hold surely, and the answer is inconclusive
+    (its 300 s found 64 req/s before it had seen them cluster there)."""
     preset = load_sim_preset(name)
     r = budget_probe(preset, budget_s)
     assert r.wall_s == r.test_seconds <= budget_s, r.test_seconds  # virtual: one clock
+    if not answers:
+        assert r.capacity_rps is None and probe_code(r) is ExitCode.INCONCLUSIVE
+        assert f"the budget of {budget_s:g} s ran out" in r.reason
+        return
     assert r.confirmed and r.capacity_rps is not None, r.reason
     bound = next(b.bound_ms for b in parse_slo(preset.slo).latency if b.percentile == "p99")
     assert long_run_p99_ms(preset, r.capacity_rps) <= bound
     assert r.ci_high is not None and r.ci_high > r.capacity_rps
-    assert f"{budget_s:g} s" in r.reason or "confirmed" in r.reason
 
 
 @pytest.mark.parametrize("budget_s", [40.0, 180.0])

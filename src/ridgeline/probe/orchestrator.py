@@ -19,6 +19,7 @@ from ridgeline.health.timescale import CLUSTERS
 from ridgeline.probe._run import (
     NEAR_BOUNDARY,
     POOLED_CAPS,
+    REACH,
     UNDECIDED_RERUNS,
     BudgetSpent,
     Run,
@@ -43,6 +44,7 @@ from ridgeline.probe.sequential import (
     judge_look,
     look_lengths,
     sure_latency,
+    sure_look_s,
     sure_pass,
 )
 from ridgeline.search import parse_strategy
@@ -191,8 +193,11 @@ async def _fallback(
     whose pass was sure (``sequential.sure_latency``, on its latency: a short step
     cannot show errors<0.1 % surely), then the rates held plainly inside the SLO (a
     score of ``NEAR_BOUNDARY`` or less), highest first, then halving; after a look
-    fails, only rates ``LADDER_DROP`` or more below it. Each look lasts a minute, or
-    what the SLO needs to decide at its rate; the last one all that is left. Near the
+    fails, only rates ``LADDER_DROP`` or more below it. Each look lasts what a sure pass
+    at its rate needs (``sequential.sure_look_s``: a minute at least, the SLO's errors
+    too, and its requests as many more as the late requests seen near that rate came
+    together); a rate the budget left cannot give that is passed over for a lower one;
+    the last look takes all that is left. Near the
     boundary a minute holds surely only where late requests do not cluster (a stall, a
     busy period), and an answer over-estimated is worse than one too low."""
     cfg = run.cfg
@@ -203,20 +208,28 @@ async def _fallback(
     floor = float(cfg.strategy_options.get("min_rate", 0.0))
     ladder = _ladder(run, top)
     verdict: StepVerdict | None = None
+    q = cfg.quantile()
+    share = 1.0 - q if q is not None else 0.0
     while ladder:
         rate = ladder.pop(0)
         if rate < floor or (verdict is not None and rate > verdict.rate * (1 - LADDER_DROP)):
             continue
-        look = max(MIN_LOOK_S, cfg.needed_s(rate))
         left = run.remaining_s()
         if left < MIN_LOOK_S:
             break
+        seen = run.time_scale(below=rate * REACH).dispersion
+        look = sure_look_s(rate, share, 1.0 - cfg.confidence, seen, cfg.needed_s(rate))
+        if look > left:  # no time to be sure here: lower, where late requests cluster less
+            if not ladder:
+                ladder.append(rate / 2)
+            continue
         if left - look < MIN_LOOK_S:
             look = left  # no time for another: this one takes the rest
         plan = StepPlan(rate, look, "confirm")
         verdict = await run.step(plan, stop, settle=False, pool=False, capped=False)
         s, bound = run.judged[-1], run.policy.max_error_rate
-        if sure_pass(verdict, 1.0 - cfg.confidence, _failures(s), s.sent, bound):
+        clustered = _as_clustered(run, verdict)
+        if sure_pass(clustered, 1.0 - cfg.confidence, _failures(s), s.sent, bound):
             reason = (
                 f"confirmed at {rate:g} req/s, a rate the search held, over "
                 f"{verdict.duration_s:.0f} s ({verdict.beyond} of {verdict.samples} requests "
@@ -236,6 +249,17 @@ async def _fallback(
         f"(the last, {verdict.rate:g} req/s: {verdict.reason}); raise --budget"
     )
     return replace(est, capacity_rps=None, ci_low=None, ci_high=high), None, reason
+
+
+def _as_clustered(run: Run, look: StepVerdict) -> StepVerdict:
+    """``look`` with its requests worth as many independent ones as the clustering the
+    probe has seen near its rate says (``health.timescale``, steps offered up to
+    ``REACH`` × its rate), when that is more than its own: a minute at 114 req/s over
+    gRPC held 0 of 6,872 requests beyond the bound, where the steps had seen late
+    requests come 91 together, and a 60 s check at that rate then failed (p99 447 ms
+    against 400). Worth 75 independent requests, its pass was no evidence."""
+    seen = run.time_scale(below=look.rate * REACH).dispersion
+    return replace(look, dispersion=seen) if seen > look.dispersion else look
 
 
 LADDER_DROP = 0.15
@@ -504,7 +528,8 @@ async def _looked(
                 break  # the budget is spent: judged as it stands
             verdict = await run.longer(plan, length, stop)
         s = run.judged[-1]
-        outcome = judge_look(verdict, look, cfg.confidence, _failures(s), s.sent, max_error)
+        clustered = _as_clustered(run, verdict)
+        outcome = judge_look(clustered, look, cfg.confidence, _failures(s), s.sent, max_error)
         if outcome is Look.HELD and look < len(lengths) - 1:
             return verdict, Decision.HELD
         if outcome is Look.FAILED:

@@ -69,6 +69,17 @@ def first_look_s(rate: float, share: float, confidence: float, cover_s: float) -
     return max(MIN_LOOK_S, cover_s, zero_beyond / rate)
 
 
+def sure_look_s(
+    rate: float, share: float, level: float, dispersion: float, least_s: float
+) -> float:
+    """The shortest look at ``rate`` that could pass surely at ``level``: a minute, the
+    ``least_s`` the SLO needs to decide (its errors' bound too), and requests enough that
+    none beyond the bound is that rare at the boundary, each worth ``1/dispersion`` of an
+    independent one (late requests seen coming ``dispersion`` together)."""
+    zero_beyond = math.log(level) / math.log1p(-share) if 0.0 < share < 1.0 else 0.0
+    return max(MIN_LOOK_S, least_s, zero_beyond * max(dispersion, 1.0) / rate)
+
+
 def sure_latency(v: StepVerdict, level: float) -> bool:
     """Whether ``v`` held its percentile so plainly that a server at the boundary would
     do as well at most ``level`` of the time (``confirmation.boundary_chance``)."""
