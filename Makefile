@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/plan_check.py
 	$(BIN)/python benchmarks/drop_rule.py
 	$(BIN)/python benchmarks/plan_real.py
+	bash benchmarks/readme_probe.sh
 	$(BIN)/python benchmarks/startup.py
 	$(BIN)/python benchmarks/plansim.py
 	$(BIN)/python benchmarks/llm.py
