@@ -139,6 +139,15 @@ CASES: dict[str, tuple[Callable[[Files], list[str]], str]] = {
         lambda f: ["runs", "nope"],
         "runs --help')",
     ),
+    # values taken silently (issue 33, fault 18)
+    "--metrics-url ftp://": (
+        lambda f: [*RUN, "--metrics-url", "ftp://127.0.0.1/metrics"],
+        "--metrics-url must be an http:// or https:// URL with a host",
+    ),
+    "runs list --limit -1": (
+        lambda f: ["runs", "list", "--limit", "-1", "--db", str(f("r/x", "").parent / "r.sqlite")],
+        "Invalid value for '--limit'",
+    ),
     "analyze a run id of 2^70": (
         lambda f: ["analyze", str(2**70), "--db", str(f("r/x", "").parent / "runs.sqlite")],
         "run ids are 1 to 9223372036854775807",

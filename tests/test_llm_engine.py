@@ -414,17 +414,44 @@ async def test_bad_and_impossible_requests_are_400_with_a_reason(
     make_server: MakeServer, session: aiohttp.ClientSession
 ) -> None:
     server = await make_server()
-    url = f"{server.openai_url}/completions"
     cases = {
         "max_tokens": ({"prompt": "a", "max_tokens": 64}, "exceeds the KV cache (64 tokens)"),
         "min_tokens": ({"prompt": "a", "max_tokens": 2, "min_tokens": 3}, "min_tokens must be"),
         "ignore_eos": ({"prompt": "a", "ignore_eos": "yes"}, '"ignore_eos" must be true or false'),
         "stream_options": ({"prompt": "a", "stream_options": 1}, '"stream_options" must be'),
+        # taken silently before (issue 33, fault 18)
+        "n": ({"prompt": "a", "n": 3}, '"n": this server makes one choice a request'),
+        "n of a string": ({"prompt": "a", "n": "2"}, '"n" must be a positive integer'),
+        "best_of": ({"prompt": "a", "best_of": 0}, '"best_of" must be a positive integer'),
+        "temperature": ({"prompt": "a", "temperature": 7}, '"temperature" must be a number in'),
+        "temperature a string": ({"prompt": "a", "temperature": "hot"}, '"temperature" must'),
+        "prompt a number": ({"prompt": 12345}, '"prompt" must be a string, a list of strings'),
+        "prompt mixed": ({"prompt": ["a", 1]}, '"prompt" must be'),
     }
-    for name, (body, said) in cases.items():
-        async with session.post(url, json=body) as resp:
+    chat = {
+        "content a number": (
+            {"messages": [{"role": "user", "content": 5}]},
+            "messages[0].content must be a string or a list of content parts",
+        ),
+        "message without a role": ({"messages": [{"content": "hi"}]}, "must be an object"),
+    }
+    for name, (body, said) in [*cases.items(), *chat.items()]:
+        route = "chat/completions" if name in chat else "completions"
+        async with session.post(f"{server.openai_url}/{route}", json=body) as resp:
             assert resp.status == 400, name
             assert said in (await resp.json())["error"]["message"], name
+    # what the API allows still passes: token ids, lists of them, parts, null content
+    parts = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    turns = [{"role": "assistant", "content": None}, {"role": "user", "content": "hi"}]
+    fine = [
+        ("completions", {"prompt": [1, 2, 3], "max_tokens": 1, "temperature": 0, "n": 1}),
+        ("completions", {"prompt": [[1, 2], [3]], "max_tokens": 1, "top_p": 0.9}),
+        ("chat/completions", {"messages": parts, "max_completion_tokens": 1}),
+        ("chat/completions", {"messages": turns, "max_completion_tokens": 1}),
+    ]
+    for route, body in fine:
+        async with session.post(f"{server.openai_url}/{route}", json=body) as resp:
+            assert resp.status == 200, (route, body, await resp.text())
 
 
 async def test_guidellms_calls_work_against_the_llm_preset(

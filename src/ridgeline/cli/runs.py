@@ -15,7 +15,7 @@ app = typer.Typer(help="Runs kept in the run store.", no_args_is_help=True)
 
 @app.command("list")
 def runs_list(
-    db: DbOption = None, limit: Annotated[int, typer.Option(help="newest N runs")] = 20
+    db: DbOption = None, limit: Annotated[int, typer.Option(min=1, help="newest N runs")] = 20
 ) -> None:
     """List the newest runs."""
     from ridgeline.report.terminal import runs_table

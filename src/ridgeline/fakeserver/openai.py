@@ -80,6 +80,75 @@ def _prompt_tokens(value: Any) -> int:
     return tokens
 
 
+def _check_prompt(value: Any) -> None:
+    """A completions ``prompt`` as the API takes it: a string, a list of strings, a list
+    of token ids, or a list of such lists; anything else (``12345``) is refused, not
+    counted as something."""
+    if isinstance(value, str):
+        return
+    if isinstance(value, list) and (
+        all(isinstance(x, str) for x in value)
+        or all(type(x) is int for x in value)
+        or all(isinstance(x, list) and all(type(t) is int for t in x) for x in value)
+    ):
+        return
+    raise _BadRequest(
+        '"prompt" must be a string, a list of strings, a list of token ids or a list of '
+        f"lists of them, not {describe_value(value)}"
+    )
+
+
+def _check_messages(messages: list[Any]) -> None:
+    """Chat ``messages``: objects with a string ``role`` and a ``content`` that is a
+    string, a list of parts (objects; a text part's ``text`` a string), or absent/null
+    (an assistant turn with tool calls); ``content: 5`` is refused."""
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise _BadRequest(f'messages[{i}] must be an object with a string "role"')
+        content = m.get("content")
+        if content is None or isinstance(content, str):
+            continue
+        parts_ok = isinstance(content, list) and all(
+            isinstance(p, dict) and isinstance(p.get("text", ""), str) for p in content
+        )
+        if not parts_ok:
+            raise _BadRequest(
+                f"messages[{i}].content must be a string or a list of content parts, not "
+                f"{describe_value(content)}"
+            )
+
+
+_SAMPLING: dict[str, tuple[float, float]] = {
+    "temperature": (0.0, 2.0),
+    "top_p": (0.0, 1.0),
+    "presence_penalty": (-2.0, 2.0),
+    "frequency_penalty": (-2.0, 2.0),
+}
+
+
+def _check_sampling(doc: dict[str, Any]) -> None:
+    """The sampling settings a client may send, in the API's ranges (they change nothing
+    here, but a wrong one is an error the real server would give); ``n`` and
+    ``best_of`` other than 1: this server makes one choice, and says so rather than
+    answering one of three."""
+    for key, (low, high) in _SAMPLING.items():
+        value = doc.get(key)
+        if value is None:
+            continue
+        if type(value) not in (int, float) or not low <= value <= high:
+            raise _BadRequest(f'"{key}" must be a number in [{low:g}, {high:g}], not {value!r}')
+    for key in ("n", "best_of"):
+        value = doc.get(key)
+        if value is None:
+            continue
+        if type(value) is not int or value < 1:
+            raise _BadRequest(f'"{key}" must be a positive integer, not {value!r}')
+        if value != 1:
+            raise _BadRequest(
+                f'"{key}": this server makes one choice a request; send 1, not {value}'
+            )
+
+
 @lru_cache(maxsize=1)
 def _count_text() -> Callable[[str], int]:
     if not gpt2_available():
@@ -148,6 +217,11 @@ class _OpenAIRoutes:
             )
         if chat and not isinstance(doc.get("messages"), list):
             raise _BadRequest('chat completions need a "messages" list')
+        if chat:
+            _check_messages(doc["messages"])
+        else:
+            _check_prompt(doc.get("prompt", ""))
+        _check_sampling(doc)
         prompt = _prompt_tokens(doc.get("messages") if chat else doc.get("prompt", ""))
         options = doc.get("stream_options") or {}
         if not isinstance(options, dict):

@@ -55,6 +55,20 @@ class StepConfig(BaseModel):
     metrics_url: str | None = Field(None, description="Prometheus endpoint to scrape beside")
     store_requests: bool = Field(False, description="keep one row per request in the store")
 
+    @field_validator("metrics_url")
+    @classmethod
+    def _scrapable(cls, value: str | None) -> str | None:
+        """An http(s) URL with a host: the scraper speaks nothing else (``ftp://`` was
+        taken, and every scrape then failed in silence)."""
+        if value is not None:
+            scheme, _, rest = value.partition("://")
+            if scheme.lower() not in ("http", "https") or not rest.split("/", 1)[0]:
+                raise ValueError(
+                    "--metrics-url must be an http:// or https:// URL with a host, such as "
+                    "http://127.0.0.1:8000/metrics"
+                )
+        return value
+
     @field_validator("workers")
     @classmethod
     def _worker_address(cls, value: str | None) -> str | None:
