@@ -491,3 +491,18 @@ def test_the_datatype_table_names_real_onnx_types_and_reads_both_spellings_back(
         None,
         None,
     ]
+
+
+def test_a_grpc_request_with_both_raw_and_typed_contents_is_refused() -> None:
+    """Issue 33, fault 18: raw contents were used and typed ones beside them ignored in
+    silence; Triton refuses the mix, and so does this codec. Raw alone still decodes."""
+    fp32 = MODELS[NUMERIC.index("FP32")]
+    r = service_pb2.ModelInferRequest(model_name="m")
+    t = r.inputs.add(name="X", datatype="FP32")
+    t.shape.extend([1, 2])
+    r.raw_input_contents.append(np.array([[1.0, 2.0]], dtype=np.float32).tobytes())
+    rows, arrays, _ = decode_request(fp32, r, BOUND)
+    assert rows == 1 and arrays[0].tolist() == [[1.0, 2.0]]
+    t.contents.fp32_contents.extend([3.0, 4.0])
+    with pytest.raises(InvalidRequest, match=r"inputs \['X'\] carry typed contents beside raw"):
+        decode_request(fp32, r, BOUND)

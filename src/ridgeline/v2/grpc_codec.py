@@ -41,6 +41,13 @@ def decode_request(
             f"raw_input_contents has {len(raw)} entries for {len(request.inputs)} inputs; "
             "send one per input, in order"
         )
+    if raw:  # Triton refuses both as well: which one would the model see?
+        typed = [t.name for t in request.inputs if t.HasField("contents")]
+        if typed:
+            raise InvalidRequest(
+                f"inputs {typed} carry typed contents beside raw_input_contents; send "
+                "each input one way: raw for all, or typed contents for all"
+            )
     tensors = []
     for i, t in enumerate(request.inputs):
         field = _CONTENTS_FIELD.get(t.datatype)
