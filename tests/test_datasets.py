@@ -95,6 +95,13 @@ def test_a_trace_csv_and_the_bundled_azure_trace_give_token_counts(tmp_path: Pat
     assert azure.conversations[0][0] == Turn(None, 4808, 10)  # the file's first row
 
 
+def test_the_bundled_trace_is_not_read_as_another_format() -> None:
+    """``--dataset azure --dataset-format sharegpt`` read the CSV trace in silence."""
+    with pytest.raises(DatasetError, match=r"is the bundled Azure trace .* not sharegpt"):
+        read_dataset("azure", "sharegpt")
+    assert read_dataset("azure", "trace").conversations
+
+
 @pytest.mark.parametrize(
     ("name", "text", "message"),
     [
@@ -105,7 +112,10 @@ def test_a_trace_csv_and_the_bundled_azure_trace_give_token_counts(tmp_path: Pat
         ("b.jsonl", '{"prompt": "a"}\n[1]\n', r"line 2: a line must be a JSON object, not list"),
         ("b.jsonl", '{"question": "a"}\n', r"line 1: no prompt text \(looked for prompt"),
         ("b.jsonl", '{"prompt": "a", "max_tokens": 0}\n', r"line 1: the output length must"),
-        ("b.jsonl", '{"prompt": "a", "max_tokens": 2.5}\n', r"whole number ≥ 1, got 2.5"),
+        ("b.jsonl", '{"prompt": "a", "max_tokens": 2.5}\n', r"whole number in 1..1,048,576, got"),
+        # 10^11 output tokens was taken, and asked of the server (issue 33, fault 18)
+        ("b.jsonl", '{"prompt": "a", "max_tokens": 100000000000}\n', r"in 1..1,048,576, got 1"),
+        ("t.csv", "time,prompt_tokens,output_tokens\n1,5,5\n2,5,100000000000\n", r"request 1"),
         ("b.txt", "hello\n", r"b.txt is neither JSONL .* nor ShareGPT JSON"),
         ("b.json", "[1]", r"b.json, conversation 0: expected an object"),
         ("b.json", '[{"conversations": 3}]', r'"conversations" must be a list'),

@@ -81,6 +81,11 @@ def read_dataset(path: str | Path, fmt: DatasetFormat = "auto") -> Dataset:
     if fmt not in FORMATS:
         raise UnknownKindError("dataset format", str(fmt), FORMATS)
     if str(path) == BUNDLED:
+        if fmt not in ("auto", "trace"):
+            raise DatasetError(
+                f"dataset {BUNDLED!r} is the bundled Azure trace (CSV), not {fmt}; drop "
+                "--dataset-format or give trace"
+            )
         return _from_trace(bundled_trace_path())
     file = Path(path)
     if fmt == "trace" or (fmt == "auto" and file.suffix.lower() in _TRACE_SUFFIXES):
@@ -116,6 +121,12 @@ def _from_trace(file: Path) -> Dataset:
             "input_tokens); a dataset needs each request's prompt length"
         )
     outputs = trace.columns.get("output_tokens")
+    if outputs is not None and len(outputs) and float(outputs.max()) > MAX_OUTPUT_TOKENS:
+        row = int(outputs.argmax())
+        raise DatasetError(
+            f"trace {file}, request {row}: asks {float(outputs[row]):.0f} output tokens, more "
+            f"than {MAX_OUTPUT_TOKENS:,}; fix the row"
+        )
     rows = (
         Turn(None, int(p), None if outputs is None else int(outputs[i]) or None)
         for i, p in enumerate(prompts.tolist())
@@ -221,11 +232,19 @@ def _first(doc: dict[str, Any], keys: tuple[str, ...]) -> Any:
     return next((doc[k] for k in keys if k in doc), None)
 
 
+MAX_OUTPUT_TOKENS = 1 << 20
+"""The longest output a dataset row may ask for: about a million tokens, past every
+served model's context (10^11 was taken, and asked of the server)."""
+
+
 def _length(value: Any, where: str) -> int | None:
     if value is None:
         return None
-    if type(value) is not int or value < 1:
-        raise DatasetError(f"{where}: the output length must be a whole number ≥ 1, got {value!r}")
+    if type(value) is not int or not 1 <= value <= MAX_OUTPUT_TOKENS:
+        raise DatasetError(
+            f"{where}: the output length must be a whole number in 1..{MAX_OUTPUT_TOKENS:,}, "
+            f"got {value!r}"
+        )
     return value
 
 
