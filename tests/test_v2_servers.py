@@ -346,6 +346,11 @@ async def test_the_fake_openai_routes_answer_malformed_requests(fake: FakeServer
             async with session.post(url, data=raw) as resp:
                 assert resp.status == 400
                 assert says in (await resp.json())["error"]["message"]
-        async with session.post(url, data=deep) as resp:  # counted without recursion
+        # a prompt nested 1,000 deep is no shape the API takes (issue 33, fault 18): refused,
+        # read without recursion, and the server goes on answering
+        async with session.post(url, data=deep) as resp:
+            assert resp.status == 400
+            assert '"prompt" must be a string' in (await resp.json())["error"]["message"]
+        async with session.post(url, json={"max_tokens": 1, "prompt": ["word"]}) as resp:
             assert resp.status == 200
             assert (await resp.json())["usage"]["prompt_tokens"] == 1
