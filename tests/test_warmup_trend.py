@@ -23,7 +23,8 @@ from ridgeline.health.warmup import (
     warmup_round,
     warmup_start,
 )
-from ridgeline.probe._run import Run, Warmed, warmup
+from ridgeline.probe._run import Run, Warmed
+from ridgeline.probe._warmup import warmup
 from ridgeline.probe.api import run_probe
 from ridgeline.probe.config import ProbeConfig
 from ridgeline.probe.drivers import SimDriver

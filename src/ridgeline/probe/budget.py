@@ -1,0 +1,224 @@
+"""A probe under a budget (``ProbeConfig.budget_s``), and confirmations run in looks
+(``ProbeConfig.looks``): the shares of the budget the search and its steps may take,
+the confirmation run in sequential looks (``looked``, the rules in ``probe.sequential``),
+and what a probe answers when its confirmations did not decide in time: a ladder of last
+looks at rates the search held (``fallback``), or the best sure pass measured
+(``within_budget``). Called by ``probe.orchestrator``; each step measured through
+``probe._run.Run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import replace
+
+from ridgeline.probe._run import NEAR_BOUNDARY, REACH, BudgetSpent, Run
+from ridgeline.probe.sequential import (
+    MIN_LOOK_S,
+    Look,
+    first_look_s,
+    judge_look,
+    look_lengths,
+    sure_latency,
+    sure_look_s,
+    sure_pass,
+)
+from ridgeline.search.base import CapacityEstimate, StepPlan, StepVerdict
+from ridgeline.search.confirmation import Decision
+from ridgeline.telemetry.summary import StepSummary
+
+__all__ = [
+    "FALLBACK_S",
+    "LADDER_DROP",
+    "SEARCHED",
+    "STEP_SHARE",
+    "as_clustered",
+    "failures",
+    "fallback",
+    "looked",
+    "within_budget",
+]
+
+
+FALLBACK_S = 2 * (MIN_LOOK_S + 5.0)
+"""Under a budget, the confirmation at the estimate (and its back-offs) leaves this much
+for two last looks at rates the search held (``fallback``)."""
+
+
+async def fallback(
+    run: Run, est: CapacityEstimate, ceiling: float | None, why: str, stop: asyncio.Event
+) -> tuple[CapacityEstimate, bool | None, str]:
+    """Under a budget, when the confirmations at the estimate did not decide a pass in
+    their share of it: looks down a ladder of rates the search held, below every failure
+    decided, until one holds surely (``sequential.sure_pass`` at the probe's
+    confidence) or the budget ends. The ladder (``_ladder``): first the highest rate
+    whose pass was sure (``sequential.sure_latency``, on its latency: a short step
+    cannot show errors<0.1 % surely), then the rates held plainly inside the SLO (a
+    score of ``NEAR_BOUNDARY`` or less), highest first, then halving; after a look
+    fails, only rates ``LADDER_DROP`` or more below it. Each look lasts what a sure pass
+    at its rate needs (``sequential.sure_look_s``: a minute at least, the SLO's errors
+    too, and its requests as many more as the late requests seen near that rate came
+    together); a rate the budget left cannot give that is passed over for a lower one;
+    the last look takes all that is left. Near the
+    boundary a minute holds surely only where late requests do not cluster (a stall, a
+    busy period), and an answer over-estimated is worse than one too low."""
+    cfg = run.cfg
+    run.reserve_s = 0.0  # what was kept back is for these looks
+    failed = [v.rate for v in run.trajectory if v.valid and not v.sustainable and v.decided]
+    top = min([*failed, *([ceiling] if ceiling is not None else [])], default=math.inf)
+    high = None if math.isinf(top) else top
+    floor = float(cfg.strategy_options.get("min_rate", 0.0))
+    ladder = _ladder(run, top)
+    verdict: StepVerdict | None = None
+    q = cfg.quantile()
+    share = 1.0 - q if q is not None else 0.0
+    while ladder:
+        rate = ladder.pop(0)
+        if rate < floor or (verdict is not None and rate > verdict.rate * (1 - LADDER_DROP)):
+            continue
+        left = run.remaining_s()
+        if left < MIN_LOOK_S:
+            break
+        seen = run.time_scale(below=rate * REACH).dispersion
+        look = sure_look_s(rate, share, 1.0 - cfg.confidence, seen, cfg.needed_s(rate))
+        if look > left:  # no time to be sure here: lower, where late requests cluster less
+            if not ladder:
+                ladder.append(rate / 2)
+            continue
+        if left - look < MIN_LOOK_S:
+            look = left  # no time for another: this one takes the rest
+        plan = StepPlan(rate, look, "confirm")
+        verdict = await run.step(plan, stop, settle=False, pool=False, capped=False)
+        s, bound = run.judged[-1], run.policy.max_error_rate
+        clustered = as_clustered(run, verdict)
+        if sure_pass(clustered, 1.0 - cfg.confidence, failures(s), s.sent, bound):
+            reason = (
+                f"confirmed at {rate:g} req/s, a rate the search held, over "
+                f"{verdict.duration_s:.0f} s ({verdict.beyond} of {verdict.samples} requests "
+                f"beyond the bound): the budget of {cfg.budget_s:g} s left no time to "
+                f"confirm nearer the boundary ({why}; raise --budget for a narrower answer)"
+            )
+            low = est.ci_low if est.ci_low is not None and est.ci_low <= rate else rate
+            return replace(est, capacity_rps=rate, ci_low=low, ci_high=high), True, reason
+        if verdict.valid and not verdict.sustainable:
+            high = rate if high is None else min(high, rate)
+        if not ladder:
+            ladder.append(rate / 2)  # below every rate the search held: halving
+    if verdict is None:
+        raise BudgetSpent
+    reason = (
+        f"the budget of {cfg.budget_s:g} s ran out before any rate held a look surely "
+        f"(the last, {verdict.rate:g} req/s: {verdict.reason}); raise --budget"
+    )
+    return replace(est, capacity_rps=None, ci_low=None, ci_high=high), None, reason
+
+
+def as_clustered(run: Run, look: StepVerdict) -> StepVerdict:
+    """``look`` with its requests worth as many independent ones as the clustering the
+    probe has seen near its rate says (``health.timescale``, steps offered up to
+    ``REACH`` × its rate), when that is more than its own: a minute at 114 req/s over
+    gRPC held 0 of 6,872 requests beyond the bound, where the steps had seen late
+    requests come 91 together, and a 60 s check at that rate then failed (p99 447 ms
+    against 400). Worth 75 independent requests, its pass was no evidence."""
+    seen = run.time_scale(below=look.rate * REACH).dispersion
+    return replace(look, dispersion=seen) if seen > look.dispersion else look
+
+
+LADDER_DROP = 0.15
+"""After a last look fails, the next is at least this far below it: a rate just under
+one that failed is as doubtful (the largest calibrated back-off, ``MAX_CALIBRATED_BACKOFF``)."""
+
+
+def _ladder(run: Run, top: float) -> list[float]:
+    """The rates ``fallback`` looks at, in order: the highest sure pass (when above the
+    highest plain one), then the plain passes, highest first, all below ``top``."""
+    level = 1.0 - run.cfg.confidence
+    held = [v for v in run.trajectory if v.valid and v.sustainable and v.rate < top]
+    sure = [v.rate for v in held if sure_latency(v, level)]
+    inside = sorted({v.rate for v in held if v.score <= NEAR_BOUNDARY}, reverse=True)
+    if sure and (not inside or max(sure) > inside[0]):
+        return [max(sure), *inside]
+    return inside
+
+
+SEARCHED = 0.5
+"""Under a budget, no search step starts once this share of it is spent (the warm-up's
+``_warmup.WARMUP_SHARE`` included); the confirmation has the rest."""
+STEP_SHARE = 0.15
+"""Under a budget, no step is capped longer than this share of it (unless its
+percentile needs more to decide): a search of several steps fits in its share."""
+
+
+def within_budget(run: Run, est: CapacityEstimate) -> tuple[CapacityEstimate, bool | None, str]:
+    """The answer when the budget ran out before a confirmation decided: the highest rate
+    a run of at least ``MIN_LOOK_S`` held surely (``sequential.sure_pass`` at the
+    probe's confidence, shared among the runs it is chosen from), below every decided
+    failure; the lowest of those bounds it above."""
+    cfg = run.cfg
+    budget = cfg.budget_s
+    failed = [v.rate for v in run.trajectory if v.valid and not v.sustainable and v.decided]
+    ceiling = min(failed, default=None)
+    candidates = [
+        (v, s)
+        for v, s in zip(run.trajectory, run.judged, strict=True)
+        if v.valid
+        and v.sustainable
+        and v.duration_s >= MIN_LOOK_S
+        and (ceiling is None or v.rate < ceiling)
+    ]
+    level = (1.0 - cfg.confidence) / max(len(candidates), 1)
+    max_error = run.policy.max_error_rate
+    sure = [v for v, s in candidates if sure_pass(v, level, failures(s), s.sent, max_error)]
+    spent = f"the budget of {budget:g} s ran out before a confirmation decided"
+    if not sure:
+        reason = (
+            f"{spent}, and no run of {MIN_LOOK_S:g} s or more held surely: no capacity "
+            "to report (raise --budget)"
+        )
+        return replace(est, capacity_rps=None, ci_low=None, ci_high=ceiling), None, reason
+    best = max(sure, key=lambda v: v.rate)
+    above = f"; it fails at {ceiling:g} req/s" if ceiling is not None else ""
+    reason = (
+        f"{spent}: {best.rate:g} req/s is the highest rate a run of {MIN_LOOK_S:g} s or "
+        f"more held surely ({best.duration_s:.0f} s, {best.beyond} of {best.samples} "
+        f"requests beyond the bound){above} (raise --budget for a narrower answer)"
+    )
+    return replace(est, capacity_rps=best.rate, ci_low=best.rate, ci_high=ceiling), True, reason
+
+
+def failures(s: StepSummary) -> int:
+    """A step's requests that count against the SLO's error bound."""
+    return s.errors + s.timeouts + s.incomplete + s.dropped
+
+
+async def looked(
+    run: Run, plan: StepPlan, stop: asyncio.Event
+) -> tuple[StepVerdict, Decision | None]:
+    """One confirmation run in looks (``probe.sequential``): its verdict, and HELD or
+    FAILED when a look decided it early; None when it ran its full length (or the
+    budget's), judged then as one run would be."""
+    cfg = run.cfg
+    q = cfg.quantile()
+    share = 1.0 - q if q is not None else 0.0
+    cover = run.time_scale().cover_s(plan.rate, share) if q is not None else 0.0
+    first = first_look_s(plan.rate, share, cfg.confidence, cover)
+    lengths = look_lengths(first, plan.duration_s)
+    first_plan = replace(plan, duration_s=lengths[0])
+    verdict = await run.step(first_plan, stop, settle=False, pool=cfg.budget_s is None)
+    max_error = run.policy.max_error_rate
+    for look, length in enumerate(lengths):
+        if look and run.pooled_s() < length:
+            if run.remaining_s() < MIN_LOOK_S / 2:
+                break  # the budget is spent: judged as it stands
+            verdict = await run.longer(plan, length, stop)
+        s = run.judged[-1]
+        clustered = as_clustered(run, verdict)
+        outcome = judge_look(clustered, look, cfg.confidence, failures(s), s.sent, max_error)
+        if outcome is Look.HELD and look < len(lengths) - 1:
+            return verdict, Decision.HELD
+        if outcome is Look.FAILED:
+            return verdict, Decision.FAILED
+        if not verdict.valid:
+            return verdict, None
+    return run.settle(verdict), None
