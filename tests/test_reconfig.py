@@ -241,7 +241,10 @@ async def test_verify_passes_a_plan_within_its_demand_and_fails_one_beyond(
         # the margin needs the search's brackets at 40 and 80 req/s to hold, not a long
         # step at each: 1 s steps (the probe's warm-up before them is its own 10 s); 5 s
         # at the demand (~200 requests) so that one late request is not the 1 % alone
-        ok = await verify(served, server.model_url(), seconds=5.0, warmup_s=1.0, step_s=1.0)
+        # sent from a process of its own: the server runs in this event loop
+        ok = await verify(
+            served, server.model_url(), seconds=5.0, warmup_s=1.0, step_s=1.0, apart=True
+        )
         too_much = served.model_copy(update={"demand_rps": 2000.0, "slo_ms": 20.0})
         # 2,000 requests at six times what the pipeline serves: missed in any second
         bad = await verify(too_much, server.model_url(), seconds=1.0, warmup_s=0.0, search=False)

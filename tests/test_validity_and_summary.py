@@ -132,6 +132,24 @@ def test_summary_counts_errors_and_timeouts_in_latency_and_error_rate() -> None:
     assert s.latency_ms.p50 == pytest.approx(10.0, rel=1e-3)
 
 
+def test_a_step_answered_late_achieved_what_its_answers_took_not_what_it_offered() -> None:
+    """5,000 requests scheduled over 1 s, sent up to 55 s late by a generator that fell
+    behind (issue 33, fault 23): each answered 10 ms after its send, all ok. Offered
+    5,000/s; achieved over the 56.01 s the answers took (89 a second), not 5,000/s. On
+    time, the same requests achieved what they offered, less the 10 ms their last answer
+    came after the step's end (as GuideLLM times a run: to its last answer)."""
+    sched = np.arange(5000) / 5000.0
+    sent = sched + np.linspace(0.0, 55.0, 5000)
+    ok = np.full(5000, int(Outcome.OK))
+    late = summarize(records(sched, sent, sent + 0.01, ok), 1.0, valid=False, invalid_reason="x")
+    assert late.offered_rps == 5000.0
+    assert late.achieved_rps == pytest.approx(89.27, abs=0.01)
+    on_time = summarize(
+        records(sched, sched, sched + 0.01, ok), 1.0, valid=True, invalid_reason=None
+    )
+    assert on_time.achieved_rps == pytest.approx(4951.5, abs=0.1)
+
+
 def test_windows_attribute_latency_by_schedule_and_throughput_by_completion() -> None:
     sched = np.array([0.1, 0.2, 0.3, 1.1, 1.2])
     done = np.array([0.15, 0.25, 1.5, 1.15, 1.3])

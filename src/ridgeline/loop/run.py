@@ -270,7 +270,7 @@ async def run_loop(
         say(f"      {url}")
         say(f"[4/6] verifying {spec.demand_rps:g} req/s")
         verified = await verify(
-            plan, url, seconds=cfg.verify_s, search=cfg.verify_search, step_s=3.0
+            plan, url, seconds=cfg.verify_s, search=cfg.verify_search, step_s=3.0, apart=True
         )
         say(f"      {verified.summary()}")
         say("[5/6] moving the demand; the controller re-plans and applies the difference live")

@@ -72,7 +72,10 @@ class WorkerLoad(BaseModel):
 
 class StepSummary(BaseModel):
     offered_rps: float = Field(description="scheduled requests / step duration")
-    achieved_rps: float = Field(description="successful answers / step duration")
+    achieved_rps: float = Field(
+        description="successful answers / the seconds from the step's start to its last "
+        "answer (at least its duration: a generator or server that fell behind is slower)"
+    )
     duration_s: float
     scheduled: int
     sent: int
@@ -103,12 +106,14 @@ class StepSummary(BaseModel):
         None, description="prompt tokens of the successful requests / step duration"
     )
     output_tokens_per_s: float | None = Field(
-        None, description="output tokens of the successful requests / step duration"
+        None, description="output tokens of the successful requests / the answered span"
     )
     good: int | None = Field(
         None, description="successful requests that met every per-request bound of the SLO"
     )
-    goodput_rps: float | None = Field(None, description="good / step duration (with an SLO)")
+    goodput_rps: float | None = Field(
+        None, description="good / the answered span, as achieved_rps (with an SLO)"
+    )
     error_kinds: dict[str, int] = Field(default_factory=dict)
     valid: bool = True
     invalid_reason: str | None = None
@@ -168,10 +173,11 @@ def summarize(
     ok = outcome == int(Outcome.OK)
     failed = int(np.isin(outcome, [int(o) for o in FAILED]).sum())
     span = duration_s if duration_s > 0 else 1.0
+    answered_s = answered_span(rec, duration_s)
     tokens = token_percentiles(rec, 0, len(rec))
     return StepSummary(
         offered_rps=len(rec) / span,
-        achieved_rps=float(ok.sum()) / span,
+        achieved_rps=float(ok.sum()) / answered_s,
         duration_s=duration_s,
         scheduled=len(rec),
         sent=sent,
@@ -187,8 +193,8 @@ def summarize(
         latency_from_send_ms=latency_from_send_ms(rec),
         lateness_ms=lateness_ms(rec),
         **tokens,
-        input_tokens_per_s=_per_s(rec.prompt_tokens[ok], span),
-        output_tokens_per_s=_per_s(rec.output_tokens[ok], span),
+        input_tokens_per_s=_per_s(rec.prompt_tokens[ok], answered_s),
+        output_tokens_per_s=_per_s(rec.output_tokens[ok], answered_s),
         error_kinds=dict(rec.errors),
         valid=valid,
         invalid_reason=invalid_reason,
@@ -281,5 +287,16 @@ def gap_statistic(rec: Records, percentile: str) -> NDArray[np.float64]:
 def with_goodput(summary: StepSummary, rec: Records, bounds: Sequence[RequestBound]) -> StepSummary:
     """``summary`` with the good requests of ``rec`` under ``bounds`` and its goodput."""
     n = int(good(rec, bounds).sum())
-    span = summary.duration_s if summary.duration_s > 0 else 1.0
+    span = answered_span(rec, summary.duration_s)
     return summary.model_copy(update={"good": n, "goodput_rps": n / span})
+
+
+def answered_span(rec: Records, duration_s: float) -> float:
+    """The seconds a step's successful answers took to come: from its start to the last
+    of them, at least its ``duration_s`` (1 s when that is 0). A step whose sends went
+    out 55 s late, or whose server queued them, answered its requests over longer than
+    it was scheduled for, and its throughput is that much less than what it offered."""
+    span = duration_s if duration_s > 0 else 1.0
+    done = rec.done[rec.outcome == int(Outcome.OK)]
+    done = done[np.isfinite(done)]
+    return max(span, float(done.max())) if done.size else span
