@@ -87,7 +87,8 @@ def step_table(s: StepSummary, title: str = "step") -> Group:
         f"offered {s.offered_rps:.1f}/s  achieved {s.achieved_rps:.1f}/s  "
         f"sent {s.sent}  ok {s.ok}  errors {s.errors}  timeouts {s.timeouts}  "
         f"dropped {s.dropped}  error rate {s.error_rate:.2%}"
-        + (f"  run {s.run_id}" if s.run_id is not None else "")
+        + (f"  run {s.run_id}" if s.run_id is not None and s.run_id > 0 else "")
+        + ("  run not yet stored" if s.run_id is not None and s.run_id < 0 else "")
     )
     tokens = "  ".join(
         f"{k} {v}" for k, v in token_facts(s) if not k.startswith(("TTFT", "ITL", "TPOT"))
@@ -206,7 +207,7 @@ def probe_table(r: ProbeResult) -> Table:
         ("confirmed", "-" if r.confirmed is None else str(r.confirmed).lower()),
         ("valid", str(r.valid).lower()),
         ("status", r.status),
-        ("run", str(r.run_id)),
+        ("run", "not yet stored" if r.run_id is not None and r.run_id < 0 else str(r.run_id)),
     ]
     if r.at_capacity is not None:
         rows[1:1] = [(f"at it: {k}", v) for k, v in token_facts(r.at_capacity)]

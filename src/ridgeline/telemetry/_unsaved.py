@@ -10,6 +10,8 @@ replayed into it (runs it created get their ids then) and deleted.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -18,7 +20,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 Op = dict[str, Any]
 """One write: ``{"op": "create_run" | "add_step" | "finish_run", "run": id, ...}``."""
@@ -33,41 +35,66 @@ def _places(store: Path) -> tuple[Path, Path]:
 
 
 class Journal:
-    """One store's journal of the writes it could not make, locked while it is open."""
+    """One store's journal of the writes it could not make, locked while it is open.
+
+    Each line is written unbuffered, whole or not at all as far as the journal knows: a
+    write that fails (the disk beside the store filled up after the journal opened
+    there) moves the journal to the next place, where that line and every later one
+    go; the lines already written stay where they are (a torn last line is skipped on
+    replay), and the places are replayed in order. When no place takes a line, it and
+    the later ones are kept in ``lost`` (in memory: the caller prints its results)."""
 
     def __init__(self, store: Path) -> None:
         self._store = store
-        self._file: IO[str] | None = None
+        self._fd: int | None = None
+        self._places = list(_places(store))
         self.path: Path | None = None
+        self.lost: list[Op] = []
+        """The writes no place could take, in order."""
 
     def append(self, op: Op) -> Path:
         """Append ``op``; the file it went to. Raises OSError when no place can be
-        written."""
-        line = json.dumps(op, separators=(",", ":")) + "\n"
-        if self._file is None:
-            self._file, self.path = self._open()
-        self._file.write(line)
-        self._file.flush()
-        assert self.path is not None
-        return self.path
-
-    def _open(self) -> tuple[IO[str], Path]:
+        written (``op`` is then in ``lost``)."""
+        line = (json.dumps(op, separators=(",", ":")) + "\n").encode()
         errors: list[OSError] = []
-        for stem in _places(self._store):
-            path = stem.with_name(f"{stem.name}-{os.getpid()}-{time.time_ns()}.jsonl")
+        while not self.lost:
+            if self._fd is None:
+                try:
+                    self._fd, self.path = self._open()
+                except OSError as exc:
+                    errors.append(exc)
+                    break
             try:
-                f = path.open("a", encoding="utf-8")
+                if os.write(self._fd, line) == len(line):
+                    assert self.path is not None
+                    return self.path
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # a short write
             except OSError as exc:
                 errors.append(exc)
+                self.close()  # this place is full: the next one, from this line on
+                self._places = self._places[1:]
+        self.lost.append(op)
+        raise errors[-1] if errors else OSError(errno.ENOSPC, "no place took an earlier write")
+
+    def _open(self) -> tuple[int, Path]:
+        errors: list[OSError] = []
+        for stem in self._places:
+            path = stem.with_name(f"{stem.name}-{os.getpid()}-{time.time_ns()}.jsonl")
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            except OSError as exc:
+                errors.append(exc)
+                self._places = self._places[1:]
                 continue
-            fcntl.flock(f, fcntl.LOCK_EX)  # a new file no one else knows: at once
-            return f, path
-        raise errors[-1]
+            fcntl.flock(fd, fcntl.LOCK_EX)  # a new file no one else knows: at once
+            return fd, path
+        raise errors[-1] if errors else OSError(errno.ENOSPC, "no place left for a journal")
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()  # and the lock with it
-            self._file = None
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)  # and the lock with it
+            self._fd = None
 
 
 def replay(store: Path, apply: Callable[[list[Op]], None]) -> None:

@@ -18,8 +18,10 @@ import base64
 import contextlib
 import json
 import os
+import shutil
 import socket
 import sqlite3
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -159,6 +161,21 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _full(path: Path, exc: BaseException) -> str:
+    """``exc`` in words, saying so when the disk that holds ``path`` is full (SQLite
+    says "disk I/O error" for a write that found no room)."""
+    try:
+        free = shutil.disk_usage(path.parent if path.parent.exists() else Path.cwd()).free
+    except OSError:
+        return str(exc)
+    return f"the disk is full ({free:,} bytes free; SQLite: {exc})" if free < FULL else str(exc)
+
+
+FULL = 1 << 20
+"""A disk with less free than this (1 MiB) is called full: a store's page and its WAL
+frames need some room, and a write that failed with less is for want of it."""
+
+
 MAX_RUN_ID = 2**63 - 1
 """The largest id SQLite can hold (a signed 64-bit integer)."""
 
@@ -180,7 +197,8 @@ class RunStore(Connected):
             _add_columns(self._db)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(
-                f"cannot open the run store at {path}: {exc}; pass --db with a writable path"
+                f"cannot open the run store at {path}: {_full(path, exc)}; free some space, "
+                "or pass --db with a writable path"
             ) from exc
         self.unsaved: str | None = None
         """What this store could not write and where it went instead, as a sentence for
@@ -195,7 +213,10 @@ class RunStore(Connected):
 
     def close(self) -> None:
         self._journal.close()
-        super().close()
+        try:
+            super().close()
+        except sqlite3.Error as exc:  # what was committed is in the file (or its WAL)
+            self.unsaved = self.unsaved or f"the run store {self.path} did not close: {exc}"
 
     def create_run(self, kind: str, target: str, config: dict[str, Any]) -> int:
         op = {
@@ -278,14 +299,16 @@ class RunStore(Connected):
             journal = self._journal.append(op)
         except OSError as lost:
             self.unsaved = (
-                f"the run store {self.path} could not be written ({exc or 'see above'}), nor "
-                f"could its journal ({lost}): the results printed here are the only copy; "
-                "free some space, or pass --db with another path"
+                f"the run store {self.path} could not be written "
+                f"({_full(self.path, exc) if exc else 'see above'}), nor could its journal, "
+                f"beside it or in {tempfile.gettempdir()} ({lost}): the results printed here "
+                "are the only copy; free some space, or pass --db with another path"
             )
             return
         if exc is not None or self.unsaved is None:
             self.unsaved = (
-                f"the run store {self.path} could not be written ({exc or 'see above'}); "
+                f"the run store {self.path} could not be written "
+                f"({_full(self.path, exc) if exc else 'see above'}); "
                 f"the results are kept in {journal} and are written to the store the next "
                 "time ridgeline opens it with room (free some space, or pass --db with "
                 "another path)"
