@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import time
 import urllib.error
@@ -20,6 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
+from yarl import URL
 
 from _llm import TINY
 from _timing import await_until
@@ -532,3 +534,106 @@ def test_any_body_gets_an_answer_never_a_server_error(
     if status != 200:
         message = json.loads(text)["error"]["message"]
         assert message and "\n" not in message
+
+
+GLACIAL = LatencyModel(
+    name="llm",
+    llm=LlmEngine(kv_cache_tokens=64, block_tokens=16, max_num_seqs=1, step_ms=500.0, **FREE),
+)
+"""Every step 500 ms: 50 tokens take 25 s, longer than any wait below."""
+
+
+def requests_total(text: str, outcome: str) -> float:
+    m = re.search(rf'^fakeserver_requests_total\{{.*outcome="{outcome}".*\}} (\S+)$', text, re.M)
+    return 0.0 if m is None else float(m.group(1))
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_a_request_whose_client_went_away_is_aborted_and_not_counted_ok(
+    make_server: MakeServer, streamed: bool
+) -> None:
+    """Issue 33, faults 3 and 19: a client that goes away while its answer is generated
+    frees its sequence at once (as vLLM aborts it), streamed or not: 60 non-streamed
+    requests whose clients had gone filled the cache for the length of their answers.
+    And it counts as an error on the server's metrics, not ``ok``."""
+    server = await make_server(GLACIAL)
+    body = {"model": "llm", "prompt": "a", "max_tokens": 50, "stream": streamed}
+    async with aiohttp.ClientSession() as watcher:
+
+        def running(n: int) -> Callable[[], Awaitable[bool]]:
+            async def check() -> bool:
+                text = await scrape(watcher, server)
+                return vllm_metric(text, "vllm:num_requests_running") == n
+
+            return check
+
+        writer = await send_raw(server, body)
+        await await_until(running(1), 10, "the request running")
+        writer.close()  # the client goes away
+        await writer.wait_closed()
+        await await_until(running(0), 10, "the abandoned request aborted")
+        text = await scrape(watcher, server)
+        assert vllm_metric(text, "vllm:kv_cache_usage_perc") == 0.0
+        await await_until(
+            lambda: _counted(watcher, server, "error"), 10, "the request counted an error"
+        )
+        assert requests_total(await scrape(watcher, server), "ok") == 0.0
+
+
+async def _counted(session: aiohttp.ClientSession, server: FakeServer, outcome: str) -> bool:
+    return requests_total(await scrape(session, server), outcome) == 1.0
+
+
+FIXED = LatencyModel(name="llm", base_ms=1.0, per_item_ms=0.0, ttft_ms=1.0, per_token_ms=500.0)
+"""The fixed-timing OpenAI route (no LLM engine): a token every 500 ms."""
+
+
+async def test_a_fixed_timing_stream_cut_by_its_client_counts_an_error(
+    start_fake: StartFake,
+) -> None:
+    """Issue 33, fault 19: a stream the client cut was counted ``ok``."""
+    server = await start_fake(FIXED, grpc_port=None)
+    body = {"model": "llm", "prompt": "a", "max_tokens": 50, "stream": True}
+    async with aiohttp.ClientSession() as watcher:
+        url = f"{server.openai_url}/completions"
+        async with aiohttp.ClientSession() as client, client.post(url, json=body) as resp:
+            await resp.content.readline()  # the first token came: cut the rest
+            resp.close()
+        await await_until(
+            lambda: _counted(watcher, server, "error"), 10, "the cut stream counted an error"
+        )
+        assert requests_total(await scrape(watcher, server), "ok") == 0.0
+
+
+async def test_a_stream_whose_client_left_before_its_headers_logs_no_traceback(
+    start_fake: StartFake, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 33, fault 19: a client gone before the stream's headers (it waited for its
+    batch, 2 s here) made aiohttp log a traceback for the failed ``prepare``."""
+    slow = FIXED.model_copy(update={"base_ms": 2000.0})
+    server = await start_fake(slow, grpc_port=None)
+    body = {"model": "llm", "prompt": "a", "max_tokens": 5, "stream": True}
+    async with aiohttp.ClientSession() as watcher:
+        writer = await send_raw(server, body)
+        writer.close()  # gone at once: the server reads the request, then finds it gone
+        await writer.wait_closed()
+        await await_until(
+            lambda: _counted(watcher, server, "error"), 10, "the request counted an error"
+        )
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+
+
+async def send_raw(server: FakeServer, body: dict[str, Any]) -> asyncio.StreamWriter:
+    """A completion request written on a socket of its own, which the caller closes to
+    go away (an aiohttp client cancelled mid-request leaves its connection to the
+    garbage collector)."""
+    url = URL(server.openai_url)
+    _, writer = await asyncio.open_connection(url.host, url.port)
+    payload = json.dumps(body).encode()
+    head = (
+        f"POST {url.path}/completions HTTP/1.1\r\nHost: {url.host}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
+    )
+    writer.write(head.encode() + payload)
+    await writer.drain()
+    return writer

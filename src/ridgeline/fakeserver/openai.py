@@ -24,6 +24,7 @@ engine).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import time
@@ -274,12 +275,13 @@ class _OpenAIRoutes:
         first = outcome.done_at + self.model.ttft_ms / 1000.0
         gap = self.model.per_token_ms / 1000.0
         usage = _usage(prompt_tokens, max_tokens)
+        whole = True
         if stream:
-            resp = await self._stream(request, head, chat, max_tokens, first, gap, usage)
+            resp, whole = await self._stream(request, head, chat, max_tokens, first, gap, usage)
         else:
             await _sleep_until(self.clock, first + (max_tokens - 1) * gap)
             resp = _whole(head, chat, max_tokens, "length", usage)
-        stats.finish("ok", time.perf_counter() - began)
+        stats.finish("ok" if whole else "error", time.perf_counter() - began)
         return resp
 
     async def _generate(
@@ -304,10 +306,12 @@ class _OpenAIRoutes:
         try:
             if ask.stream:
                 resp = await self._stream_tokens(request, got, head, chat, ask.include_usage)
+            elif not await _finished_or_gone(request, got):
+                # the client went away: its request is aborted below, as vLLM aborts it,
+                # not generated to its end in a KV cache others wait for
+                stats.finish("error", time.perf_counter() - began)
+                return web.Response(status=499)  # nobody reads it
             else:
-                while not got.finished:
-                    await got.event.wait()
-                    got.event.clear()
                 n = len(got.times)
                 resp = _whole(head, chat, n, _reason(got), _usage(prompt, n))
         finally:
@@ -324,9 +328,10 @@ class _OpenAIRoutes:
         chat: bool,
         include_usage: bool,
     ) -> web.StreamResponse:
-        resp = await _open_stream(request)
+        resp: web.StreamResponse = web.Response(status=499)  # if it goes before its headers
         sent = 0
         try:
+            resp = await _open_stream(request)
             while True:
                 await got.event.wait()
                 got.event.clear()
@@ -346,7 +351,7 @@ class _OpenAIRoutes:
             await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
         except ConnectionResetError:
-            pass  # the client went away; its request is aborted
+            got.closed = True  # the client went away: aborted, and not counted whole
         return resp
 
     async def _stream(
@@ -358,9 +363,11 @@ class _OpenAIRoutes:
         first: float,
         gap: float,
         usage: dict[str, int],
-    ) -> web.StreamResponse:
-        resp = await _open_stream(request)
+    ) -> tuple[web.StreamResponse, bool]:
+        """The stream, and whether it reached its client whole."""
+        resp: web.StreamResponse = web.Response(status=499)  # if it goes before its headers
         try:
+            resp = await _open_stream(request)
             for i in range(n):
                 await _sleep_until(self.clock, first + i * gap)
                 last = i == n - 1
@@ -371,8 +378,8 @@ class _OpenAIRoutes:
             await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
         except ConnectionResetError:
-            pass  # the client went away; nothing to tell it
-        return resp
+            return resp, False  # the client went away; nothing to tell it
+        return resp, True
 
 
 def _usage(prompt: int, completion: int) -> dict[str, int]:
@@ -400,6 +407,23 @@ def _token(chat: bool, i: int, finish_reason: str | None) -> dict[str, Any]:
 
 def _event(chunk: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+
+GONE_POLL_S = 0.05
+"""How often a non-streamed request waiting for its tokens looks whether its client is
+still connected (aiohttp cancels no handler when one goes away)."""
+
+
+async def _finished_or_gone(request: web.Request, got: TokenStream) -> bool:
+    """Wait for ``got`` to finish: True; False as soon as its client has gone away."""
+    while not got.finished:
+        transport = request.transport
+        if transport is None or transport.is_closing():
+            return False
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(got.event.wait(), GONE_POLL_S)
+        got.event.clear()
+    return True
 
 
 def _whole(
