@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from _serve_backends import doubler_plan_doc
+from _timing import await_until
 from ridgeline.errors import ConfigError
 from ridgeline.fakeserver import FakeServer, load_preset
 from ridgeline.pipeline.plan import Plan
@@ -230,3 +231,57 @@ async def test_a_client_in_use_outlives_every_timeout_on_one_connection(kind: st
             await asyncio.sleep(0.4)  # the client's pace, not a synchronisation
         assert time.monotonic() - began > 2.5
         writer.close()
+
+
+def _infer_body(kind: str) -> bytes:
+    body = b'{"inputs":[{"name":"X","datatype":"FP32","shape":[1,4],"data":[1,2,3,4]}]}'
+    if kind == "fake":
+        body = body.replace(b'"X"', b'"INPUT0"').replace(b"[1,4]", b"[1,16]")
+        body = body.replace(b"[1,2,3,4]", b"[" + b",".join([b"1"] * 16) + b"]")
+    return body
+
+
+async def _answer(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    status = await _status(reader, 10)
+    length = 0
+    while (line := await reader.readline()) not in (b"\r\n", b""):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    return status, await reader.readexactly(length)
+
+
+@pytest.mark.parametrize("kind", SERVERS)
+async def test_bodies_in_flight_past_their_byte_bound_are_refused_503(kind: str) -> None:
+    """Issue 33, fault 5: four JSON bodies near the 64 MiB bound at once took 1.9 GB on
+    ``serve``. The bytes of bodies held at once are bounded: a request whose body would
+    pass the bound (here one held, its body still coming) is answered 503 naming it;
+    once the first is answered, the next is served."""
+    body = _infer_body(kind)
+    bound = len(body) + len(body) // 2  # room for one body, not two
+    limits = ConnectionLimits(max_body_bytes_in_flight=bound)
+    async with SERVERS[kind](limits) as (port, path):
+        head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
+        held_r, held_w = await _open(port)
+        held_w.write(head.encode() + body[:10])  # its headers: its bytes held from now
+        await held_w.drain()
+        refusals: list[bytes] = []
+
+        async def refused() -> bool:
+            reader, writer = await _open(port)
+            writer.write(head.encode() + body)
+            status, text = await _answer(reader)
+            writer.close()
+            if status == 503:
+                refusals.append(text)
+            return status == 503
+
+        await await_until(refused, 10, "a second body refused while the first is held")
+        assert b"--max-body-bytes-in-flight" in refusals[0]
+        assert f"bound of {bound:,}".encode() in refusals[0]
+        held_w.write(body[10:])  # the first body whole: served, and its bytes let go
+        assert (await _answer(held_r))[0] == 200
+        reader, writer = await _open(port)
+        writer.write(head.encode() + body)
+        assert (await _answer(reader))[0] == 200
+        writer.close()
+        held_w.close()

@@ -7,6 +7,7 @@ metrics, aborts on disconnect, GuideLLM's calls)."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import logging
 import re
@@ -637,3 +638,34 @@ async def send_raw(server: FakeServer, body: dict[str, Any]) -> asyncio.StreamWr
     writer.write(head.encode() + payload)
     await writer.drain()
     return writer
+
+
+async def test_a_prompt_past_the_bound_is_refused_uncounted_and_a_long_one_counted(
+    start_fake: StartFake,
+) -> None:
+    """Issue 33, fault 2: a 10 MB prompt was tokenized in the event loop (20 s, every other
+    request waiting) and took the server from 94 MB to 959. Past ``MAX_PROMPT_CHARS`` it
+    is refused before any of it is counted; below, a long one is counted (in a thread)
+    as a short one would be."""
+    from ridgeline.fakeserver.openai import MAX_PROMPT_CHARS, THREAD_CHARS
+    from ridgeline.workload.tokenizer import gpt2_available
+
+    server = await start_fake(FIXED.model_copy(update={"per_token_ms": 1.0}), grpc_port=None)
+    url = f"{server.openai_url}/completions"
+    async with aiohttp.ClientSession() as s:
+        too_long = {"model": "llm", "prompt": "x" * (MAX_PROMPT_CHARS + 1), "max_tokens": 1}
+        raw = io.BytesIO(json.dumps(too_long).encode())  # aiohttp's way for a large body
+        headers = {"Content-Type": "application/json"}
+        async with s.post(url, data=raw, headers=headers) as resp:
+            assert resp.status == 400
+            said = (await resp.json())["error"]["message"]
+        assert f"{MAX_PROMPT_CHARS + 1:,} characters" in said
+        assert f"at most {MAX_PROMPT_CHARS:,}" in said
+        repeats = THREAD_CHARS // 12 + 1000  # longer than is counted in the loop
+        long = {"model": "llm", "prompt": "hello world " * repeats, "max_tokens": 1}
+        async with s.post(url, json=long) as resp:
+            assert resp.status == 200
+            usage = (await resp.json())["usage"]
+    # " hello" and " world" a token each; GPT-2 also makes the trailing space one
+    trailing = 1 if gpt2_available() else 0
+    assert usage["prompt_tokens"] == 2 * repeats + trailing

@@ -242,12 +242,14 @@ _LIMIT_FLAGS = {
     "header_timeout_s": "--header-timeout",
     "body_timeout_s": "--body-timeout",
     "max_connections": "--max-connections",
+    "max_body_bytes_in_flight": "--max-body-bytes-in-flight",
 }
 DEFAULT_LIMITS = ConnectionLimits()
 IdleTimeoutOption = _limit("--idle-timeout", "idle_timeout_s", float)
 HeaderTimeoutOption = _limit("--header-timeout", "header_timeout_s", float)
 BodyTimeoutOption = _limit("--body-timeout", "body_timeout_s", float)
 MaxConnectionsOption = _limit("--max-connections", "max_connections", int)
+MaxBodyBytesInFlightOption = _limit("--max-body-bytes-in-flight", "max_body_bytes_in_flight", int)
 TlsCertOption = Annotated[
     Path | None, typer.Option(help="serve TLS (https://, grpcs://) with this PEM certificate")
 ]
@@ -277,6 +279,10 @@ _SERVER_OPTIONS: dict[str, tuple[Any, Any]] = {
     "header_timeout": (HeaderTimeoutOption, DEFAULT_LIMITS.header_timeout_s),
     "body_timeout": (BodyTimeoutOption, DEFAULT_LIMITS.body_timeout_s),
     "max_connections": (MaxConnectionsOption, DEFAULT_LIMITS.max_connections),
+    "max_body_bytes_in_flight": (
+        MaxBodyBytesInFlightOption,
+        DEFAULT_LIMITS.max_body_bytes_in_flight,
+    ),
 }
 """The options every server command takes, after its own: (annotation, default)."""
 
@@ -322,6 +328,7 @@ def server_security(
     header_timeout: float,
     body_timeout: float,
     max_connections: int,
+    max_body_bytes_in_flight: int,
 ) -> dict[str, Any]:
     """A server's ``token``, ``tls`` and ``limits`` keyword arguments from its options."""
     from ridgeline.v2.security import resolve_token, tls_files
@@ -334,6 +341,7 @@ def server_security(
             header_timeout_s=header_timeout,
             body_timeout_s=body_timeout,
             max_connections=max_connections,
+            max_body_bytes_in_flight=max_body_bytes_in_flight,
         ),
     }
 

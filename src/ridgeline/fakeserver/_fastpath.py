@@ -100,11 +100,13 @@ class _HandOff(Exception):
 class _Slot:
     """One answer to send, in request order."""
 
-    __slots__ = ("data", "keep_alive")
+    __slots__ = ("data", "held", "keep_alive")
 
-    def __init__(self, keep_alive: bool) -> None:
+    def __init__(self, keep_alive: bool, held: int = 0) -> None:
         self.keep_alive = keep_alive
         self.data: bytes | None = None
+        self.held = held
+        """Body bytes the guard holds for this request until its answer is made."""
 
 
 class FastV2Protocol(asyncio.Protocol):
@@ -143,6 +145,8 @@ class FastV2Protocol(asyncio.Protocol):
         """No header that asks for aiohttp (Expect, Transfer-Encoding, Upgrade)."""
         self._closed = False
         self._refused = False
+        self._held = 0
+        """Body bytes held for the request being read (its Content-Length)."""
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -150,6 +154,8 @@ class FastV2Protocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        self._conn.guard.let_go(self._held)  # a body that never came whole
+        self._held = 0
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
@@ -214,8 +220,10 @@ class FastV2Protocol(asyncio.Protocol):
             or length is None
             or length > self._core.max_body
             or (self._auth is not None and not hmac.compare_digest(self._authorization, self._auth))
+            or not self._conn.guard.hold(length)  # no room: the route answers 503
         ):
             raise _HandOff
+        self._held = length
         self._headers_done = True
         self._conn.headers_in()
 
@@ -226,7 +234,8 @@ class FastV2Protocol(asyncio.Protocol):
         self._in_message = False
         self._completed_this_read = True
         self._conn.body_in()
-        slot = _Slot(self._parser.should_keep_alive())
+        slot = _Slot(self._parser.should_keep_alive(), self._held)
+        self._held = 0
         self._slots.append(slot)
         try:
             step = self._core.begin(b"".join(self._body), self._header_length, time.perf_counter())
@@ -259,6 +268,8 @@ class FastV2Protocol(asyncio.Protocol):
         return error_answer(f"internal error ({type(error).__name__}); see the server's log", 500)
 
     def _answer(self, slot: _Slot, answer: Answer) -> None:
+        self._conn.guard.let_go(slot.held)
+        slot.held = 0
         head = [
             b"HTTP/1.1 %d %s\r\n" % (answer.status, _REASONS.get(answer.status, b"Error")),
             b"Content-Type: %s\r\n" % answer.content_type.encode(),

@@ -41,7 +41,7 @@ from ridgeline.fakeserver.engine import BatchingEngine, Status
 from ridgeline.fakeserver.llm import LlmRunner, TokenStream
 from ridgeline.synthetic.llm import Refused
 from ridgeline.synthetic.model import LatencyModel
-from ridgeline.v2.connections import ConnectionGuard, body_in
+from ridgeline.v2.connections import ConnectionGuard, body_in, held_for
 from ridgeline.v2.tensors import describe_value
 from ridgeline.workload.tokenizer import gpt2_available, load_tokenizer
 
@@ -62,23 +62,41 @@ class _BadRequest(Exception):
     pass
 
 
-def _prompt_tokens(value: Any) -> int:
+async def _prompt_tokens(value: Any) -> int:
     """Prompt tokens: the text in a string, a list (a non-text element, such as a token
     id, is one), or the ``text`` and ``content`` of an object, counted with GPT-2's
     tokenizer (one a word without it); walked without recursion, so a prompt nested as
-    deep as JSON allows costs no stack."""
-    count = _count_text()
-    tokens, todo = 0, [value]
+    deep as JSON allows costs no stack. Text past ``MAX_PROMPT_CHARS`` is refused
+    before any is counted; text past ``THREAD_CHARS`` is counted off the event loop
+    (a 10 MB prompt counted in it stalled every other request for 20 s)."""
+    texts, tokens, todo = [], 0, [value]
     while todo:
         v = todo.pop()
         if isinstance(v, str):
-            tokens += count(v)
+            texts.append(v)
         elif isinstance(v, list):
             todo.extend(v)
             tokens += sum(1 for x in v if not isinstance(x, str | list | dict))
         elif isinstance(v, dict):
             todo.extend((v.get("text", ""), v.get("content", "")))
-    return tokens
+    chars = sum(map(len, texts))
+    if chars > MAX_PROMPT_CHARS:
+        raise _BadRequest(
+            f"the prompt's text is {chars:,} characters; this server takes at most "
+            f"{MAX_PROMPT_CHARS:,} (some 250,000 tokens, past any model's context)"
+        )
+    count = _count_text()
+    if chars <= THREAD_CHARS:
+        return tokens + sum(map(count, texts))
+    return tokens + await asyncio.to_thread(lambda: sum(map(count, texts)))
+
+
+MAX_PROMPT_CHARS = 1 << 20
+"""The most prompt text one request may carry (1 MiB of characters): longer than any
+model's context (128k tokens are about half a megabyte of English), and counting it
+costs a second of CPU and some 250 MB of the tokenizer's memory."""
+THREAD_CHARS = 1 << 14
+"""Prompt text longer than this (16 KiB) is counted in a worker thread."""
 
 
 def _check_prompt(value: Any) -> None:
@@ -204,7 +222,7 @@ class _OpenAIRoutes:
     async def chat(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, chat=True)
 
-    def _parse(self, doc: Any, chat: bool) -> _Ask:
+    async def _parse(self, doc: Any, chat: bool) -> _Ask:
         if not isinstance(doc, dict):
             raise _BadRequest("request body must be a JSON object")
         n = doc.get("max_completion_tokens") if chat else None
@@ -223,7 +241,7 @@ class _OpenAIRoutes:
         else:
             _check_prompt(doc.get("prompt", ""))
         _check_sampling(doc)
-        prompt = _prompt_tokens(doc.get("messages") if chat else doc.get("prompt", ""))
+        prompt = await _prompt_tokens(doc.get("messages") if chat else doc.get("prompt", ""))
         options = doc.get("stream_options") or {}
         if not isinstance(options, dict):
             raise _BadRequest(f'"stream_options" must be an object, not {describe_value(options)}')
@@ -242,6 +260,11 @@ class _OpenAIRoutes:
     async def _serve(self, request: web.Request, chat: bool) -> web.StreamResponse:
         began = time.perf_counter()
         stats = self.engine.stats
+        if self.guard is not None:
+            unknown = self.guard.limits.max_body_bytes_in_flight  # no length: all of it
+            if (refused := held_for(request, self.guard, unknown)) is not None:
+                stats.finish("rejected")
+                return _error(orjson.loads(refused.body)["error"], 503, "server_error")
         try:
             doc = orjson.loads(await request.read())  # nested past 1024: an error, not a crash
         except ValueError:
@@ -250,7 +273,7 @@ class _OpenAIRoutes:
             return _error("the request's body came too slowly", 408)
         body_in(request, self.guard)
         try:
-            ask = self._parse(doc, chat)
+            ask = await self._parse(doc, chat)
         except _BadRequest as e:
             stats.finish("invalid")
             return _error(str(e), 400)

@@ -70,6 +70,10 @@ class GuardedConnection(asyncio.Protocol):
         self._fresh = False
         """Bytes came while a request was served: the next one may have begun."""
 
+    @property
+    def guard(self) -> ConnectionGuard:
+        return self._guard
+
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
@@ -168,6 +172,21 @@ class ConnectionGuard:
         self._by_transport: dict[object, GuardedConnection] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sweeper: asyncio.TimerHandle | None = None
+        self.body_bytes = 0
+        """Bytes of request bodies held now (``hold``, ``let_go``)."""
+
+    def hold(self, n: int) -> bool:
+        """Count ``n`` more bytes of bodies held, unless that passes the bound (then
+        False: the request is refused 503). A body alone larger than the bound still
+        comes when nothing else is held (``max_body`` bounds it on its own)."""
+        if self.body_bytes and self.body_bytes + n > self.limits.max_body_bytes_in_flight:
+            return False
+        self.body_bytes += n
+        return True
+
+    def let_go(self, n: int) -> None:
+        """``n`` bytes ``hold`` counted are no longer held."""
+        self.body_bytes = max(0, self.body_bytes - n)
 
     @property
     def open_connections(self) -> int:
@@ -270,6 +289,7 @@ def guard_middleware(guard: ConnectionGuard) -> Any:
         try:
             return await handler(request)
         finally:
+            guard.let_go(request.get(HELD, 0))
             conn.answered()
 
     return track
@@ -291,6 +311,8 @@ async def read_body(
     length = request.content_length
     if length is not None and length > max_body:
         return too_large
+    if (refused := held_for(request, guard, max_body)) is not None:
+        return refused
     try:
         body = await request.read()
     except web.HTTPRequestEntityTooLarge:
@@ -299,6 +321,31 @@ async def read_body(
         return error_answer("the request's body came too slowly", 408)
     body_in(request, guard)
     return body
+
+
+HELD = web.RequestKey("ridgeline.body_bytes_held", int)
+"""The request's key for the body bytes its guard holds for it (``guard_middleware``
+lets them go when the handler returns)."""
+
+
+def held_for(request: web.Request, guard: ConnectionGuard | None, max_body: int) -> Answer | None:
+    """Hold ``request``'s body bytes (its Content-Length, else ``max_body``) on
+    ``guard``'s budget: None, or the 503 answer when the bodies in flight leave no room."""
+    conn = None if guard is None else guard.connection_of(request.transport)
+    if guard is None or conn is None:
+        return None
+    length = request.content_length
+    n = max_body if length is None else length
+    if not guard.hold(n):
+        bound = guard.limits.max_body_bytes_in_flight
+        return error_answer(
+            f"the server holds {guard.body_bytes:,} bytes of request bodies in flight, and "
+            f"this one's {n:,} would pass its bound of {bound:,} "
+            "(--max-body-bytes-in-flight); retry, or send smaller requests",
+            503,
+        )
+    request[HELD] = n
+    return None
 
 
 Front = Callable[[Callable[[], asyncio.Protocol]], Callable[[GuardedConnection], asyncio.Protocol]]

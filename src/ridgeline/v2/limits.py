@@ -47,6 +47,14 @@ class ConnectionLimits(BaseModel):
         "is a load generator's default requests in flight: one connection each",
     )
 
+    max_body_bytes_in_flight: int = Field(
+        128 * 1024 * 1024,
+        ge=1,
+        description="bytes of HTTP request bodies held at once, all requests together, from "
+        "their headers to their answers (a 64 MiB JSON tensor takes some ten times its size "
+        "to decode); a request whose body would pass it is answered 503, to retry",
+    )
+
     def connection_bound(self) -> int:
         """``max_connections``, lowered to what the process's descriptor limit allows."""
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
