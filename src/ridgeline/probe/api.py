@@ -15,6 +15,7 @@ from ridgeline.sim import load_sim_config, load_sim_preset
 from ridgeline.targets.options import TargetOptions
 from ridgeline.telemetry.gpu import GpuMonitor
 from ridgeline.telemetry.store import RunStore
+from ridgeline.workload.arrivals import parse_arrival
 from ridgeline.workload.llm import LlmWorkload
 from ridgeline.workload.traces import Trace, read_trace
 
@@ -35,6 +36,8 @@ def make_driver(
     ``trace`` is brought to each step's rate (``drivers.step_schedule``)."""
     scale = check_trace_scale(trace_scale)
     tr: Trace | None = read_trace(trace) if trace is not None else None
+    if tr is None:
+        parse_arrival(arrival, 1.0)  # a bad spec now, not in the first step it shapes
     if target.startswith("sim:"):
         name = target.removeprefix("sim:")
         preset = (
