@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import aiohttp
 import numpy as np
 import pytest
 import tritonclient.grpc.aio as tgrpc
@@ -791,3 +792,40 @@ async def test_closing_a_queue_skips_requests_whose_callers_have_gone() -> None:
     inst.release.set()
     await q.close()
     assert waiting.cancelled() and (await running)[0].shape == (1, 2)
+
+
+async def test_a_server_stopping_under_load_answers_every_request_in_flight(
+    tmp_path: Path,
+) -> None:
+    """Issue 33, fault 13: SIGTERM to ``serve`` under load closed 1-17 requests in flight
+    without an answer. Stopping now takes no new request and answers those in flight
+    (served, or 503 once their queue closes) before the connections close: 12 requests
+    on one slow instance (300 ms a request), the server stopped once the first is
+    answered; each of the other 11 gets an HTTP answer, none a closed connection."""
+    doc = three_task_plan()
+    doc["tasks"] = {"t": synthetic(300, 0, batch_size=1, max_queue_delay_ms=0)}
+    doc["edges"] = []
+    doc["slo_ms"] = 60_000
+    doc["tasks"]["t"]["latency_budget_ms"] = 60_000
+    body = {"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "data": [1] * 16}]}
+    async with PlanServer(
+        Plan.model_validate(doc), tmp_path, http_port=0, grpc_port=None
+    ) as server:
+        first = asyncio.Event()
+        async with aiohttp.ClientSession() as session:
+
+            async def infer() -> int | str:
+                try:
+                    async with session.post(server.model_url() + "/infer", json=body) as r:
+                        await r.read()
+                        first.set()
+                        return r.status
+                except aiohttp.ClientError as e:  # closed without an answer
+                    return type(e).__name__
+
+            sent = [asyncio.create_task(infer()) for _ in range(12)]
+            await asyncio.wait_for(first.wait(), 30)
+            await server.stop()
+            answers = await asyncio.gather(*sent)
+    assert all(a in (200, 503) for a in answers), answers
+    assert answers.count(200) >= 1

@@ -234,7 +234,8 @@ class FastV2Protocol(asyncio.Protocol):
         self._in_message = False
         self._completed_this_read = True
         self._conn.body_in()
-        slot = _Slot(self._parser.should_keep_alive(), self._held)
+        keep = self._parser.should_keep_alive() and not self._conn.guard.draining
+        slot = _Slot(keep, self._held)
         self._held = 0
         self._slots.append(slot)
         try:
@@ -270,6 +271,8 @@ class FastV2Protocol(asyncio.Protocol):
     def _answer(self, slot: _Slot, answer: Answer) -> None:
         self._conn.guard.let_go(slot.held)
         slot.held = 0
+        if self._conn.guard.draining:
+            slot.keep_alive = False  # the server is stopping: closed once answered
         head = [
             b"HTTP/1.1 %d %s\r\n" % (answer.status, _REASONS.get(answer.status, b"Error")),
             b"Content-Type: %s\r\n" % answer.content_type.encode(),

@@ -487,7 +487,11 @@ class PlanServer(AsyncService):
         )
 
     async def stop(self) -> None:
-        """Refuse new work, finish running batches, stop workers; safe to call twice."""
+        """Take no new request, answer those in flight (``DRAIN_S`` at most: SIGTERM
+        under load closed 1-17 requests without an answer), then refuse what is still
+        queued, finish running batches, stop workers; safe to call twice."""
+        if self._listeners is not None:
+            await self._listeners.drain(DRAIN_S)
         for q in self.queues.values():
             await q.close()
         if self._listeners is not None:
@@ -508,6 +512,11 @@ class PlanServer(AsyncService):
 
     def model_url(self, model: str | None = None) -> str:
         return f"{self.http_url}/v2/models/{model or self.plan.name}"
+
+
+DRAIN_S = 10.0
+"""How long a stopping server waits for the requests in flight to be answered before it
+closes their connections (Kubernetes waits 30 s after SIGTERM by default)."""
 
 
 def serve_plan_forever(

@@ -20,6 +20,7 @@ headers), or, none being either, is answered 503 and closed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 import math
@@ -119,11 +120,15 @@ class GuardedConnection(asyncio.Protocol):
         """A request has begun; its headers are not all in."""
         self._fresh = False
         self.state, self.since = State.HEADERS, self._guard.sweeps
+        if self._guard.draining:
+            self._guard.drained_one(self)
 
     def idle(self) -> None:
         """Nothing is left to answer, and no next request has begun."""
         self._fresh = False
         self.state, self.since = State.IDLE, self._guard.sweeps
+        if self._guard.draining:
+            self._guard.drained_one(self)
 
     def answered(self) -> None:
         """Nothing is left to answer; bytes that came meanwhile began the next request."""
@@ -174,6 +179,33 @@ class ConnectionGuard:
         self._sweeper: asyncio.TimerHandle | None = None
         self.body_bytes = 0
         """Bytes of request bodies held now (``hold``, ``let_go``)."""
+        self.draining = False
+        """``drain`` has begun: answers go out with ``Connection: close``."""
+        self._quiet: asyncio.Event | None = None
+
+    async def drain(self, timeout_s: float) -> int:
+        """Close every connection with no request in progress now, and each other one as
+        its request is answered, for up to ``timeout_s``: how many were still serving
+        then (``close`` ends them). The listening socket is closed by the caller first."""
+        self.draining = True
+        self._quiet = asyncio.Event()
+        for conn in list(self._conns):
+            if conn.state in (State.IDLE, State.HEADERS):
+                conn.close()
+        if not self._serving():
+            return 0
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._quiet.wait(), timeout_s)
+        return len(self._serving())
+
+    def drained_one(self, conn: GuardedConnection) -> None:
+        """``conn`` answered its request while draining (its protocol closes it once the
+        answer is out: no keep-alive while draining)."""
+        if self._quiet is not None and not self._serving():
+            self._quiet.set()
+
+    def _serving(self) -> list[GuardedConnection]:
+        return [c for c in self._conns if c.state in (State.BODY, State.BUSY)]
 
     def hold(self, n: int) -> bool:
         """Count ``n`` more bytes of bodies held, unless that passes the bound (then
@@ -243,6 +275,8 @@ class ConnectionGuard:
     def forget(self, conn: GuardedConnection) -> None:
         self._conns.pop(conn, None)
         self._by_transport.pop(conn.transport, None)
+        if self.draining:  # a client gone mid-request: nothing left to wait for there
+            self.drained_one(conn)
 
     # deadlines
     def _sweep(self) -> None:
@@ -287,7 +321,10 @@ def guard_middleware(guard: ConnectionGuard) -> Any:
             return await handler(request)
         conn.headers_in()
         try:
-            return await handler(request)
+            response = await handler(request)
+            if guard.draining:
+                response.force_close()  # the server is stopping: no next request here
+            return response
         finally:
             guard.let_go(request.get(HELD, 0))
             conn.answered()
@@ -400,11 +437,24 @@ class HttpListener:
         self.guard.start()
         return int(self._server.sockets[0].getsockname()[1])
 
-    async def stop(self) -> None:
-        """Close the socket and every connection; safe to call twice."""
+    async def drain(self, timeout_s: float) -> int:
+        """Stop accepting, then close each connection once its request is answered, for
+        up to ``timeout_s``: the requests still unanswered then (``stop`` closes them)."""
         if self._server is not None:
             self._server.close()
             self._server = None
+        return await self.guard.drain(timeout_s)
+
+    async def stop(self) -> None:
+        """Close the socket and every connection; safe to call twice. After ``drain``,
+        aiohttp finishes writing the answers its handlers returned before the
+        connections close."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        if self.guard.draining and self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
         self.guard.close()
         if self._runner is not None:
             await self._runner.cleanup()

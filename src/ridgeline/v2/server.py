@@ -23,6 +23,7 @@ UNAUTHENTICATED. Every endpoint needs ``Authorization: Bearer TOKEN`` when a tok
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -572,6 +573,17 @@ class V2Listeners:
             tls=self.tls,
         )
         return bound_http, bound_grpc
+
+    async def drain(self, timeout_s: float) -> int:
+        """Take no new request on either; answer those in flight, for up to
+        ``timeout_s``: the HTTP requests still unanswered then (``stop`` ends them).
+        gRPC's own stop has the same grace: its calls in flight finish, new ones are
+        refused."""
+        grpc, self._grpc = self._grpc, None
+        if grpc is None:
+            return await self.http.drain(timeout_s)
+        left, _ = await asyncio.gather(self.http.drain(timeout_s), grpc.stop(timeout_s))
+        return left
 
     async def stop(self) -> None:
         """Close both (gRPC first, within the grace); safe to call twice."""
