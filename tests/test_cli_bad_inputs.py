@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -363,3 +364,27 @@ def test_error_and_warning_lines_print_markup_literally() -> None:
     assert console.export_text() == (
         "error: grpc://HOST:PORT/MODEL[/versions/V] and [red]not red[/] second line\n"
     )
+
+
+def test_a_grpc_port_taken_is_one_line_without_grpcs_own_log(tmp_path: Path) -> None:
+    """Issue 33, fault 15: gRPC's C core wrote its own ``E1206 … add_port.cc] Failed to
+    add port`` line beside the command's one ``error:`` line."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GRPC_")}
+        command = ["fake-server", "--port", "0", "--grpc-port", str(port)]
+        res = subprocess.run(
+            [sys.executable, "-m", "ridgeline", *command],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip().splitlines() == [
+        f"error: cannot bind gRPC to 127.0.0.1:{port}; is the port taken? Pick another or 0"
+    ]

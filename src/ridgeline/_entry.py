@@ -23,8 +23,16 @@ def install() -> None:
         signal.signal(sig, _starting)
 
 
+QUIET_GRPC = {"GRPC_VERBOSITY": "NONE"}
+"""gRPC's C core writes its own log lines to stderr (a port it cannot bind, a failed TLS
+handshake) around the command's one ``error:`` line: silenced for the command, unless
+the user set them (``GRPC_VERBOSITY=ERROR`` to see them again)."""
+
+
 def main() -> None:
     install()
+    for name, value in QUIET_GRPC.items():
+        os.environ.setdefault(name, value)  # before gRPC is imported: read once, then
     from ridgeline.cli import main as cli_main
 
     cli_main()
