@@ -350,3 +350,46 @@ def test_a_damaged_store_is_one_line_naming_the_file_and_the_way_out(
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(f"error: the run store {db} is damaged")
     assert ".recover" in lines[0]
+
+
+@pytest.mark.parametrize(
+    "command", [["runs", "list"], ["runs", "show", "1"], ["analyze", "1"], ["report", "1"]]
+)
+def test_a_read_only_store_is_read_by_the_reading_commands(
+    command: list[str], tmp_path: Path
+) -> None:
+    """Issue 33, fault 11: a store the user may only read (read-only media, another
+    user's folder) could not be read at all: opening it wrote to it first. The reading
+    commands now open it read-only. As root a file mode does not stop a write; the
+    folder and the file are made immutable (``chattr +i``) instead, where the file
+    system and the process allow it."""
+    folder = tmp_path / "store"
+    folder.mkdir()
+    db = folder / "runs.sqlite"
+    assert ridgeline("run", "null://", "--rate", "5", "--duration", "0.2", db=db).returncode == 0
+    with sqlite3.connect(db) as con:  # every page in the file, the WAL empty
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    con.close()
+    for extra in folder.glob("runs.sqlite-*"):
+        extra.unlink()
+    frozen = subprocess.run(["chattr", "+i", str(db), str(folder)], capture_output=True)
+    if frozen.returncode != 0:
+        pytest.skip(f"chattr +i is not allowed here: {frozen.stderr.decode().strip()}")
+    try:
+        assert (
+            not os.access(db, os.W_OK)
+            or subprocess.run(["sh", "-c", f"echo x >> {db}"], capture_output=True).returncode != 0
+        )  # it really cannot be written
+        out = tmp_path / "report.html"
+        done = ridgeline(*command, *(["--out", str(out)] if command[0] == "report" else []), db=db)
+    finally:
+        subprocess.run(["chattr", "-i", str(db), str(folder)], check=True)
+    if command[0] == "analyze":  # it read run 1, and says why it cannot analyze it
+        assert done.stderr.strip() == (
+            "error: run 1 (run, complete) has no capacity: give probe runs that found one"
+        )
+        return
+    assert done.returncode == 0, done.stderr
+    assert "error" not in done.stderr
+    if command[:2] == ["runs", "list"]:
+        assert "null://" in done.stdout

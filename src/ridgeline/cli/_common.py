@@ -140,17 +140,25 @@ def _labelled(label: str, style: str, message: str) -> Text:
 
 
 @contextmanager
-def opened_store(db: str | None) -> Iterator[RunStore]:
+def opened_store(db: str | None, *, reading: bool = False) -> Iterator[RunStore]:
     """The run store a command writes to or reads. On leaving, stderr is told what it
     could not write and where that went (a full disk), and which runs it found left
-    ``running`` by a process that had ended (marked ``interrupted`` on opening)."""
+    ``running`` by a process that had ended (marked ``interrupted`` on opening).
+    ``reading``: a command that only reads opens a store it cannot write (read-only
+    media, another user's file) read-only, rather than failing."""
     import sqlite3
 
     from ridgeline.errors import StoreError
     from ridgeline.telemetry.store import RunStore
 
     try:
-        with RunStore(db) as store, _reported(store):
+        try:
+            store = RunStore(db)
+        except StoreError:
+            if not reading:
+                raise
+            store = RunStore(db, readonly=True)  # still its error when it cannot be read
+        with store, _reported(store):
             yield store
     except sqlite3.DatabaseError as exc:
         if isinstance(exc, sqlite3.OperationalError) and not _damaged(exc):

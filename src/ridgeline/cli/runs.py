@@ -20,7 +20,7 @@ def runs_list(
     """List the newest runs."""
     from ridgeline.report.terminal import runs_table
 
-    with failing(), opened_store(db) as store:
+    with failing(), opened_store(db, reading=True) as store:
         out.print(runs_table(store.list_runs(limit)))
 
 
@@ -31,7 +31,7 @@ def runs_show(run_id: int, db: DbOption = None, as_json: JsonOption = False) -> 
     from ridgeline.report.terminal import step_table
     from ridgeline.telemetry.summary import StepSummary
 
-    with failing(), opened_store(db) as store:
+    with failing(), opened_store(db, reading=True) as store:
         run_ = store.get_run(run_id)
     if as_json:
         emit(json.dumps(run_, indent=2))
@@ -56,7 +56,7 @@ def report_command(
     from ridgeline.report.terminal import summary_table
 
     with failing():
-        with opened_store(db) as store:
+        with opened_store(db, reading=True) as store:
             run = store.get_run(run_id)
         path = write_report(run, out_path or Path(f"ridgeline-run-{run_id}.html"))
         table = summary_table(run)
@@ -84,7 +84,7 @@ def analyze_command(
     from ridgeline.report.terminal import repeatability_table
 
     with failing():
-        with opened_store(db) as store:
+        with opened_store(db, reading=True) as store:
             runs_ = [store.get_run(i) for i in run_ids]
         capacities = []
         for r in runs_:

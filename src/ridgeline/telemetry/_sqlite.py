@@ -31,10 +31,14 @@ def default_store_path() -> Path:
     return Path(base) / "ridgeline" / "runs.sqlite"
 
 
-def open_db(path: Path, schema: str) -> sqlite3.Connection:
-    """A connection to ``path`` with ``PRAGMAS`` set and ``schema`` created (if absent).
+def open_db(path: Path, schema: str, *, readonly: bool = False) -> sqlite3.Connection:
+    """A connection to ``path`` with ``PRAGMAS`` set and ``schema`` created (if absent);
+    ``readonly``: the file as it is, nothing written (a store on read-only media, or one
+    whose file this user may only read).
 
     Raises ``sqlite3.Error`` (the caller says which store failed and how to fix it)."""
+    if readonly:
+        return _read_only(path)
     db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     try:
         for pragma in PRAGMAS:
@@ -44,6 +48,25 @@ def open_db(path: Path, schema: str) -> sqlite3.Connection:
         db.close()
         raise
     return db
+
+
+def _read_only(path: Path) -> sqlite3.Connection:
+    """``mode=ro``, else ``immutable=1`` where even the WAL's shared-memory index cannot
+    be made (a read-only folder): then nothing can be writing it either."""
+    last: sqlite3.Error | None = None
+    for flags in ("mode=ro", "mode=ro&immutable=1"):
+        uri = f"{path.resolve().as_uri()}?{flags}"
+        db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+        try:
+            db.execute("PRAGMA busy_timeout=5000")
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.Error as exc:
+            db.close()
+            last = exc
+            continue
+        return db
+    assert last is not None
+    raise last
 
 
 @contextmanager

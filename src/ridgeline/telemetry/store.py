@@ -181,7 +181,10 @@ MAX_RUN_ID = 2**63 - 1
 
 
 class RunStore(Connected):
-    def __init__(self, location: str | Path | None = None) -> None:
+    def __init__(self, location: str | Path | None = None, *, readonly: bool = False) -> None:
+        """The store at ``location`` (``default_store_path`` when None). ``readonly``:
+        opened only to read (a store on read-only media, or in another user's folder):
+        nothing replayed, nothing marked, and a write fails."""
         text = str(location) if location is not None else str(default_store_path())
         if "://" in text and not text.startswith("sqlite:///"):
             scheme = text.split("://", 1)[0]
@@ -191,10 +194,14 @@ class RunStore(Connected):
             )
         path = Path(text.removeprefix("sqlite:///")) if text.startswith("sqlite:") else Path(text)
         self.path = path
+        self.readonly = readonly
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = open_db(path, SCHEMA)
-            _add_columns(self._db)
+            if readonly:
+                self._db = open_db(path, SCHEMA, readonly=True)
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self._db = open_db(path, SCHEMA)
+                _add_columns(self._db)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(
                 f"cannot open the run store at {path}: {_full(path, exc)}; free some space, "
@@ -206,10 +213,13 @@ class RunStore(Connected):
         self._deferred: set[int] = set()
         self._placeholders = 0
         self._journal = _unsaved.Journal(path)
+        self.recovered: list[int] = []
+        """Runs found ``running`` whose process had ended, marked ``interrupted`` now."""
+        if readonly:
+            return
         with contextlib.suppress(sqlite3.Error):  # still no room: it waits for the next time
             _unsaved.replay(path, self._apply)
-        self.recovered: list[int] = self._mark_stale()
-        """Runs found ``running`` whose process had ended, marked ``interrupted`` now."""
+        self.recovered = self._mark_stale()
 
     def close(self) -> None:
         self._journal.close()
