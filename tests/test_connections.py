@@ -143,7 +143,10 @@ async def test_an_idle_keep_alive_connection_closes_after_the_idle_timeout(kind:
         writer.close()
 
 
-async def test_at_the_bound_with_none_idle_a_new_connection_gets_503_naming_it() -> None:
+async def test_at_the_bound_the_slowest_body_makes_room_for_a_new_client() -> None:
+    """Issue 33, fault 4: at the bound, connections whose bodies were still coming
+    locked new clients out for the body timeout (30 s here). Now the one longest in its
+    body is answered 503, naming why, and the new client is served."""
     limits = FAST.model_copy(update={"max_connections": 2, "body_timeout_s": 30.0})
     async with fake(limits) as (port, path):
         head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n".encode()
@@ -153,10 +156,34 @@ async def test_at_the_bound_with_none_idle_a_new_connection_gets_503_naming_it()
         for _, w in waiting:
             await w.drain()
         reader, writer = await _open(port)
+        writer.write(READY)
+        assert await _status(reader, 10) == 200
+        told = [await asyncio.wait_for(r.read(65536), 10) for r, _ in waiting[:1]]
+        assert told[0].startswith(b"HTTP/1.1 503"), told
+        assert b"bound of 2 connections and this one's body was the slowest" in told[0]
+        for _, w in [*waiting, (reader, writer)]:
+            w.close()
+
+
+async def test_at_the_bound_with_every_connection_served_a_new_one_gets_503_naming_it() -> None:
+    """Connections whose requests are being served (and whose clients read) are never
+    closed to make room: a new connection then gets 503."""
+    slow = MODEL.model_copy(update={"base_ms": 3000.0})  # one at a time, 3 s each
+    limits = FAST.model_copy(update={"max_connections": 2})
+    async with FakeServer(slow, limits=limits, grpc_port=None) as s:
+        body = _infer_body("fake")
+        infer = f"POST /v2/models/fake/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}"
+        served = [await _open(s.http_port) for _ in range(2)]
+        for _, w in served:
+            w.write(f"{infer}\r\n\r\n".encode() + body)  # whole: being served
+            await w.drain()
+        reader, writer = await _open(s.http_port)
         data = await asyncio.wait_for(reader.read(65536), 5.0)
         assert data.startswith(b"HTTP/1.1 503"), data
         assert b"bound of 2 connections, none idle" in data
-        for _, w in [*waiting, (reader, writer)]:
+        for r, _ in served:  # both still answered
+            assert await _status(r, 30) == 200
+        for _, w in [*served, (reader, writer)]:
             w.close()
 
 

@@ -57,7 +57,7 @@ class GuardedConnection(asyncio.Protocol):
     of the protocol serving it (made by ``inner(self)``; ``replace`` hands it on). A
     state change is two attribute writes: the hot path pays no clock, no timer."""
 
-    __slots__ = ("_fresh", "_guard", "_make", "inner", "since", "state", "transport")
+    __slots__ = ("_fresh", "_guard", "_make", "inner", "since", "stalled", "state", "transport")
 
     def __init__(
         self, guard: ConnectionGuard, inner: Callable[[GuardedConnection], asyncio.Protocol]
@@ -70,6 +70,9 @@ class GuardedConnection(asyncio.Protocol):
         self.since = guard.sweeps
         self._fresh = False
         """Bytes came while a request was served: the next one may have begun."""
+        self.stalled: int | None = None
+        """The sweep since which the client has not read what it was sent (its transport
+        paused writing: a stream nobody reads), or None."""
 
     @property
     def guard(self) -> ConnectionGuard:
@@ -100,10 +103,12 @@ class GuardedConnection(asyncio.Protocol):
             self.inner.connection_lost(exc)
 
     def pause_writing(self) -> None:
+        self.stalled = self._guard.sweeps
         if self.inner is not None:
             self.inner.pause_writing()
 
     def resume_writing(self) -> None:
+        self.stalled = None
         if self.inner is not None:
             self.inner.resume_writing()
 
@@ -257,20 +262,24 @@ class ConnectionGuard:
                     "retry shortly (or raise the server's --max-connections)",
                 )
                 return False
-            self._expire(victim)
+            self._evict(victim)
             self.forget(victim)
         self._conns[conn] = None
         self._by_transport[conn.transport] = conn
         return True
 
     def _victim(self) -> GuardedConnection | None:
-        """The connection idle longest, else the one longest in its headers (a scan, only
-        at the bound: the hot path keeps no order)."""
-        for state in (State.IDLE, State.HEADERS):
+        """The connection idle longest, else the one longest in its headers, else the
+        one longest in its body (a body dribbled), else the one longest not reading its
+        answer (a stream it does not read): a scan, only at the bound (the hot path keeps
+        no order). Only a connection being served and read from is never taken: before,
+        slow bodies and unread streams locked new clients out for their timeouts."""
+        for state in (State.IDLE, State.HEADERS, State.BODY):
             waiting = [c for c in self._conns if c.state is state]
             if waiting:
                 return min(waiting, key=lambda c: c.since)
-        return None
+        unread = [c for c in self._conns if c.stalled is not None]
+        return min(unread, key=lambda c: c.stalled or 0) if unread else None
 
     def forget(self, conn: GuardedConnection) -> None:
         self._conns.pop(conn, None)
@@ -287,6 +296,22 @@ class ConnectionGuard:
             if conn.state is not State.BUSY and now - conn.since >= allowed[conn.state]:
                 self._expire(conn)
         self._sweeper = self._loop.call_later(self.tick_s, self._sweep)
+
+    def _evict(self, conn: GuardedConnection) -> None:
+        """``conn`` closed to make room at the bound: a request mid-body is told why."""
+        if conn.state is State.BODY:
+            seconds = (self.sweeps - conn.since) * self.tick_s
+            conn.refuse(
+                503,
+                "Service Unavailable",
+                f"the server is at its bound of {self.bound} connections and this one's "
+                f"body was the slowest (still coming after {seconds:.1f} s): send bodies at "
+                "once (or raise the server's --max-connections)",
+            )
+        elif conn.state is State.BUSY:
+            conn.close()  # its client was not reading its answer
+        else:
+            self._expire(conn)
 
     def _expire(self, conn: GuardedConnection) -> None:
         limits = self.limits
