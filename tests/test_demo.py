@@ -182,3 +182,20 @@ def test_a_demo_that_ends_in_an_error_leaves_its_run_failed_not_running(tmp_path
         (run,) = store.list_runs()
     assert run["kind"] == "demo" and run["status"] == "failed"
     assert run["status_reason"].startswith("ConfigError during [1/6] profiling")
+
+
+def test_a_demo_the_host_cannot_plan_is_inconclusive_not_an_error(tmp_path: Path) -> None:
+    """Issue 33, fault 8: on a loaded host the demo's profiles came out slow, the plan
+    needed 4 cores of its 3, and the demo ended with exit 2 (an error) at planning. The
+    profiles measured here leave no plan: the host's fault, said as INCONCLUSIVE (its
+    run stored complete with that verdict), never a bad-input error. Here a demand no
+    2-core budget serves stands for the slow host."""
+    from ridgeline.errors import HostTooSmall
+
+    huge = SPEC.model_copy(update={"demand_rps": 1e6})
+    with RunStore(str(tmp_path / "runs.sqlite")) as store:
+        with pytest.raises(HostTooSmall, match=r"leave no plan of 1e\+06 req/s within 2 cores"):
+            run_demo(tmp_path / "out", spec=huge, cfg=QUICK, store=store, say=lambda _: None)
+        (run,) = store.list_runs()
+    assert (run["kind"], run["status"]) == ("demo", "complete")
+    assert run["status_reason"].startswith("INCONCLUSIVE during [2/6] planning")

@@ -89,6 +89,12 @@ class InfeasiblePlan(PlanError):
         """``latency``, ``accuracy`` or ``resources``."""
 
 
+class HostTooSmall(RidgelineError):
+    """The demo cannot be planned on this host: the profiles it measured here (a slow or
+    busy host) leave no plan within its core budget. Says nothing of the planner or the
+    plan: its verdict is INCONCLUSIVE."""
+
+
 class PlanCheckFailed(PlanError):
     """No plan held the SLO when served in simulation (``plansim.check``); ``best`` is the
     closest one found, with the runs that judged it (None if none could be made)."""

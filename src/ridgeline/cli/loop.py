@@ -73,14 +73,19 @@ def demo(
     phases': more than 1 % of their requests dropped, failed or later than the SLO (outside
     the seconds right after each change of demand) is a FAIL, and so is a request lost.
     Exit status 0 PASS, 1 FAIL, 3 INCONCLUSIVE (the host too busy to measure)."""
+    from ridgeline.errors import HostTooSmall
     from ridgeline.loop.demo import REPORT, SHORT, run_demo
     from ridgeline.report.loop_html import write_loop_report
     from ridgeline.report.terminal import demo_summary
 
     with failing(), opened_store(db) as store:
-        result = run_demo(
-            out_dir, zoo=zoo, cfg=SHORT if short else None, say=out.print, store=store
-        )
+        try:
+            result = run_demo(
+                out_dir, zoo=zoo, cfg=SHORT if short else None, say=out.print, store=store
+            )
+        except HostTooSmall as exc:  # the host's, not the plan's
+            out.print(f"verdict: INCONCLUSIVE: {exc}")
+            raise typer.Exit(loop_code("INCONCLUSIVE")) from None
         report = write_loop_report(result, out_dir / REPORT)
     for line in demo_summary(result, report):
         out.print(line)

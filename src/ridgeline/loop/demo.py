@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ridgeline.aio import cancelled_on_signal, run_coroutine
-from ridgeline.errors import RunInterrupted
+from ridgeline.errors import HostTooSmall, RunInterrupted
 from ridgeline.loop.run import LoopConfig, LoopResult, run_loop
 from ridgeline.pipeline.spec import PipelineSpec, load_spec
 from ridgeline.serve.controller import ReconfigEvent
@@ -97,6 +97,14 @@ def run_demo(
                 f"{out_dir}: {', '.join(kept) or 'nothing yet'}; run {run_id} in {store.path} "
                 "is marked interrupted",
             ) from None
+        except HostTooSmall as exc:  # the host's, not the plan's: INCONCLUSIVE
+            store.finish_run(
+                run_id,
+                "complete",
+                f"INCONCLUSIVE during {stage[0]}: {exc}",
+                {"verdict": "INCONCLUSIVE", "reconfigurations": events},
+            )
+            raise
         except Exception as exc:  # a failure ends the run as failed, never left running
             store.finish_run(
                 run_id,

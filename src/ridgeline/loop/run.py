@@ -37,7 +37,7 @@ from typing import Literal
 
 import numpy as np
 
-from ridgeline.errors import PlanCheckFailed
+from ridgeline.errors import HostTooSmall, InfeasiblePlan, PlanCheckFailed
 from ridgeline.health.slo import LatencyBound
 from ridgeline.loadgen.schedule import named_arrivals
 from ridgeline.loadgen.step import StepConfig, StepResult, measure_step
@@ -329,6 +329,13 @@ def _checked(
     says what the host makes of it)."""
     try:
         checked = checked_plan(spec, table, {CPU: cores}, check=CheckConfig(arrivals=arrivals))
+    except InfeasiblePlan as e:
+        raise HostTooSmall(
+            f"the profiles measured on this host leave no plan of {spec.demand_rps:g} req/s "
+            f"within {cores:g} cores ({e}): the host is too slow or too busy for the demo "
+            "(the profile lines above say how fast each variant ran here); run it on a "
+            "quieter or larger host"
+        ) from e
     except PlanCheckFailed as e:
         if not isinstance(e.best, CheckedPlan):
             raise
