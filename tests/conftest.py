@@ -62,10 +62,13 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
 
 @pytest.fixture(scope="session")
 def ray_local() -> Iterator[Any]:
-    """A local Ray cluster for the whole session (``ray.init(num_cpus=2)``, loopback only):
+    """A local Ray cluster for the whole session (``ray.init(num_cpus=2)``, loopback only;
+    skipped, and shut down, where this Ray binds its services beyond loopback):
     the distributed-load and Ray Serve tests share it (a start costs seconds). Skipped
     where Ray is not installed (it is in the ``dev`` extra, so CI runs these)."""
     ray = pytest.importorskip("ray")
+    from ridgeline._loopback import outside_loopback
+
     ray.init(
         num_cpus=2,
         include_dashboard=False,
@@ -73,6 +76,10 @@ def ray_local() -> Iterator[Any]:
         _node_ip_address="127.0.0.1",
         configure_logging=False,
     )
+    if exposed := outside_loopback():  # what the suite starts listens on loopback only
+        ray.shutdown()
+        shown = "; ".join(map(str, exposed[:3]))
+        pytest.skip(f"this Ray listens beyond loopback ({shown} …): not started here")
     try:
         yield ray
     finally:

@@ -40,6 +40,7 @@ from typing import Any
 
 import yaml
 
+from ridgeline._loopback import outside_loopback
 from ridgeline.errors import ConfigError, PlanError
 from ridgeline.pipeline.gpu import COMPUTE_SLICES, gpu_type
 from ridgeline.pipeline.plan import Plan, TaskPlan
@@ -310,6 +311,28 @@ def run_application(out_dir: Path, *, host: str = "127.0.0.1", port: int = 8000)
     return f"http://{shown}:{port}/v2/models/{name}"
 
 
+EXPOSED_OK = "RIDGELINE_RAY_EXPOSED"
+"""Set to 1 to accept a local Ray whose services listen beyond loopback."""
+
+
+def refuse_exposed_ray(ray: Any) -> None:
+    """A Ray this process started that listens beyond loopback is shut down and refused
+    (a ``ConfigError`` naming what listened where), unless ``EXPOSED_OK`` is 1. Ray 2.60
+    binds its GCS, raylet and agents to every interface, or the machine's address, even
+    when told ``_node_ip_address="127.0.0.1"``, and Ray's services run code for whoever
+    reaches them: what ridgeline starts on its own listens on loopback only."""
+    exposed = outside_loopback()
+    if not exposed or os.environ.get(EXPOSED_OK) == "1":
+        return
+    ray.shutdown()
+    shown = "; ".join(map(str, exposed[:4])) + (" …" if len(exposed) > 4 else "")
+    raise ConfigError(
+        f"the local Ray this started listens beyond loopback ({shown}): refused, and shut "
+        "down. Serve on a Ray cluster you started on a network you trust (`ray start "
+        f"--head`, then RAY_ADDRESS=auto), or set {EXPOSED_OK}=1 to accept these listeners"
+    )
+
+
 def deploy(
     source: Path | Plan,
     *,
@@ -347,6 +370,7 @@ def deploy(
                 log_to_driver=False,
                 _node_ip_address="127.0.0.1",
             )
+            refuse_exposed_ray(ray)
         done = threading.Event()  # after ray.init, which installs handlers of its own
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: done.set())
