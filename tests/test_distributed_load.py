@@ -64,7 +64,9 @@ async def test_two_workers_hold_the_rate_and_merge_to_the_union_of_their_records
         (1, node, 300, 300, "ok"),
     ]
     assert s.ok == 600
-    assert s.achieved_rps == pytest.approx(200.0, rel=0.03)
+    # 600 answers over the 3 s to the last of them, and at most the slowest's latency past
+    assert s.latency_ms.max is not None
+    assert 600 / (3.0 + s.latency_ms.max / 1000.0) <= s.achieved_rps <= 200.0
     parts = result.worker_records
     assert parts is not None and all(p is not None for p in parts)
     mine = [p for p in parts if p is not None]

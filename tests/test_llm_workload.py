@@ -325,7 +325,10 @@ def test_run_with_prompt_and_output_tokens_end_to_end(llm_server: str, tmp_path:
     assert res.returncode in (0, 3), res.stderr
     summary = json.loads(res.stdout)
     assert summary["ok"] == summary["sent"] == 10
-    assert summary["output_tokens_per_s"] == pytest.approx(10 * 32 / 2.0)
+    # over the seconds to the last answer: the step's 2 s, and at most its slowest
+    # answer's latency past them (a busy host's tail)
+    slowest_s = summary["latency_ms"]["max"] / 1000.0
+    assert 10 * 32 / (2.0 + slowest_s) <= summary["output_tokens_per_s"] <= 10 * 32 / 2.0
     assert summary["ttft_ms"]["p50"] < summary["latency_ms"]["p50"]
 
 

@@ -96,4 +96,8 @@ def test_streaming_llm_step_reports_ttft_inter_token_latency_and_tokens() -> Non
     assert res.ttft_ms is not None and res.itl_ms is not None
     assert res.ttft_ms.p50 is not None and res.ttft_ms.p50 >= 25.0  # engine 5 ms + ttft 20 ms
     assert res.itl_ms.p50 == pytest.approx(5.0, abs=1.5)
-    assert res.output_tokens_per_s == pytest.approx(8 * res.ok / 2.0)
+    # over the seconds to the last answer: at most the slowest answer's latency past 2 s
+    slowest_s = (res.latency_ms.max or 0.0) / 1000.0
+    tokens_per_s = res.output_tokens_per_s
+    assert tokens_per_s is not None
+    assert 8 * res.ok / (2.0 + slowest_s) <= tokens_per_s <= 8 * res.ok / 2.0
