@@ -388,3 +388,26 @@ def test_a_grpc_port_taken_is_one_line_without_grpcs_own_log(tmp_path: Path) -> 
     assert res.stderr.strip().splitlines() == [
         f"error: cannot bind gRPC to 127.0.0.1:{port}; is the port taken? Pick another or 0"
     ]
+
+
+def test_serve_help_names_the_ray_extra_at_80_columns() -> None:
+    """Issue 33, fault 25: ``serve --help`` printed ``pip install 'ridgeline'``, the
+    ``[ray]`` extra read as markup."""
+    result = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0
+    assert "pip install 'ridgeline[ray]'" in result.output
+
+
+def test_runs_list_folds_a_long_url_at_80_columns_never_cuts_it(tmp_path: Path) -> None:
+    """Issue 33, fault 25: at 80 columns ``runs list`` cut URLs with an ellipsis."""
+    from ridgeline.telemetry.store import RunStore
+
+    url = "http://127.0.0.1:18931/v2/models/a-rather-long-model-name/versions/12"
+    db = tmp_path / "runs.sqlite"
+    with RunStore(db) as store:
+        store.finish_run(store.create_run("run", url, {}), "complete")
+    result = CliRunner().invoke(app, ["runs", "list", "--db", str(db)], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    rows = [line.split("│") for line in result.output.splitlines() if line.startswith("│")]
+    assert max(map(len, result.output.splitlines())) <= 80
+    assert "".join(cells[3].strip() for cells in rows) == url

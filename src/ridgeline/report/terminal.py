@@ -105,7 +105,8 @@ def step_table(s: StepSummary, title: str = "step") -> Group:
 def runs_table(rows: list[dict[str, Any]]) -> Table:
     t = Table(title="runs")
     for col in ("id", "kind", "target", "status", "steps", "started"):
-        t.add_column(col)
+        # a narrow terminal folds a URL or a reason onto more lines, never cuts it
+        t.add_column(col, overflow="fold" if col in ("target", "status") else "ellipsis")
     for r in rows:
         started = datetime.fromtimestamp(r["started_at"], UTC).strftime("%Y-%m-%d %H:%M:%S")
         status = r["status"] + (f" ({r['status_reason']})" if r["status_reason"] else "")
