@@ -393,3 +393,14 @@ def test_a_read_only_store_is_read_by_the_reading_commands(
     assert "error" not in done.stderr
     if command[:2] == ["runs", "list"]:
         assert "null://" in done.stdout
+
+
+def test_a_run_logged_not_shown_on_a_terminal_says_what_it_sends_when_it_starts(
+    tmp_path: Path,
+) -> None:
+    """Issue 33, fault 25: ``run`` was silent for its whole step (up to a minute) when its
+    stderr was a log, not a terminal; it says what it sends once the first request goes."""
+    done = ridgeline("run", "null://", "--rate", "20", "--duration", "1", db=tmp_path / "r.db")
+    assert done.returncode == 0, done.stderr
+    (line,) = [s for s in done.stderr.splitlines() if s.startswith("run: ")]
+    assert re.fullmatch(r"run: sending \d+ requests over 1 s to null://; the table follows", line)

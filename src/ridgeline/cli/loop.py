@@ -9,7 +9,15 @@ from typing import Annotated
 
 import typer
 
-from ridgeline.cli._common import DbOption, JsonOption, ZooOption, failing, opened_store, out
+from ridgeline.cli._common import (
+    DbOption,
+    JsonOption,
+    ZooOption,
+    err,
+    failing,
+    opened_store,
+    out,
+)
 from ridgeline.cli._exit import loop_code, verify_code
 
 
@@ -44,7 +52,12 @@ def verify(
     got: list[int] = []
     with failing():
         checking = verify_plan(
-            load_plan(plan), target, seconds=seconds, max_fail=max_fail, search=search
+            load_plan(plan),
+            target,
+            seconds=seconds,
+            max_fail=max_fail,
+            search=search,
+            say=lambda line: err.print(f"verify: {line}", highlight=False),
         )
         try:
             result = run_coroutine(cancelled_on_signal(checking, got))

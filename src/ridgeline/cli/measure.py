@@ -273,7 +273,12 @@ def run(
             replay=ReplayConfig(timeout_s=timeout, max_outstanding=max_outstanding),
         )
         progress = Progress()
-        with opened_store(db) as store, live_progress(progress, err, err.is_terminal):
+        started = (
+            f"run: sending {len(schedule.times):,} requests over {schedule.duration_s:g} s "
+            f"to {target}; the table follows"
+        )
+        live = live_progress(progress, err, err.is_terminal, started)
+        with opened_store(db) as store, live:
             result = run_step(
                 target,
                 schedule,

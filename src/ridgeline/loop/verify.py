@@ -27,6 +27,7 @@ the server is busy, and measure a server offered less than was asked.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -124,6 +125,7 @@ async def verify(
     search: bool = True,
     step_s: float = 5.0,
     apart: bool = False,
+    say: Callable[[str], None] | None = None,
 ) -> VerifyResult:
     """Verify ``plan`` served at ``target`` (a v2 URL of its pipeline model). ``apart``:
     send from a process of its own, as a server in this event loop needs (the demo's):
@@ -142,7 +144,9 @@ async def verify(
     step_cfg = StepConfig(validity=bound, apart=apart)
     processes = plan.checked_arrivals or ("poisson",)
     schedules = [named_arrivals(a, demand, seconds, seed=2) for a in processes]  # bad ones: now
+    tell = say or (lambda _: None)
     if warmup_s > 0:
+        tell(f"warm-up: {warmup_s:g} s at {demand:g} req/s")
         warm = from_arrival(parse_arrival("poisson", demand), warmup_s, seed=1)
         await measure_step(target, warm, step_cfg)
     p99_bound = LatencyBound(percentile="p99", bound_ms=plan.slo_ms)
@@ -151,7 +155,8 @@ async def verify(
     sent = answered = dropped = 0
     p99s: list[float] = []
     passed, server_missed, invalid = True, False, None
-    for schedule in schedules:
+    for process, schedule in zip(processes, schedules, strict=True):
+        tell(f"{demand:g} req/s under {process} for {seconds:g} s")
         step = await measure_step(target, schedule, step_cfg)
         s, rec = step.summary, step.records
         ok = rec.outcome == int(Outcome.OK)
@@ -170,6 +175,10 @@ async def verify(
     p99 = max(p99s) if p99s else None
     capacity = None
     if search:
+        tell(
+            f"the margin: a binary search between {demand / 4:g} and {demand * 4:g} req/s "
+            f"in {step_s:g} s steps (a minute or two)"
+        )
         cfg = ProbeConfig(
             slo=SLOPolicy(latency=(p99_bound,), max_error_rate=max_fail),
             strategy="binary",

@@ -115,14 +115,24 @@ def runs_table(rows: list[dict[str, Any]]) -> Table:
 
 
 @contextmanager
-def live_progress(progress: Progress, console: Console, enabled: bool) -> Iterator[None]:
-    """A one-line progress display on ``console`` while a replay runs (if enabled)."""
-    if not enabled:
+def live_progress(
+    progress: Progress, console: Console, enabled: bool, started: str | None = None
+) -> Iterator[None]:
+    """A one-line progress display on ``console`` while a replay runs (if enabled); else
+    ``started``, once, when the replay sends its first request (a log, not a terminal:
+    a minute of silence reads as a hang)."""
+    if not enabled and started is None:
         yield
         return
     done = threading.Event()
 
     def show() -> None:
+        if not enabled:
+            while not done.wait(0.25):
+                if progress.sent:
+                    console.print(started, highlight=False, soft_wrap=True)
+                    return
+            return
         with console.status("") as status:
             while not done.wait(0.25):
                 status.update(
