@@ -2,17 +2,22 @@
 command line's own parser (its types, ranges and choices), and every file it names ships
 with the project or is written by a README line before it. What is a placeholder on
 purpose (``...``, ``RUN``, a run id, another machine's address) is listed below. The
-commands are not run here: several serve until stopped or run for minutes; the ones that
+commands that need no server and end in seconds are run as written (``OFFLINE``); the
+others serve until stopped or run for minutes, and are not run here. The ones that
 failed as written (a ``--shared-prefix`` longer than the shortest prompt, files nobody
 provided) now name what ships."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import typer.main
 
 from ridgeline.cli import app
@@ -74,3 +79,40 @@ def test_every_readme_command_parses_and_names_only_files_that_exist() -> None:
             if FILE.match(word) and word not in WRITTEN and not (ROOT / word).exists():
                 problems.append(f"{line}: names {word}, which does not ship")
     assert not problems, "\n".join(problems)
+
+
+OFFLINE = (
+    "ridgeline allocate ",
+    "ridgeline simulate examples/",
+    "ridgeline export ",
+    "ridgeline probe sim:vision --strategy",
+)
+"""README lines that need no server and end in seconds: run as written."""
+
+
+@pytest.mark.timeout(300)
+def test_the_readmes_offline_commands_run_as_written(tmp_path: Path) -> None:
+    """Run from a folder holding the repository's ``examples`` and ``src`` (links), so
+    what they write lands there; each exits 0 and prints no ``error:``."""
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    (tmp_path / "src").symlink_to(ROOT / "src")
+    lines = [
+        c
+        for c in readme_commands()
+        if c.startswith(OFFLINE) and not any(p in shlex.split(c) for p in PLACEHOLDERS)
+    ]
+    assert len(lines) >= 6, lines
+    env = {**os.environ, "RIDGELINE_DB": str(tmp_path / "runs.sqlite")}
+    for line in lines:
+        argv = shlex.split(line)[1:]
+        done = subprocess.run(
+            [sys.executable, "-m", "ridgeline", *argv],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, f"{line}\n{done.stderr[-2000:]}"
+        assert "error:" not in done.stderr, line
+        assert "Traceback" not in done.stderr + done.stdout, line
