@@ -15,7 +15,8 @@ from ridgeline import errors
 PUBLIC = [
     "BackendConfigError", "BatchingConfig", "CapacityEstimate", "ConfigError", "DatasetError",
     "FakeServer",
-    "Features", "GpuUnavailableError", "HealthState", "InfeasiblePlan", "InferFailed",
+    "Features", "GpuUnavailableError", "HealthState", "HostTooSmall", "InfeasiblePlan",
+    "InferFailed",
     "InvalidRequest", "LatencyModel", "ModelNotFoundError", "NetworkDriver", "Outcome",
     "PipelineSpec", "PlacementError", "Plan", "PlanCheckFailed", "PlanError", "PlanServer",
     "ProbeConfig",

@@ -16,6 +16,7 @@ RidgelineError
 ├── TargetError              talking to an inference endpoint failed
 │   └── TargetUnreachableError   the endpoint did not answer the connect check
 ├── StoreError               the run store could not be read or written
+├── HostTooSmall             the demo's profiles on this host leave no plan (INCONCLUSIVE)
 ├── RunInterrupted           a run was stopped (Ctrl-C); its partial results are stored
 ├── WorkerError              a serving worker failed a batch (serve.workers)
 │   ├── WorkerStartError     it could not start or load its backend
