@@ -337,7 +337,8 @@ def test_a_damaged_store_is_one_line_naming_the_file_and_the_way_out(
     traceback on the reading commands. One line names the file, what SQLite said, and
     how to recover what can be read."""
     db = tmp_path / "runs.sqlite"
-    assert ridgeline("run", "null://", "--rate", "5", "--duration", "0.2", db=db).returncode == 0
+    made = ridgeline("run", "null://", "--rate", "5", "--duration", "0.2", db=db)
+    assert made.returncode in (0, 3), made.stderr  # 3: stored, its generator late (busy host)
     with sqlite3.connect(db) as con:  # every page in the file, none left in the WAL
         con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     con.close()
@@ -366,7 +367,8 @@ def test_a_read_only_store_is_read_by_the_reading_commands(
     folder = tmp_path / "store"
     folder.mkdir()
     db = folder / "runs.sqlite"
-    assert ridgeline("run", "null://", "--rate", "5", "--duration", "0.2", db=db).returncode == 0
+    made = ridgeline("run", "null://", "--rate", "5", "--duration", "0.2", db=db)
+    assert made.returncode in (0, 3), made.stderr  # 3: stored, its generator late (busy host)
     with sqlite3.connect(db) as con:  # every page in the file, the WAL empty
         con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     con.close()

@@ -15,6 +15,12 @@ NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 """A finite number ≥ 0."""
 Rate = Positive
 """A finite rate > 0, requests per second."""
+MAX_STEP_RATE = 1_000_000.0
+"""The highest rate a probe's step (or its warm-up) may send, requests/s: past what a
+load generator here sends (tens of thousands a second a process), and a step of seconds
+at it would hold more arrivals than a schedule may (``workload._unit.MAX_ARRIVALS``)."""
+StepRate = Annotated[float, Field(gt=0, le=MAX_STEP_RATE, allow_inf_nan=False)]
+"""A rate a probe sends at: finite, > 0, at most ``MAX_STEP_RATE``."""
 NonNegativeRate = NonNegative
 """A finite rate ≥ 0, requests per second."""
 Seconds = Positive

@@ -225,7 +225,7 @@ def run(
     trace: TraceOption = None,
     target_rate: TargetRateOption = None,
     trace_start: Annotated[float, typer.Option(help="start of the trace window, s")] = 0.0,
-    seed: Annotated[int, typer.Option(help="seed of the arrival schedule")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="seed of the arrival schedule")] = 0,
     processes: ProcessesOption = 1,
     workers: WorkersOption = None,
     timeout: Annotated[float, typer.Option(help="per-request timeout, s")] = 30.0,
@@ -441,7 +441,7 @@ def probe(
     lateness_bound_ms: LatenessOption = None,
     *,
     client: ClientOptions,
-    seed: Annotated[int, typer.Option(help="seed of the schedules")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="seed of the schedules")] = 0,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:

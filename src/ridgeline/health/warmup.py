@@ -28,7 +28,7 @@ from statistics import NormalDist
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ridgeline._fields import Share
+from ridgeline._fields import Share, StepRate
 from ridgeline.health.judge import Judgment
 
 
@@ -60,9 +60,8 @@ class WarmupConfig(BaseModel):
         description="a safety cap, s: the warm-up ends here even while its latency still "
         "falls, and says so",
     )
-    rate: float | None = Field(
+    rate: StepRate | None = Field(
         None,
-        gt=0,
         description="explicit warmup rate, req/s, held throughout; default: from "
         "rate_fraction × first rate, rising while the server is well inside the SLO",
     )

@@ -78,7 +78,7 @@ class ProbeConfig(BaseModel):
         f"least {60:g} s, each at a share of the error rate: see probe.sequential); None: "
         "on with a budget, off without",
     )
-    seed: int = 0
+    seed: int = Field(0, ge=0, description="seed of every step's schedule (≥ 0)")
 
     def looks(self) -> bool:
         """Whether confirmations end early once decided (``sequential``)."""

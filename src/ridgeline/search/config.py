@@ -28,7 +28,7 @@ from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from ridgeline._fields import Rate, Seconds
+from ridgeline._fields import Seconds, StepRate
 from ridgeline._registry import Registry
 from ridgeline._yaml_config import own_errors
 from ridgeline.errors import ConfigError
@@ -44,9 +44,9 @@ class SearchConfig(BaseModel):
     min_rate_from: ClassVar[str | None] = None
     """A field (a rate or list of rates) whose lowest value is ``min_rate`` by default."""
 
-    min_rate: Rate = Field(description="lowest rate to try, requests/s")
-    max_rate: Rate | None = Field(None, description="highest rate to try; None: no ceiling")
-    start_rate: Rate = Field(
+    min_rate: StepRate = Field(description="lowest rate to try, requests/s")
+    max_rate: StepRate | None = Field(None, description="highest rate to try; None: no ceiling")
+    start_rate: StepRate = Field(
         default_factory=lambda data: data.get("min_rate"),
         description="first rate tried, requests/s (default min_rate)",
     )
@@ -114,7 +114,7 @@ class SweepConfig(SearchConfig):
 
     kind: Literal["sweep"] = "sweep"
     min_rate_from: ClassVar[str | None] = "rates"
-    rates: tuple[Rate, ...] | None = Field(
+    rates: tuple[StepRate, ...] | None = Field(
         None,
         min_length=1,
         description="explicit grid (sorted for you); None: geometric from min_rate to "
@@ -154,7 +154,7 @@ class StabilityConfig(SearchConfig):
 
     kind: Literal["stability"] = "stability"
     min_rate_from: ClassVar[str | None] = "rate"
-    rate: Rate = Field(
+    rate: StepRate = Field(
         default_factory=lambda data: data.get("start_rate"),
         description="the rate to hold, requests/s (default start_rate)",
     )

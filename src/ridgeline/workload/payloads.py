@@ -58,12 +58,18 @@ TURN_SEPARATOR = "\n\n"
 DEFAULT_SHAPE = RequestShape()
 
 
+MAX_SIZE = 1 << 20
+"""The largest per-request size a spec may give (tokens, rows): 1,048,576, past any
+model's context; a prompt of 6 million tokens made for each request took 20 GB before
+a single one was sent."""
+
+
 class FixedSize(BaseModel):
     """Every request gets ``value``."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     kind: Literal["fixed"] = "fixed"
-    value: int = Field(ge=0, description="the size of every request")
+    value: int = Field(ge=0, le=MAX_SIZE, description="the size of every request")
 
     def draw(self, n: int, rng: np.random.Generator) -> Counts:
         return np.full(n, self.value, dtype=np.int64)
@@ -77,8 +83,8 @@ class UniformSize(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     kind: Literal["uniform"] = "uniform"
-    low: int = Field(ge=0, description="smallest size")
-    high: int = Field(ge=0, description="largest size (≥ low)")
+    low: int = Field(ge=0, le=MAX_SIZE, description="smallest size")
+    high: int = Field(ge=0, le=MAX_SIZE, description="largest size (≥ low)")
 
     @model_validator(mode="after")
     def _ordered(self) -> UniformSize:
@@ -99,15 +105,20 @@ class LognormalSize(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     kind: Literal["lognormal"] = "lognormal"
-    mean: float = Field(gt=0, allow_inf_nan=False, description="mean size before clipping")
+    mean: float = Field(
+        gt=0, le=MAX_SIZE, allow_inf_nan=False, description="mean size before clipping"
+    )
     cv: float = Field(gt=0, allow_inf_nan=False, description="std / mean before clipping")
-    low: int = Field(1, ge=0, description="smallest size kept")
-    high: int | None = Field(None, ge=0, description="largest size kept (none: no cap)")
+    low: int = Field(1, ge=0, le=MAX_SIZE, description="smallest size kept")
+    high: int | None = Field(
+        None, ge=0, le=MAX_SIZE, description=f"largest size kept (none: {MAX_SIZE:,})"
+    )
 
     def draw(self, n: int, rng: np.random.Generator) -> Counts:
         sigma2 = math.log1p(self.cv**2)
         raw = rng.lognormal(math.log(self.mean) - sigma2 / 2, math.sqrt(sigma2), size=n)
-        return np.clip(np.rint(raw), self.low, self.high).astype(np.int64)
+        top = MAX_SIZE if self.high is None else self.high
+        return np.clip(np.rint(raw), self.low, top).astype(np.int64)
 
     def smallest(self) -> int:
         return self.low
@@ -175,7 +186,8 @@ def _size_spec(name: str, like: SizeLike) -> FixedSize | UniformSize | Lognormal
         )
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(map(str, e['loc'][1:]))}: {e['msg']}" for e in exc.errors()
+            ": ".join(filter(None, (".".join(map(str, e["loc"][1:])), e["msg"])))
+            for e in exc.errors()
         )
         raise ConfigError(f"{name} size spec {like!r} is invalid: {problems}") from None
     if spec.smallest() < _MINIMUM[name]:
