@@ -22,12 +22,15 @@ def test_a_disk_that_fills_during_a_run_loses_nothing() -> None:
     )
     if done.returncode == 77:
         pytest.skip(done.stderr.strip() or "no private tmpfs here")
+    assert done.stdout.strip(), done.stderr[-3000:]
     found = json.loads(done.stdout)
-    assert found["filled_bytes"] > 0
+    said = json.dumps(found, indent=1)  # what the trial saw, in any failure below
+    assert found["filled_bytes"] > 0, said
     # the step's own status (3: its generator fell behind on a busy host), not an error
-    assert found["exit"] in (0, 3) and found["table_printed"]
-    (warning,) = found["warning"]
-    assert "the disk is full" in warning and "are kept in" in warning
-    assert len(found["journals_in_tmp"]) == 1  # beside the store there was no room
-    assert found["after"] == {"status": "complete", "steps": 1}
+    assert found["exit"] in (0, 3) and found["table_printed"], said
+    assert len(found["warning"]) == 1, said
+    assert "the disk is full" in found["warning"][0], said
+    assert "are kept in" in found["warning"][0], said
+    assert len(found["journals_in_tmp"]) == 1, said  # beside the store there was no room
+    assert found["after"] == {"status": "complete", "steps": 1}, said
     assert done.returncode == 0

@@ -58,13 +58,16 @@ def test_a_local_ray_is_refused_where_it_listens_beyond_loopback(
 ) -> None:
     """The Ray ``serve --engine ray`` starts: kept only when all it listens on is
     loopback; else shut down and refused, naming what listened where. Either way no
-    listener this test started is left outside 127.0.0.0/8."""
+    listener this test started is left outside 127.0.0.0/8 (a Ray run earlier in this
+    process may leave its driver's own)."""
     ray = pytest.importorskip("ray")
     from ridgeline.export.ray_serve import EXPOSED_OK, refuse_exposed_ray
 
     if ray.is_initialized():
         pytest.skip("a Ray is already running in this process")
     monkeypatch.delenv(EXPOSED_OK, raising=False)
+    # a Ray this process ran before (the suite's, refused) may leave its driver listening
+    before = set(outside_loopback())
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
     exposed = outside_loopback()
     try:
@@ -79,4 +82,4 @@ def test_a_local_ray_is_refused_where_it_listens_beyond_loopback(
     finally:
         if ray.is_initialized():
             ray.shutdown()
-    assert outside_loopback() == []
+    assert set(outside_loopback()) <= before  # nothing this test started is left
