@@ -304,6 +304,35 @@ def test_dropping_never_misses_more_than_not_dropping_on_the_same_arrivals(
     assert good_on >= good_off - tolerance * n
 
 
+@pytest.mark.xfail(strict=True, reason="a known limit of the drop rule's queue model")
+def test_a_slower_task_downstream_of_a_deep_queue_is_expected_late_enough() -> None:
+    """The law above, broken on a case a random draw found (2026-12-06): two tasks, the
+    second the slower (24.5 ms per batch of 3 against 29 ms per 5), gamma CV 4 arrivals
+    at half the capacity. Dropping on: 19 dropped, none late; off: 9 late. Of the 19, 10
+    would have made it (465–536 ms of a 540 ms SLO). The expectation of a request joining
+    the first task counts the second task's queue as it is now, not the rows ahead of the
+    request at the first task, which reach the slower second task before it: in a burst
+    it expected 457 ms where 553 came, and the slack learnt from such answers (1.19, the
+    0.05 quantile of their ratios) then came off requests whose error was smaller. The
+    fix (a downstream backlog of its queue plus the rows ahead upstream, less what it
+    drains meanwhile) changes the rule every plan is judged by, and awaits its
+    re-validation on ``benchmarks/drop_rule.py``; strict, so the fix shows here."""
+    plan = plan_of(
+        {
+            "t0": task(19.0, 2.0, batch=5, delay_ms=1.0, budget_ms=270.0),
+            "t1": task(18.5, 2.0, batch=3, delay_ms=0.0, budget_ms=270.0),
+        },
+        [{"source": "t0", "target": "t1"}],
+        slo_ms=540.0,
+    )
+    rate = 0.5 * 3 / 24.5 * 1000.0
+    schedule = from_arrival(parse_arrival("gamma:cv=4", rate), 3_000 / rate, 2)
+    on = simulate_plan(plan, schedule, SimConfig(seed=2, drop=True))
+    off = simulate_plan(plan, schedule, NO_DROP.model_copy(update={"seed": 2}))
+    n, p = on.requests, off.violation_rate
+    assert on.violation_rate <= p + 3 * math.sqrt(max(p * (1 - p), 1 / n) / n)
+
+
 # --- fan-out, drops -----------------------------------------------------------------------
 
 
