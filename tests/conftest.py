@@ -68,19 +68,21 @@ def ray_local() -> Iterator[Any]:
     where Ray is not installed (it is in the ``dev`` extra, so CI runs these)."""
     ray = pytest.importorskip("ray")
     from ridgeline._loopback import outside_loopback
+    from ridgeline.export.ray_serve import private_ray_auth
 
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        _node_ip_address="127.0.0.1",
-        configure_logging=False,
-    )
-    if exposed := outside_loopback():  # what the suite starts listens on loopback only
-        ray.shutdown()
-        shown = "; ".join(map(str, exposed[:3]))
-        pytest.skip(f"this Ray listens beyond loopback ({shown} …): not started here")
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
+    with private_ray_auth():  # its own token: the home folder's is neither read nor written
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            _node_ip_address="127.0.0.1",
+            configure_logging=False,
+        )
+        if exposed := outside_loopback():  # what the suite starts listens on loopback only
+            ray.shutdown()
+            shown = "; ".join(map(str, exposed[:3]))
+            pytest.skip(f"this Ray listens beyond loopback ({shown} …): not started here")
+        try:
+            yield ray
+        finally:
+            ray.shutdown()

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -83,3 +85,47 @@ def test_a_local_ray_is_refused_where_it_listens_beyond_loopback(
         if ray.is_initialized():
             ray.shutdown()
     assert set(outside_loopback()) <= before  # nothing this test started is left
+
+
+_TOKEN_RUN = """
+import ray
+from ridgeline.export.ray_serve import private_ray_auth
+
+with private_ray_auth():
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False,
+             _node_ip_address="127.0.0.1", configure_logging=False)
+    try:
+        print("answered", ray.get(ray.remote(lambda: 41 + 1).remote()))
+    finally:
+        ray.shutdown()
+"""
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("left", [None, "0123456789abcdef0123456789abcdef"])
+def test_a_local_ray_keeps_to_a_token_of_its_own_and_leaves_the_home_folder_alone(
+    tmp_path: Path, left: str | None
+) -> None:
+    """Fault 26's token file: a local Ray started the way ``serve --engine ray`` starts
+    one neither takes a token another Ray left in ``~/.ray/auth_token`` nor writes one
+    there (Ray 2.60 did both), and still answers its own driver. Run in a child process
+    with its own home folder (and no Ray authentication settings of the user's)."""
+    pytest.importorskip("ray")
+    token = tmp_path / ".ray" / "auth_token"
+    if left is not None:
+        token.parent.mkdir()
+        token.write_text(left)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    run = subprocess.run(
+        [sys.executable, "-c", _TOKEN_RUN],
+        env={**env, "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "answered 42" in run.stdout
+    if left is None:
+        assert not token.exists()
+    else:
+        assert token.read_text() == left

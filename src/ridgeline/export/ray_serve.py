@@ -27,14 +27,16 @@ copied to ``models/TASK.onnx``; a Python backend has no file to ship and is refu
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import secrets
 import shutil
 import signal
 import socket
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -315,6 +317,32 @@ EXPOSED_OK = "RIDGELINE_RAY_EXPOSED"
 """Set to 1 to accept a local Ray whose services listen beyond loopback."""
 
 
+AUTH_VARIABLES = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+"""Ray's authentication settings; where the user set any, a local Ray keeps them."""
+
+
+@contextlib.contextmanager
+def private_ray_auth() -> Iterator[None]:
+    """Around a local Ray this process starts: token authentication with a fresh random
+    token of its own, in the environment its processes inherit, unless the user set one
+    of ``AUTH_VARIABLES``. Ray 2.60 turns token mode on for every new local cluster and
+    reads, or else writes, the token in ``~/.ray/auth_token``: a token another Ray left
+    there became this one's, and one this Ray wrote switched the user's next `ray start`
+    to token mode. With its own token, the home folder is neither read nor written and
+    another user of the machine cannot reach the cluster's loopback ports without it."""
+    if any(v in os.environ for v in AUTH_VARIABLES):
+        yield
+        return
+    # the token only: a new local cluster then turns token mode on itself, and refreshes
+    # the settings an imported ``ray`` read (RAY_AUTH_MODE set here was not seen by them)
+    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    try:
+        yield
+    finally:
+        for v in AUTH_VARIABLES[:2]:
+            os.environ.pop(v, None)
+
+
 def refuse_exposed_ray(ray: Any) -> None:
     """A Ray this process started that listens beyond loopback is shut down and refused
     (a ``ConfigError`` naming what listened where), unless ``EXPOSED_OK`` is 1. Ray 2.60
@@ -361,24 +389,25 @@ def deploy(
                 "ray-serve` wrote"
             )
         started = not ray.is_initialized()
-        if started:
-            doc = yaml.safe_load((source / CONFIG).read_text())["applications"][0]
-            cpus = math.ceil(needs(doc["deployments"]).get("CPU", 0.0))
-            ray.init(
-                num_cpus=max(cpus, os.cpu_count() or 1),
-                include_dashboard=False,
-                log_to_driver=False,
-                _node_ip_address="127.0.0.1",
-            )
-            refuse_exposed_ray(ray)
-        done = threading.Event()  # after ray.init, which installs handlers of its own
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: done.set())
-        try:
-            url = run_application(source, host=host, port=port)
-            announce(f"serving plan on Ray Serve: v2 HTTP {url} (Ctrl-C stops)")
-            done.wait()
-        finally:
-            serve.shutdown()
+        with private_ray_auth() if started else contextlib.nullcontext():
             if started:
-                ray.shutdown()
+                doc = yaml.safe_load((source / CONFIG).read_text())["applications"][0]
+                cpus = math.ceil(needs(doc["deployments"]).get("CPU", 0.0))
+                ray.init(
+                    num_cpus=max(cpus, os.cpu_count() or 1),
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    _node_ip_address="127.0.0.1",
+                )
+                refuse_exposed_ray(ray)
+            done = threading.Event()  # after ray.init, which installs handlers of its own
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: done.set())
+            try:
+                url = run_application(source, host=host, port=port)
+                announce(f"serving plan on Ray Serve: v2 HTTP {url} (Ctrl-C stops)")
+                done.wait()
+            finally:
+                serve.shutdown()
+                if started:
+                    ray.shutdown()
