@@ -16,7 +16,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Listener", "descendants", "listeners", "outside_loopback"]
+__all__ = ["Listener", "descendants", "listeners", "loopback_only_namespace", "outside_loopback"]
 
 PROC = Path("/proc")
 LISTEN = "0A"
@@ -85,8 +85,24 @@ def listeners(pids: set[int]) -> list[Listener]:
 
 def outside_loopback(pids: set[int] | None = None) -> list[Listener]:
     """The listeners of ``pids`` (this process and its descendants by default) that
-    another machine could reach."""
+    another machine could reach: none in a network namespace whose only interface is
+    loopback (``loopback_only_namespace``), where a socket on every interface is on
+    loopback alone."""
+    if loopback_only_namespace():
+        return []
     return [s for s in listeners(descendants() if pids is None else pids) if not s.loopback]
+
+
+def loopback_only_namespace() -> bool:
+    """Whether this process's network namespace has no interface but loopback (``lo``),
+    as in one ``unshare --net`` made: read from ``/proc/net/dev``, which lists the
+    namespace's own interfaces (False where it cannot be read)."""
+    try:
+        lines = (PROC / "net" / "dev").read_text().splitlines()[2:]
+    except OSError:
+        return False
+    names = {line.split(":", 1)[0].strip() for line in lines if ":" in line}
+    return names == {"lo"}
 
 
 def _listening() -> dict[str, tuple[str, int]]:
