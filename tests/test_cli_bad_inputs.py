@@ -105,12 +105,13 @@ CASES: dict[str, tuple[Callable[[Files], list[str]], str]] = {
     "--target-rate without a trace": (lambda f: [*RUN, "--target-rate", "5"], "give --trace"),
     "--timeout 0": (
         lambda f: [*RUN, "--timeout", "0"],
-        "timeout_s: Input should be greater than 0",
+        "--timeout: Input should be greater than 0",
     ),
-    "--window -1": (lambda f: [*RUN, "--window", "-1"], "window_s: Input should be greater than 0"),
+    "--window -1": (lambda f: [*RUN, "--window", "-1"], "--window: Input should be greater than 0"),
     "--precision 0": (
         lambda f: ["probe", "sim:vision", "--precision", "0"],
-        "'precision': Input should be greater than 0, got 0.0",
+        "--precision: search strategy 'adaptive' field 'precision': Input should be greater "
+        "than 0, got 0.0",
     ),
     '--slo ""': (lambda f: ["probe", "sim:vision", "--slo", ""], "SLO '': cannot read part 1"),
     "--slo error<1%": (

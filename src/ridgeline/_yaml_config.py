@@ -3,6 +3,7 @@ pydantic model — one path for the fake server's latency models and the simulat
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -133,15 +134,28 @@ def validate(model: type[M], mapping: dict[str, Any], where: str, what: str) -> 
         raise ConfigError(f"{where}: invalid {what}: nested too deep") from None
 
 
-def problems(error: ValidationError) -> str:
+def problems(error: ValidationError, names: Mapping[str, str] | None = None) -> str:
     """Every problem of a pydantic validation on one line, each named by its field path,
-    with the bound it broke and the value given (``timeout_s: Input should be greater
-    than 0, got 0.0``)."""
-    return "; ".join(
-        f"{'.'.join(str(x) for x in err['loc']) or '(top)'}: "
-        f"{err['msg'].removeprefix('Value error, ')}{_given(err)}"
-        for err in own_errors(error)
-    )
+    or by what ``names`` calls that path (a command's option), with the bound it broke
+    and the value given (``timeout_s: Input should be greater than 0, got 0.0``)."""
+    names = names or {}
+    return "; ".join(_problem(err, names.get(_path(err))) for err in own_errors(error))
+
+
+def _problem(err: Any, name: str | None) -> str:
+    message = f"{err['msg'].removeprefix('Value error, ')}{_given(err)}"
+    if name is not None and name in message:
+        return message  # it names its option already
+    return f"{name or _path(err) or '(top)'}: {message}"
+
+
+def error_paths(error: ValidationError) -> set[str]:
+    """The field paths of a validation's problems (``warmup_config.rate``)."""
+    return {_path(err) for err in own_errors(error)}
+
+
+def _path(err: Any) -> str:
+    return ".".join(str(x) for x in err["loc"])
 
 
 def own_errors(error: ValidationError) -> list[Any]:

@@ -37,7 +37,13 @@ class RidgelineError(Exception):
 
 
 class ConfigError(RidgelineError, ValueError):
-    """A setting, spec or command-line value is invalid."""
+    """A setting, spec or command-line value is invalid. ``field`` names the setting at
+    fault where one does (``min_rate``), so that a command can name the option that set
+    it (``--min-rate``)."""
+
+    def __init__(self, *args: object, field: str | None = None) -> None:
+        super().__init__(*args)
+        self.field = field
 
 
 class UnknownKindError(ConfigError):

@@ -54,7 +54,6 @@ class _OneLineErrors(TyperGroup):
     ) -> Any:
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, False, **extra)
-        from typer import rich_utils
         from typer._click.exceptions import ClickException, NoArgsIsHelpError
         from typer.exceptions import Abort
 
@@ -63,7 +62,7 @@ class _OneLineErrors(TyperGroup):
         try:
             code = super().main(args, prog_name, complete_var, False, **extra)
         except NoArgsIsHelpError as e:
-            rich_utils.rich_format_error(e)
+            typer.echo(e.format_message())  # the help, as `--help` prints it
             sys.exit(e.exit_code)
         except ClickException as e:
             err.print(usage_line(e), highlight=False, soft_wrap=True)
@@ -83,6 +82,11 @@ class _OneLineErrors(TyperGroup):
 
 app = typer.Typer(
     cls=_OneLineErrors,
+    # click's plain help, not rich's panels: at 80 columns (and in a pipe, which rich
+    # takes for 80) the panels squeezed an option's help to 20 columns and cut what did
+    # not fit with "…" (the SLO examples, the arrival kinds, the store's path); click's
+    # wraps it in 46, whole, and reads the same at any width past 80
+    rich_markup_mode=None,
     help="ridgeline: what is the least GPU that serves demand D within my SLO, and does it "
     "really? Open-loop load, capacity search, planning and serving for ML inference.",
     no_args_is_help=True,
@@ -134,7 +138,9 @@ class _LazyGroup(TyperGroup):
 def _lazy_group(name: str, target: str, help: str) -> None:
     """Mount the typer app ``target`` as the group ``name``, imported when it is used."""
     cls = type(f"_Lazy{name.title()}", (_LazyGroup,), {"target": target})
-    app.add_typer(typer.Typer(cls=cls), name=name, help=help, no_args_is_help=True)
+    app.add_typer(
+        typer.Typer(cls=cls, rich_markup_mode=None), name=name, help=help, no_args_is_help=True
+    )
 
 
 app.add_typer(runs.app, name="runs")

@@ -196,22 +196,46 @@ def _reported(store: RunStore) -> Iterator[None]:
 
 
 @contextmanager
-def failing(*, values: bool = False) -> Iterator[None]:
+def failing(*, values: bool = False, flags: Mapping[str, str] | None = None) -> Iterator[None]:
     """Turn a ``RidgelineError`` raised inside into :func:`fail`'s exit; a pydantic
     ``ValidationError`` (a setting built from options) becomes one line naming each field,
-    its bound and the value given; any other ``ValueError`` too, when ``values``."""
+    its bound and the value given; any other ``ValueError`` too, when ``values``.
+    ``flags``: the option that sets each field (``{"window_s": "--window"}``), named in
+    the line instead of the field, so that it says which option to change."""
+    flags = flags or {}
     try:
         yield
     except RidgelineError as exc:
-        fail(exc)
+        fail(_naming(exc, flags))
     except ValidationError as exc:
-        from ridgeline._yaml_config import problems  # yaml loads only on this path
+        from ridgeline._yaml_config import error_paths, problems  # yaml loads only here
 
-        fail(ConfigError(f"invalid {exc.title}: {problems(exc)}"))
+        what = "" if error_paths(exc) <= flags.keys() else f"invalid {exc.title}: "
+        fail(ConfigError(f"{what}{problems(exc, flags)}"))
     except ValueError as exc:
         if not values:
             raise
         fail(ConfigError(str(exc)))
+
+
+@contextmanager
+def from_option(flag: str) -> Iterator[None]:
+    """A ``ConfigError`` raised inside is about the value of ``flag``: its line names
+    the option (``--slo: SLO 'p99': cannot read part 1 …``)."""
+    try:
+        yield
+    except ConfigError as exc:
+        raise _led(exc, flag) from None
+
+
+def _naming(exc: RidgelineError, flags: Mapping[str, str]) -> RidgelineError:
+    """``exc``, led by the option in ``flags`` that set its field, if any."""
+    flag = flags.get(getattr(exc, "field", None) or "")
+    return exc if flag is None else _led(exc, flag)
+
+
+def _led(exc: RidgelineError, flag: str) -> RidgelineError:
+    return exc if flag in str(exc) else ConfigError(f"{flag}: {exc}")
 
 
 # --- servers and their clients: ports, connections, TLS, the bearer token ---------------

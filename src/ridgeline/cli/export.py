@@ -12,7 +12,7 @@ import typer
 
 from ridgeline.cli._common import PlanArgument, ZooOption, emit, failing
 
-app = typer.Typer(no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)  # plain help, as the top's
 """Mounted by ``ridgeline.cli``, which holds its help and imports this module when the
 group is used."""
 

@@ -23,7 +23,7 @@ def fake_server(
 ) -> None:
     """Serve a configurable fake inference server (Open Inference Protocol v2 over HTTP and
     gRPC, OpenAI-compatible streaming, Prometheus metrics) until Ctrl-C. With a token (or
-    $RIDGELINE_TOKEN) every route needs it; with --tls-cert/--tls-key both serve TLS."""
+    $RIDGELINE_TOKEN) every route needs it; with --tls-cert and --tls-key, both serve TLS."""
     from ridgeline.fakeserver import load_config, load_preset, serve_forever
 
     with failing():

@@ -50,7 +50,7 @@ def verify(
     from ridgeline.pipeline.plan import load_plan
 
     got: list[int] = []
-    with failing():
+    with failing(flags={"duration_s": "--seconds"}):
         checking = verify_plan(
             load_plan(plan),
             target,

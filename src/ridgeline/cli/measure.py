@@ -25,6 +25,7 @@ from ridgeline.cli._common import (
     err,
     expanded,
     failing,
+    from_option,
     opened_store,
     out,
     parse_duration,
@@ -71,7 +72,8 @@ MultiTurnOption = Annotated[
     bool,
     typer.Option(
         help="send every turn of each dataset conversation, turn k carrying the earlier "
-        "turns as history (default: first turns only)"
+        "turns as history (default: first turns only)",
+        show_default=False,
     ),
 ]
 SharedPrefixOption = Annotated[
@@ -99,6 +101,34 @@ OpenAIApiOption = Annotated[
 
 ModelOption = Annotated[str | None, typer.Option(help="model name (OpenAI targets)")]
 HeaderOption = Annotated[list[str], typer.Option(help="extra header 'Name: value'")]
+
+
+_STEP_FLAGS = {
+    "window_s": "--window",
+    "processes": "--processes",
+    "workers": "--workers",
+    "metrics_url": "--metrics-url",
+    "timeout_s": "--timeout",
+    "max_outstanding": "--max-outstanding",
+}
+"""The options of ``run`` and ``probe`` by the setting each sets, for their errors."""
+_PROBE_FLAGS = {
+    **_STEP_FLAGS,
+    "slo": "--slo",
+    "min_rate": "--min-rate",
+    "max_rate": "--max-rate",
+    "start_rate": "--start-rate",
+    "rate": "--rate",
+    "step_duration_s": "--step-duration",
+    "precision": "--precision",
+    "warmup_config.rate": "--warmup-rate",
+    "warmup_config.requests": "--warmup-requests",
+    "confirm_margin": "--confirm-margin",
+    "confirm_requests": "--confirm-requests",
+    "confidence": "--confidence",
+    "max_step_s": "--max-step-s",
+    "seed": "--seed",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,7 +219,7 @@ WorkersOption = Annotated[
         help="send from generator actors on a Ray cluster, spread over its nodes: "
         "ray://HOST:PORT (a Ray client address) or ray:auto (the cluster this machine "
         "joined); --processes N actors (default: one per alive node); needs "
-        "`pip install 'ridgeline\\[ray]'` on every node"
+        "`pip install 'ridgeline[ray]'` on every node"
     ),
 ]
 LatenessOption = Annotated[
@@ -235,7 +265,9 @@ def run(
     metrics_url: MetricsUrlOption = None,
     *,
     client: ClientOptions,
-    store_requests: Annotated[bool, typer.Option(help="store one row per request")] = False,
+    store_requests: Annotated[
+        bool, typer.Option(help="store one row per request (off by default)", show_default=False)
+    ] = False,
     slo: Annotated[
         str | None,
         typer.Option(
@@ -258,8 +290,9 @@ def run(
     from ridgeline.report.terminal import live_progress, step_table
     from ridgeline.telemetry.summary import with_goodput
 
-    with failing(values=True):
-        policy = parse_slo(slo) if slo is not None else None
+    with failing(values=True, flags={**_STEP_FLAGS, "duration_s": "--duration"}):
+        with from_option("--slo"):
+            policy = parse_slo(slo) if slo is not None else None
         workload = client.workload()
         schedule = _schedule(rate, duration, arrival, trace, target_rate, trace_start, seed)
         schedule = shaped(schedule, workload, seed)
@@ -466,7 +499,7 @@ def probe(
         options["start_rate"] = start_rate
     if rate is not None:
         options["rate"] = rate
-    with failing(values=True):
+    with failing(values=True, flags=_PROBE_FLAGS):
         cfg = ProbeConfig.model_validate(
             {
                 "slo": slo if slo is not None else default_slo(target) or "p99<100ms,errors<1%",

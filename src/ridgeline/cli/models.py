@@ -11,7 +11,7 @@ from ridgeline.cli._common import failing, out
 from ridgeline.zoo.build import default_zoo_dir
 from ridgeline.zoo.families import FAMILIES
 
-app = typer.Typer(no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)  # plain help, as the top's
 """Mounted by ``ridgeline.cli``, which holds its help and imports this module when the
 group is used."""
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ridgeline.cli._common import JsonOption, ZooOption, err, failing, out
+from ridgeline.cli._common import JsonOption, ZooOption, err, failing, from_option, out
 from ridgeline.errors import ConfigError, RunInterrupted
 from ridgeline.pipeline.gpu import compute_slices, gpu_type, parse_gpus
 
@@ -194,8 +194,8 @@ def plan_command(
         typer.Option(
             help="arrivals the check simulates, comma-separated: poisson, gamma:cv=2, "
             "trace:BUNDLED (the shipped production trace, copies overlaid to the demand: "
-            "that many times its users), trace:FILE.csv, trace-speed:BUNDLED (the one "
-            "trace sped up to the demand: the stress case)",
+            "that many times its users), trace-speed:BUNDLED (the one trace sped up to the "
+            "demand: the stress case), trace:FILE.csv",
         ),
     ] = "poisson,trace:BUNDLED",
     as_json: JsonOption = False,
@@ -221,16 +221,19 @@ def plan_command(
         writable(mig_parted, "--mig-parted")
         s = load_spec(spec)
         if demand is not None:
-            s = s.at_demand(demand)
+            with from_option("--demand"):
+                s = s.at_demand(demand)
         table = load_profiles(profiles)
-        available = available_for(gpus)
+        with from_option("--gpus"):
+            available = available_for(gpus)
         if accuracy_scope not in ("path", "graph"):
             raise typer.BadParameter("--accuracy-scope must be path or graph")
         options = PlannerOptions(
             objective="slices" if objective == "slices" else "accuracy",
             accuracy_scope="graph" if accuracy_scope == "graph" else "path",
         )
-        f = Features.parse(features)
+        with from_option("--features"):
+            f = Features.parse(features)
         checking = CheckConfig(arrivals=_arrivals(check_arrivals))
         checked: dict[float, CheckedPlan] = {}
 

@@ -79,7 +79,7 @@ def serve(
     --reconfigure the controller re-plans as demand moves and applies the change live.
     With a token (or $RIDGELINE_TOKEN) every route needs it; with --tls-cert/--tls-key
     both serve TLS. With --engine ray the plan runs on Ray Serve instead (needs
-    `pip install 'ridgeline\\[ray]'`)."""
+    `pip install 'ridgeline[ray]'`)."""
     import os
 
     from ridgeline.serve.runtime import serve_plan_forever

@@ -51,7 +51,8 @@ def simulate(
         typer.Option(
             help="time a request spends in the server's front end (parsing, answering, "
             "hops), ms, one request at a time: a burst queues for it; measure it as served "
-            "minus simulated p50 when nothing queues (--calibrate-from fits it); default 0"
+            "minus simulated p50 when nothing queues, or let --calibrate-from fit it; "
+            "default 0"
         ),
     ] = None,
     cpu_cores: Annotated[
@@ -70,7 +71,7 @@ def simulate(
             metavar="RUN",
             help="a calibration run (`ridgeline calibrate`): the tasks' served batch "
             "times, the front-end time, the spread and the cores it fitted on this host "
-            "(any of --noise-cv, --frontend-ms, --cpu-cores given wins)",
+            "(--noise-cv, --frontend-ms or --cpu-cores, when given, wins)",
         ),
     ] = None,
     db: DbOption = None,
@@ -86,7 +87,13 @@ def simulate(
     from ridgeline.plansim import SimConfig, arrival_schedule, simulate_plan
     from ridgeline.report.simulation import simulation_report
 
-    with failing(values=True):
+    flags = {
+        "noise_cv": "--noise-cv",
+        "frontend_ms": "--frontend-ms",
+        "cpu_cores": "--cpu-cores",
+        "duration_s": "--duration",
+    }
+    with failing(values=True, flags=flags):
         p = load_plan(plan)
         table = load_profiles(profiles) if profiles is not None else None
         given = {

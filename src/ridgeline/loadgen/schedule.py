@@ -121,7 +121,7 @@ def shaped(
 
 def from_arrival(spec: ArrivalSpec, duration_s: float, seed: int = 0) -> Schedule:
     if duration_s <= 0:
-        raise ConfigError(f"duration must be > 0 s, got {duration_s}")
+        raise ConfigError(f"duration must be > 0 s, got {duration_s}", field="duration_s")
     times = spec.schedule(duration_s, seed)
     return Schedule(times, None, duration_s, f"{_arrival(spec)}, {duration_s:g} s, seed {seed}")
 

@@ -265,7 +265,12 @@ def strategy_config(name: str, **fields: Any) -> StrategyConfig:
     try:
         return _ADAPTER.validate_python({**fields, "kind": name})
     except ValidationError as exc:
-        raise ConfigError("; ".join(_describe(name, e) for e in own_errors(exc))) from None
+        errors = own_errors(exc)
+        at_fault = {str(e["loc"][1]) for e in errors if len(e["loc"]) > 1}
+        raise ConfigError(
+            "; ".join(_describe(name, e) for e in errors),
+            field=at_fault.pop() if len(at_fault) == 1 else None,
+        ) from None
 
 
 def parse_strategy(name: str, **fields: Any) -> Strategy:

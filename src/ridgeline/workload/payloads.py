@@ -203,7 +203,8 @@ _LOGNORMAL_KEYS = {"mean": "mean", "cv": "cv", "min": "low", "max": "high"}
 
 def parse_size(text: str, name: str) -> FixedSize | UniformSize | LognormalSize:
     """A size as written on the command line (``SIZE_GRAMMAR``), checked as ``name``'s
-    (``prompt_tokens``, ``output_tokens`` or ``items``)."""
+    (``prompt_tokens``, ``output_tokens`` or ``items``); an error names its option."""
+    flag = f"--{name.replace('_', '-')}"
     kind, colon, rest = text.strip().partition(":")
     kind = kind.strip().lower()
     try:
@@ -220,10 +221,11 @@ def parse_size(text: str, name: str) -> FixedSize | UniformSize | LognormalSize:
         else:
             raise ValueError
     except ValueError:
-        raise ConfigError(
-            f"--{name.replace('_', '-')} {text!r} does not parse; write {SIZE_GRAMMAR}"
-        ) from None
-    return _size_spec(name, like)
+        raise ConfigError(f"{flag} {text!r} does not parse; write {SIZE_GRAMMAR}") from None
+    try:
+        return _size_spec(name, like)
+    except ConfigError as exc:
+        raise ConfigError(f"{flag} {text!r}: {exc}") from None
 
 
 def _lognormal_fields(rest: str) -> dict[str, float]:
