@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-busy bench lint typecheck clean
+.PHONY: demo test test-busy test-readme bench lint typecheck clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -26,6 +26,11 @@ test: $(STAMP)
 test-busy: $(STAMP)
 	$(BIN)/python -c "while True: pass" & pid=$$!; trap "kill $$pid" EXIT; \
 	$(BIN)/ruff check src tests benchmarks && $(BIN)/mypy && $(BIN)/lint-imports && $(BIN)/pytest -q
+
+# the README's two long flows as written (a 10-minute budgeted probe; profile, plan,
+# serve, probe and calibrate): about 30 minutes of load, so not in every `make test`
+test-readme: $(STAMP)
+	RIDGELINE_README_LONG=1 $(BIN)/pytest -q tests/test_readme.py
 
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
