@@ -63,27 +63,30 @@ def test_a_local_ray_is_refused_where_it_listens_beyond_loopback(
     listener this test started is left outside 127.0.0.0/8 (a Ray run earlier in this
     process may leave its driver's own)."""
     ray = pytest.importorskip("ray")
-    from ridgeline.export.ray_serve import EXPOSED_OK, refuse_exposed_ray
+    from ridgeline.export.ray_serve import EXPOSED_OK, private_ray_auth, refuse_exposed_ray
 
     if ray.is_initialized():
         pytest.skip("a Ray is already running in this process")
     monkeypatch.delenv(EXPOSED_OK, raising=False)
     # a Ray this process ran before (the suite's, refused) may leave its driver listening
     before = set(outside_loopback())
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
-    exposed = outside_loopback()
-    try:
-        if exposed:
-            with pytest.raises(ConfigError, match="listens beyond loopback") as refused:
-                refuse_exposed_ray(ray)
-            assert str(exposed[0]) in str(refused.value)
-            assert not ray.is_initialized()
-        else:
-            refuse_exposed_ray(ray)  # loopback only: kept
-            assert ray.is_initialized()
-    finally:
-        if ray.is_initialized():
-            ray.shutdown()
+    with private_ray_auth():  # as serve --engine ray starts it
+        ray.init(
+            num_cpus=1, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1"
+        )
+        exposed = outside_loopback()
+        try:
+            if exposed:
+                with pytest.raises(ConfigError, match="listens beyond loopback") as refused:
+                    refuse_exposed_ray(ray)
+                assert str(exposed[0]) in str(refused.value)
+                assert not ray.is_initialized()
+            else:
+                refuse_exposed_ray(ray)  # loopback only: kept
+                assert ray.is_initialized()
+        finally:
+            if ray.is_initialized():
+                ray.shutdown()
     assert set(outside_loopback()) <= before  # nothing this test started is left
 
 

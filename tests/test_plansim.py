@@ -867,7 +867,7 @@ def test_simulate_a_trace_and_print_the_table(tmp_path: Path) -> None:
         ([str(EXAMPLE), "--duration", "5"], "--rate"),
         (["missing.yaml", "--rate", "5"], "missing.yaml"),
         ([str(EXAMPLE), "--rate", "5"], "task 'detect' has no service time"),
-        ([str(EXAMPLE), "--rate", "5", "--noise-cv", "-1"], "noise_cv"),
+        ([str(EXAMPLE), "--rate", "5", "--noise-cv", "-1"], "--noise-cv: "),
     ],
     ids=["no arrivals", "no plan file", "no service time", "bad noise"],
 )

@@ -28,6 +28,7 @@ copied to ``models/TASK.onnx``; a Python backend has no file to ship and is refu
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import secrets
@@ -334,13 +335,19 @@ def private_ray_auth() -> Iterator[None]:
         yield
         return
     # the token only: a new local cluster then turns token mode on itself, and refreshes
-    # the settings an imported ``ray`` read (RAY_AUTH_MODE set here was not seen by them)
-    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    # the settings an imported ``ray`` read (RAY_AUTH_MODE set here was not seen by them);
+    # one token a process, as Ray's driver keeps the first it read for its later clusters
+    os.environ["RAY_AUTH_TOKEN"] = _process_token()
     try:
         yield
     finally:
         for v in AUTH_VARIABLES[:2]:
             os.environ.pop(v, None)
+
+
+@functools.cache
+def _process_token() -> str:
+    return secrets.token_hex(32)
 
 
 def refuse_exposed_ray(ray: Any) -> None:
