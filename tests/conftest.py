@@ -60,11 +60,12 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
         yield s
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_local() -> Iterator[Any]:
-    """A local Ray cluster for the whole session (``ray.init(num_cpus=2)``, loopback only;
+    """A local Ray cluster for one test module (``ray.init(num_cpus=2)``, loopback only;
     skipped, and shut down, where this Ray binds its services beyond loopback):
-    the distributed-load and Ray Serve tests share it (a start costs seconds). Skipped
+    each module's tests share it (a start costs seconds), and it is shut down after them
+    so that its processes do not take the CPU from the real-time tests after. Skipped
     where Ray is not installed (it is in the ``dev`` extra, so CI runs these)."""
     ray = pytest.importorskip("ray")
     from ridgeline._loopback import outside_loopback
