@@ -19,6 +19,7 @@ from ridgeline.policies.dropping import (
     arrival_gap,
     expected_remaining_s,
     quantile_sorted,
+    reached,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -73,3 +74,23 @@ def test_the_arrival_gap_is_a_moving_mean_of_the_gaps_per_row() -> None:
     assert arrival_gap(0.0, None, 5.0, 1) == 0.0  # the first arrival: no gap yet
     assert arrival_gap(0.0, 5.0, 5.004, 2) == pytest.approx(0.002)  # the first gap sets it
     assert arrival_gap(0.002, 5.004, 5.016, 1) == pytest.approx(0.002 + 0.1 * 0.010)
+
+
+def test_rows_ahead_upstream_reach_a_slower_task_before_the_request() -> None:
+    """Four rows wait at a 10 ms task before a 20 ms one (one instance each, batches of
+    one). A request joining the first leaves it at 50 ms; the second has served 2.5 of
+    the four rows ahead by then, so two wait before it and its instance is busy: half a
+    batch, two batches, then its own, 70 ms more, 120 ms in all (run row by row, the
+    answer comes at 110 ms). Read as the second task is now, idle and empty: 70 ms."""
+    first = TaskTiming(ExecModel(0.010), queued_rows=4, batch_size=1, instances=1,
+                       max_queue_delay_s=0.0)  # fmt: skip
+    second = TaskTiming(ExecModel(0.020), queued_rows=0, batch_size=1, instances=1,
+                        max_queue_delay_s=0.0)  # fmt: skip
+    there = reached(second, 4, 0.050)
+    assert (there.queued_rows, there.busy) == (2, 1)
+    timings, children = {"a": first, "b": second}, {"a": ["b"], "b": []}
+    assert expected_remaining_s("a", timings, children) == pytest.approx(0.120)
+    assert expected_remaining_s("b", timings, children) == pytest.approx(0.020)
+    # a queue that drains before the request gets there is not waited for
+    assert reached(replace(second, queued_rows=3, busy=1), 0, 0.100).queued_rows == 0
+    assert reached(second, 0, 0.0) is second

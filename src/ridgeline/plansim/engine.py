@@ -61,6 +61,7 @@ from ridgeline.policies.batching import BatchingConfig
 from ridgeline.policies.dropping import (
     DROP_MARGIN,
     SLACK_QUANTILE,
+    After,
     ExecModel,
     Slack,
 )
@@ -135,7 +136,6 @@ class Noise:
 
 class _Task:
     __slots__ = (
-        "after",
         "after_fn",
         "arm",
         "batched",
@@ -182,10 +182,9 @@ class _Task:
         self.gen = 0
         # the queue's callbacks, bound by the engine (``Engine.__init__``)
         self.arm: Callable[[float], None]
-        self.after_fn: Callable[[], float]
+        self.after_fn: After
         self.expected_fn: Callable[[], float]
         self.expected: float | None = None
-        self.after: float | None = None
         self.children: list[_Task] = []
         self.parents: list[_Task] = []
         self.edges: list[tuple[int, _Task, float]] = []
@@ -259,20 +258,24 @@ class Engine:
     # --- the expected times (cached) ------------------------------------------------
 
     def _expected(self, t: _Task) -> float:
-        """``TaskQueue.expected_s``: from joining ``t`` now to the end of its longest path."""
+        """``TaskQueue.expected_s``: from joining ``t`` now to the end of its longest path
+        (cached until ``t`` or a task after it changes)."""
         e = t.expected
         if e is None:
-            e = t.q.expected_s(self._after(t))
+            for c in t.children:  # cached first: a cache is set only with those after it
+                self._expected(c)
+            e = t.q.expected_s(t.after_fn)
             t.expected = e
         return e
 
-    def _after(self, t: _Task) -> float:
-        """``TaskQueue.remaining_after``: the expected time of the tasks after ``t``."""
-        a = t.after
-        if a is None:
-            a = max((self._expected(c) for c in t.children), default=0.0)
-            t.after = a
-        return a
+    def _after(self, t: _Task, ahead_rows: float = 0.0, elapsed_s: float = 0.0, /) -> float:
+        """``TaskQueue.remaining_after``: the expected time of the tasks after ``t``, for a
+        request leaving it ``elapsed_s`` from now with ``ahead_rows`` ahead of it."""
+        if ahead_rows <= 0.0 and elapsed_s <= 0.0:
+            return max((self._expected(c) for c in t.children), default=0.0)
+        return max(
+            (c.q.expected_s(c.after_fn, ahead_rows, elapsed_s) for c in t.children), default=0.0
+        )
 
     @staticmethod
     def _dirty(t: _Task) -> None:
@@ -284,7 +287,6 @@ class Engine:
             return
         t.expected = None
         for p in t.parents:
-            p.after = None
             Engine._dirty(p)
 
     # --- the run ---------------------------------------------------------------------

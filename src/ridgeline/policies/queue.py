@@ -40,10 +40,12 @@ from typing import Generic, NamedTuple, TypeVar
 
 from ridgeline.policies.batching import BatchingConfig, Dispatch, Wait, decide
 from ridgeline.policies.dropping import (
+    After,
     ExecModel,
     TaskTiming,
     arrival_gap,
-    expected_wait_s,
+    expected_here_s,
+    nothing_after,
     should_drop,
 )
 
@@ -171,11 +173,12 @@ class BatchQueue(Generic[P]):
             self.gap_s,
         )
 
-    def expected_s(self, after_s: float) -> float:
-        """From joining the queue now to the end of its batch, plus ``after_s`` (the
-        tasks after this one, on the longest path)."""
-        t = self.timing()
-        return expected_wait_s(t) + self.exec.time(t.batch_rows) + after_s
+    def expected_s(
+        self, after: After = nothing_after, ahead_rows: float = 0.0, elapsed_s: float = 0.0
+    ) -> float:
+        """From joining the queue ``elapsed_s`` from now, with ``ahead_rows`` reaching it
+        first (``dropping.reached``), to the end of its longest path (``after``)."""
+        return expected_here_s(self.timing(), after, ahead_rows, elapsed_s)
 
     # --- what happened -----------------------------------------------------------------
 
@@ -255,7 +258,7 @@ class BatchQueue(Generic[P]):
         self,
         now: float,
         arm: Callable[[float], object],
-        after: Callable[[], float] = lambda: 0.0,
+        after: After = nothing_after,
     ) -> Iterator[Formed[P]]:
         """Each batch free instances take at ``now``, one at a time (``form``, asked
         again after the driver has started the one before); when the queue waits for a
@@ -270,7 +273,7 @@ class BatchQueue(Generic[P]):
                 return
             yield formed
 
-    def form(self, now: float, after: Callable[[], float] = lambda: 0.0) -> Formed[P] | Wait | None:
+    def form(self, now: float, after: After = nothing_after) -> Formed[P] | Wait | None:
         """What a free instance does at ``now``: a batch (``Formed``), wait until when
         (``Wait``), or None when nothing waits or no instance is free. ``after``: the
         expected time of the tasks after this one, read only when dropping."""
@@ -285,7 +288,8 @@ class BatchQueue(Generic[P]):
         on_time = size == cfg.max_batch_size or size in cfg.preferred_batch_sizes
         head = items[0].arrival
         drop = self.drop
-        rest = self.exec.time(size) + after() if drop else 0.0
+        run = self.exec.time(size) if drop else 0.0
+        rest = run + after(0.0, run) if drop else 0.0
         batch: list[Entry[P]] = []
         dropped: list[tuple[Entry[P], DropReason]] = []
         rows = 0

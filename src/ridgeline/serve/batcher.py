@@ -15,7 +15,7 @@ fails that batch's requests with an error, never leaving them waiting.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
@@ -23,6 +23,7 @@ import numpy as np
 from ridgeline.clock import Clock
 from ridgeline.errors import InferFailed
 from ridgeline.policies.batching import BatchingConfig
+from ridgeline.policies.dropping import After, nothing_after
 from ridgeline.policies.queue import BatchQueue, DropReason, Entry
 from ridgeline.serve.metrics import ServeMetrics
 from ridgeline.v2.spec import TensorSpec
@@ -57,7 +58,7 @@ class TaskQueue:
         instances: Sequence[Instance],
         clock: Clock,
         metrics: ServeMetrics,
-        remaining_after: Callable[[], float] = lambda: 0.0,
+        remaining_after: After = nothing_after,
         drop: bool = True,
     ) -> None:
         self.name, self.inputs, self.outputs = name, list(inputs), list(outputs)
@@ -99,9 +100,10 @@ class TaskQueue:
             done.set_result(None)
         return done
 
-    def expected_s(self) -> float:
-        """From joining this queue now to the end of the longest path after it."""
-        return self.core.expected_s(self.remaining_after())
+    def expected_s(self, ahead_rows: float = 0.0, elapsed_s: float = 0.0) -> float:
+        """From joining this queue ``elapsed_s`` from now, with ``ahead_rows`` reaching it
+        first, to the end of the longest path after it."""
+        return self.core.expected_s(self.remaining_after, ahead_rows, elapsed_s)
 
     def submit(
         self,

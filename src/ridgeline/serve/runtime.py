@@ -24,7 +24,7 @@ from ridgeline.clock import Clock, MonotonicClock
 from ridgeline.errors import ConfigError, PlanError, RidgelineError
 from ridgeline.pipeline.plan import Plan, TaskPlan
 from ridgeline.policies.batching import BatchingConfig
-from ridgeline.policies.dropping import DROP_MARGIN, SLACK_QUANTILE, ExecModel, Slack
+from ridgeline.policies.dropping import DROP_MARGIN, SLACK_QUANTILE, After, ExecModel, Slack
 from ridgeline.serve.backend import Signature
 from ridgeline.serve.batcher import TaskQueue
 from ridgeline.serve.decoders import DecoderPool, default_decoders
@@ -286,8 +286,11 @@ class PlanServer(AsyncService):
             assert sig is not None
             after = [e.target for e in plan.children(name)]
 
-            def remaining(after: list[str] = after) -> float:
-                return max((self.queues[t].expected_s() for t in after), default=0.0)
+            def remaining(
+                ahead_rows: float = 0.0, elapsed_s: float = 0.0, /, after: list[str] = after
+            ) -> float:
+                paths = (self.queues[t].expected_s(ahead_rows, elapsed_s) for t in after)
+                return max(paths, default=0.0)
 
             self.queues[name] = self._queue(name, task, sig, ws, remaining)
             batching = self.queues[name].cfg
@@ -449,7 +452,7 @@ class PlanServer(AsyncService):
         task: TaskPlan,
         sig: Signature,
         workers: Sequence[Worker],
-        remaining: Callable[[], float],
+        remaining: After,
     ) -> TaskQueue:
         """Task ``name``'s queue over ``workers``, batching as ``task`` says."""
         batching = BatchingConfig(
