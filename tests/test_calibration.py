@@ -8,6 +8,7 @@ import asyncio
 import json
 import re
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -264,6 +265,18 @@ def test_calibrate_refuses_bad_inputs_and_stores_a_run_that_could_not_reach_its_
     no_demand.write_text(dump_plan(three_tasks().model_copy(update={"demand_rps": None})))
     demand = ridgeline("calibrate", str(no_demand), url, db=db)
     assert demand.returncode != 0 and "give --rate R" in demand.stderr
+    bare = tmp_path / "no-times.yaml"  # no synthetic model, and no --profiles given
+    plain = three_tasks()
+    plain = plain.model_copy(
+        update={
+            "tasks": {n: t.model_copy(update={"synthetic": None}) for n, t in plain.tasks.items()}
+        }
+    )
+    bare.write_text(dump_plan(plain))
+    began = time.monotonic()
+    untimed = ridgeline("calibrate", str(bare), url, db=db)
+    assert untimed.returncode == 2 and "--profiles" in untimed.stderr, untimed.stderr
+    assert time.monotonic() - began < 30  # said before the 3.5 minutes of load
     grpc = ridgeline("calibrate", str(path), "grpc://127.0.0.1:9/traffic", db=db)
     assert grpc.returncode != 0 and "give --metrics-url" in grpc.stderr
     down = ridgeline("calibrate", str(path), url, db=db)

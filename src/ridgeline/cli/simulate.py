@@ -167,7 +167,8 @@ def calibrate(
     Poisson step at half the demand, the server's /metrics scraped beside each. From them,
     each task's served batch time (the line through two batch sizes), then the front-end
     time and batch-time spread whose simulation has the last step's p50 and p90. Stored as
-    one run; Ctrl-C keeps the steps measured. About 3.5 minutes at --scale 1."""
+    one run; Ctrl-C keeps the steps measured. About 3.5 minutes at --scale 1. Every task
+    needs a batch time to scale (--profiles, or a synthetic model): checked before any load."""
     import os
     from urllib.parse import urlsplit
 

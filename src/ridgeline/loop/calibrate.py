@@ -39,6 +39,7 @@ from ridgeline.plansim.calibration import (
     fit_host,
     served_lines,
 )
+from ridgeline.plansim.service import service_times
 from ridgeline.targets.options import TargetOptions
 from ridgeline.telemetry.store import RunStore
 from ridgeline.workload.arrivals import parse_arrival
@@ -118,7 +119,11 @@ async def calibrate(
     stop: asyncio.Event | None = None,
     fit_requests: int = FIT_REQUESTS,
 ) -> CalibrationRun:
-    """Run the three steps against ``url`` (the plan's pipeline, served), fit, store."""
+    """Run the three steps against ``url`` (the plan's pipeline, served), fit, store. A
+    task with no batch time to scale (no profile row, no synthetic model) is refused
+    before any load is sent: the fit needs one for every task (a ``PlanError`` naming
+    them), and found out only after the three steps (about 3.5 minutes)."""
+    service_times(plan, profiles)
     stop = stop or asyncio.Event()
     validity = ValidityConfig(lateness_p99_bound_s=plan.slo_ms / 10 / 1000)
     cfg = StepConfig(validity=validity, metrics_url=metrics_url)
