@@ -27,6 +27,10 @@ import time
 from pathlib import Path
 
 INSIDE = "--inside"
+DURATION_S = 12
+"""The run's step: long enough that the disk fills before it ends on a busy host (at 4 s,
+the suite's load once let the step finish and be stored before the filling began, and
+the trial then tried nothing)."""
 CLI = [sys.executable, "-c", "from ridgeline._entry import main; main()"]
 
 
@@ -81,7 +85,7 @@ def _trial(disk: Path, tmp: Path) -> dict[str, object]:
                 "--rate",
                 "400",
                 "--duration",
-                "4",
+                str(DURATION_S),
                 "--store-requests",
                 "--db",
                 str(db),
@@ -92,6 +96,7 @@ def _trial(disk: Path, tmp: Path) -> dict[str, object]:
             env=env,
         )
         _until_stored(db, run)
+        before = _steps(db)
         filled = _fill(disk / "filler")
         out, err = run.communicate(timeout=120)
     finally:
@@ -110,6 +115,7 @@ def _trial(disk: Path, tmp: Path) -> dict[str, object]:
     steps = len(after["steps"]) if after else 0
     return {
         "filled_bytes": filled,
+        "steps_before_fill": before,
         "exit": run.returncode,
         "table_printed": "achieved" in out,
         "warning": [line for line in err.splitlines() if line.startswith("warning:")],
@@ -120,6 +126,15 @@ def _trial(disk: Path, tmp: Path) -> dict[str, object]:
         },
         "kept": bool(after) and steps == 1 and "achieved" in out,
     }
+
+
+def _steps(db: Path) -> int:
+    """Steps the store held when the disk was filled: 0, or the trial tried nothing."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5.0)
+    try:
+        return int(con.execute("SELECT count(*) FROM steps").fetchone()[0])
+    finally:
+        con.close()
 
 
 def _url(server: subprocess.Popen[str]) -> str:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 
 import pytest
 
 from _timing import await_until
-from ridgeline.aio import LoopLag, wait_event
+from ridgeline.aio import LoopLag, signals_held, wait_event
 
 
 async def test_a_cancel_that_lands_as_the_event_is_set_is_not_lost() -> None:
@@ -45,3 +47,22 @@ async def test_loop_lag_sees_a_loop_that_was_held() -> None:
         await lag.stop()
     assert lag.quantile(1.0) >= 0.04
     assert lag.quantile(0.0) < 0.04
+
+
+def test_a_stop_while_signals_are_held_reaches_its_handler_after_the_block() -> None:
+    """``signals_held`` (around a worker's start): SIGTERM and Ctrl-C sent inside the block
+    reach their handlers only once it ends, each once; the handlers are as before."""
+    seen: list[int] = []
+    before = signal.signal(signal.SIGTERM, lambda signum, _frame: seen.append(signum))
+    try:
+        with signals_held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            inside = list(seen)
+        assert (inside, seen) == ([], [signal.SIGTERM])
+        with pytest.raises(KeyboardInterrupt), signals_held():  # Python's own Ctrl-C handler
+            os.kill(os.getpid(), signal.SIGINT)
+            seen.append(0)  # the block ran on
+        assert seen == [signal.SIGTERM, 0]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGTERM, before)

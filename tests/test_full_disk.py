@@ -26,6 +26,7 @@ def test_a_disk_that_fills_during_a_run_loses_nothing() -> None:
     found = json.loads(done.stdout)
     said = json.dumps(found, indent=1)  # what the trial saw, in any failure below
     assert found["filled_bytes"] > 0, said
+    assert found["steps_before_fill"] == 0, said  # the disk filled before the step was in
     # the step's own status (3: its generator fell behind on a busy host), not an error
     assert found["exit"] in (0, 3) and found["table_printed"], said
     assert len(found["warning"]) == 1, said

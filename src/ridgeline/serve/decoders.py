@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from ridgeline.aio import signals_held
 from ridgeline.errors import InferFailed, InvalidRequest, WorkerStartError
 from ridgeline.serve._decoder_child import decoder_main
 from ridgeline.serve._futures import end_process, exit_text, fail, resolve, retrieve
@@ -184,7 +185,8 @@ class _Decoder:
             target=decoder_main, args=(child_conn, DEPTH), name=name, daemon=True
         )
         try:
-            self._process.start()
+            with signals_held():  # a stop mid-start left the child a half-written pipe
+                self._process.start()
         finally:  # a process that could not start leaves no pipe open behind it
             child_conn.close()
             if self._process.pid is None:

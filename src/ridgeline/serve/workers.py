@@ -40,6 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
+from ridgeline.aio import signals_held
 from ridgeline.clock import Clock, MonotonicClock
 from ridgeline.errors import WorkerCrashed, WorkerError, WorkerStartError
 from ridgeline.serve._child import child_main
@@ -180,7 +181,8 @@ class _Process:
         self._process = context.Process(
             target=child_main, args=(child_conn, backend, placement), name=name, daemon=True
         )
-        self._process.start()
+        with signals_held():  # a stop mid-start left the child a half-written pipe
+            self._process.start()
         child_conn.close()
         self.pid = self._process.pid
         assert self.pid is not None  # started
