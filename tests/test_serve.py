@@ -286,7 +286,28 @@ def test_the_slack_is_learnt_apart_for_answers_expected_about_as_long() -> None:
     assert slack.factor_for(0.150) == pytest.approx(1.1)  # 128–256 ms share a bin
     assert should_drop(0.0, slack.deadline(0.0, 0.210, 0.200), 0.200)
     assert slack.last == pytest.approx(1.1)
-    assert slack.factor_for(0.012) == pytest.approx(2.0)  # the shallow bin is unchanged
+    middle = 0.008 * math.sqrt(2.0)  # bin 3's middle (8–16 ms): its own factor alone
+    assert slack.factor_for(middle) == pytest.approx(2.0)  # the shallow bin is unchanged
+
+
+def test_the_slack_factor_has_no_cliff_at_a_bins_edge() -> None:
+    """A bin's factor holds at its middle and is drawn linearly, in the logarithm of the
+    expectation, toward the next bin's from there: at the edge between 16 ms (bin 4,
+    ratio 0.8) and 32 ms (bin 5, ratio 1.6) both sides meet at 1.2, where the bins
+    alone jumped from 0.8 to 1.6 (a held-out plan's requests expected 250 ms took bin
+    7's 1.48 where 260 ms took bin 8's 0.92). A neighbour with too few answers is not
+    drawn toward."""
+    slack = Slack(quantile=0.5, min_answers=3)
+    for _ in range(3):
+        slack.observe(0.8 * 0.020, 0.020)
+        slack.observe(1.6 * 0.040, 0.040)
+    low_mid, high_mid = 0.016 * math.sqrt(2.0), 0.032 * math.sqrt(2.0)
+    assert slack.factor_for(low_mid) == pytest.approx(0.8)
+    assert slack.factor_for(high_mid) == pytest.approx(1.6)
+    below, above = slack.factor_for(0.032 * (1 - 1e-9)), slack.factor_for(0.032)
+    assert below == pytest.approx(1.2) and above == pytest.approx(1.2)
+    assert slack.factor_for(0.016 * 2**0.75) == pytest.approx(1.0)  # a quarter of the way
+    assert slack.factor_for(0.012) == pytest.approx(0.8)  # toward bin 3: nothing known
 
 
 @settings(max_examples=10, deadline=None)

@@ -370,10 +370,19 @@ class Slack:
         return f
 
     def factor_for(self, expected_s: float) -> float:
-        """The factor a request expected to take ``expected_s`` is scaled by."""
-        f = self._known(self._bin(expected_s))
+        """The factor a request expected to take ``expected_s`` is scaled by: its bin's,
+        drawn linearly (in the expectation's logarithm) toward the next bin's from the
+        bin's middle on, when both are known, so that the factor has no cliff at a bin's
+        edge."""
+        b = self._bin(expected_s)
+        f = self._known(b)
         if f is not None:
-            return f
+            if not self.by_expectation or expected_s <= 0.0:
+                return f
+            x = math.log2(expected_s / SLACK_BIN_BASE_S) - (b + 0.5)  # from the middle
+            step = 1 if x >= 0.0 else -1
+            g = self._known(b + step) if 0 <= b + step < SLACK_BINS else None
+            return f if g is None else f + (g - f) * min(1.0, abs(x))
         if self._lowest is None:
             known = (self._known(k) for k in self._bins)
             self._lowest = min([self.initial, *(k for k in known if k is not None)])
