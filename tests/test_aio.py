@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 
 import pytest
@@ -56,11 +55,11 @@ def test_a_stop_while_signals_are_held_reaches_its_handler_after_the_block() -> 
     before = signal.signal(signal.SIGTERM, lambda signum, _frame: seen.append(signum))
     try:
         with signals_held():
-            os.kill(os.getpid(), signal.SIGTERM)
+            signal.raise_signal(signal.SIGTERM)  # to this thread, before it returns
             inside = list(seen)
         assert (inside, seen) == ([], [signal.SIGTERM])
         with pytest.raises(KeyboardInterrupt), signals_held():  # Python's own Ctrl-C handler
-            os.kill(os.getpid(), signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
             seen.append(0)  # the block ran on
         assert seen == [signal.SIGTERM, 0]
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
