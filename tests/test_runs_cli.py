@@ -403,6 +403,7 @@ def test_a_run_logged_not_shown_on_a_terminal_says_what_it_sends_when_it_starts(
     """Issue 33, fault 25: ``run`` was silent for its whole step (up to a minute) when its
     stderr was a log, not a terminal; it says what it sends once the first request goes."""
     done = ridgeline("run", "null://", "--rate", "20", "--duration", "1", db=tmp_path / "r.db")
-    assert done.returncode == 0, done.stderr
+    # 3: the step is invalid, its generator fell behind (make test-busy's host, once)
+    assert done.returncode in (0, 3), done.stderr
     (line,) = [s for s in done.stderr.splitlines() if s.startswith("run: ")]
     assert re.fullmatch(r"run: sending \d+ requests over 1 s to null://; the table follows", line)
