@@ -330,6 +330,34 @@ def test_a_slower_task_downstream_of_a_deep_queue_is_expected_late_enough() -> N
     assert on.violation_rate <= p + 3 * math.sqrt(max(p * (1 - p), 1 / n) / n)
 
 
+@pytest.mark.xfail(strict=True, reason="a known limit of the drop rule (found 2026-12-06)")
+def test_a_noisy_slow_task_after_a_fast_one_under_deep_bursts() -> None:
+    """The law above, broken by the rule with ``dropping.reached`` and interpolated slack
+    factors on one of 300 random plans (the generator above, Hypothesis seed 12345; the
+    rule before held all 300): a fast first task (3 instances, batches of 2) before a slow,
+    noisy one (15.8 + 2.6 ms a row, batches of 3, 2 instances, batch-time CV 0.68), a
+    137 ms SLO, gamma CV 4 arrivals at half the capacity. Dropping on: 53 dropped and
+    227 late of 3,005 (9.3 %); off: 229 late (7.6 %), past three standard errors (1.45
+    points). Not yet explained; strict, so a fix shows here."""
+    budget = 68.6067365559706
+    first = task(4.828575274043827, 0.0406443623305608, cv=0.30710668673460756,
+                 batch=2, delay_ms=4.828575274043827, instances=3, budget_ms=budget)  # fmt: skip
+    second = task(15.756396548237324, 2.6383815664907933, cv=0.6823578164119023,
+                  batch=3, delay_ms=2.695583798076315, instances=2, budget_ms=budget)  # fmt: skip
+    plan = plan_of(
+        {"t0": first, "t1": second},
+        [{"source": "t0", "target": "t1"}],
+        slo_ms=137.2134731119412,
+    )
+    capacity = 2 * 3 / (15.756396548237324 + 3 * 2.6383815664907933) * 1000.0
+    rate = 0.5043097967139166 * capacity
+    schedule = from_arrival(parse_arrival("gamma:cv=4", rate), 3_000 / rate, 21239)
+    on = simulate_plan(plan, schedule, SimConfig(seed=21239, drop=True))
+    off = simulate_plan(plan, schedule, NO_DROP.model_copy(update={"seed": 21239}))
+    n, p = on.requests, off.violation_rate
+    assert on.violation_rate <= p + 3 * math.sqrt(max(p * (1 - p), 1 / n) / n)
+
+
 # --- fan-out, drops -----------------------------------------------------------------------
 
 
