@@ -288,8 +288,10 @@ class BatchQueue(Generic[P]):
         on_time = size == cfg.max_batch_size or size in cfg.preferred_batch_sizes
         head = items[0].arrival
         drop = self.drop
-        run = self.exec.time(size) if drop else 0.0
-        rest = run + after(0.0, run) if drop else 0.0
+        rest = 0.0
+        if drop:  # its batch, then the tasks after as it will find them once the batch ran
+            run = self.exec.time(size)
+            rest = run + after(0.0, run)
         batch: list[Entry[P]] = []
         dropped: list[tuple[Entry[P], DropReason]] = []
         rows = 0
