@@ -6,6 +6,7 @@ status tells the outcomes apart."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
@@ -22,7 +23,7 @@ from _timing import wait_until
 from ridgeline.cli._exit import ExitCode, loop_code, verify_code
 from ridgeline.fakeserver import load_preset, running_in_process
 from ridgeline.loadgen.step import StepResult
-from ridgeline.loop.run import HOST_SHARE, highest_rate, loop_verdict, phase_misses
+from ridgeline.loop.run import STEP_DOWN, busiest_window, highest_rate, loop_verdict, phase_misses
 from ridgeline.loop.verify import VerifyResult
 from ridgeline.telemetry.records import Outcome, Records
 from ridgeline.telemetry.store import RunStore
@@ -312,19 +313,37 @@ def test_sigterm_stops_the_fake_server_as_ctrl_c_does() -> None:
     assert proc.returncode == 0, stderr
 
 
-def test_the_demos_step_up_stays_within_the_capacity_verify_measured() -> None:
-    """Four times 30 req/s, on a host whose verify measured 120: the step goes to 60 %
-    of it (72 req/s), said; measured at 500, or not searched, the step is as asked."""
+def test_the_demos_step_up_keeps_its_busiest_second_within_the_capacity_verify_measured() -> None:
+    """Four times 30 req/s with a busiest second of 2.5 times the rate, on a host whose
+    verify measured 120: the step goes down by 5 % at a time to the first rate whose
+    busiest second asks at most 120 requests (48.0 is the first at or below 120 / 2.5),
+    said; measured at 500, or not searched, the step is as asked; never below the demand."""
     said: list[str] = []
     phases = ((1.0, 12.0), (4.0, 18.0), (1.0, 18.0))
-    assert highest_rate(30.0, phases, 120.0, said.append) == pytest.approx(HOST_SHARE * 120.0)
+    asked_at: list[float] = []
+
+    def busiest(rate: float) -> int:
+        asked_at.append(rate)
+        return math.ceil(2.5 * rate)
+
+    top = highest_rate(30.0, phases, 120.0, said.append, busiest)
+    assert top == pytest.approx(120.0 * STEP_DOWN**18)  # 47.7: 2.5 x 47.7 = 119.2
+    assert busiest(top) <= 120 < busiest(top / STEP_DOWN)
     assert said == [
-        "      this host served up to 120.0 req/s (verify): the step goes to 72.0 req/s, not 120"
+        "      this host served up to 120.0 req/s (verify): the step goes to 47.7 req/s, "
+        "not 120, so that its busiest 1 s asks at most 120 requests"
     ]
-    assert highest_rate(30.0, phases, 500.0, said.append) == 120.0
-    assert highest_rate(30.0, phases, None, said.append) == 120.0
-    assert highest_rate(30.0, phases, 20.0, said.append) == 30.0  # never below the demand
+    assert highest_rate(30.0, phases, 500.0, said.append, busiest) == 120.0
+    assert highest_rate(30.0, phases, None, said.append, busiest) == 120.0
+    assert highest_rate(30.0, phases, 20.0, said.append, busiest) == 30.0  # never below
     assert len(said) == 2
+
+
+def test_the_busiest_window_counts_the_most_arrivals_in_any_window() -> None:
+    times = [0.0, 0.25, 0.5, 1.6, 1.7, 1.8, 1.9, 3.0]
+    assert busiest_window(times, 1.0) == 4  # 1.6-1.9; the first second holds 3
+    assert busiest_window(times, 2.0) == 7  # 0.0-1.9
+    assert busiest_window([], 1.0) == 0
 
 
 @pytest.mark.parametrize(
