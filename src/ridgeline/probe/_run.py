@@ -338,11 +338,16 @@ class Run:
         self.trajectory[-1] = failed
         return failed
 
-    async def longer(self, plan: StepPlan, seconds: float, stop: asyncio.Event) -> StepVerdict:
+    async def longer(
+        self, plan: StepPlan, seconds: float, stop: asyncio.Event, *, capped: bool = True
+    ) -> StepVerdict:
         """The step just run at ``plan``'s rate made ``seconds`` long in all: one more run,
-        judged together with it and any runs pooled into it (``loadgen.step.joined``)."""
+        judged together with it and any runs pooled into it (``loadgen.step.joined``);
+        the run within the step caps unless ``capped`` is False (the budget bounds it)."""
         assert self._last is not None, "longer() extends a step already run"
-        more = self.cfg.capped_s(plan.rate, seconds - self._last.summary.duration_s)
+        more = seconds - self._last.summary.duration_s
+        if capped:
+            more = self.cfg.capped_s(plan.rate, more)
         more_plan = self.within_budget(replace(plan, duration_s=more))
         return await self._assessed(more_plan, stop, pool=self._last)
 
