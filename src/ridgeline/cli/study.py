@@ -209,7 +209,7 @@ def jigsaw(
         typer.Option(
             help="also size every plan for Poisson, gamma CV 3 and the bundled trace, the "
             "spec's SLO and half of it, and serve it in the simulator with dropping on and "
-            "off (some 50 minutes on 2 cores for 2 GPU sets)"
+            "off (hours on 2 cores for 2 GPU sets: 96 jobs of 160-780 s each)"
         ),
     ] = False,
     jobs: JobsOption = 2,

@@ -64,6 +64,7 @@ from ridgeline.policies.dropping import (
     After,
     ExecModel,
     Slack,
+    nothing_after,
 )
 from ridgeline.policies.queue import BatchQueue, Entry, refuses_request
 from ridgeline.synthetic.model import lognormal_params
@@ -246,7 +247,7 @@ class Engine:
             dst.parents.append(src)
         for task in self.tasks.values():
             task.arm = partial(self._arm, task)
-            task.after_fn = partial(self._after, task)
+            task.after_fn = partial(self._after, task) if task.children else nothing_after
             task.expected_fn = partial(self._expected, task)
         self.sources = [self.tasks[s] for s in plan.sources()]
         self._carry = [0.0] * len(plan.edges)

@@ -89,12 +89,7 @@ class TaskTiming:
     def fill_s(self) -> float:
         """How long its batch waits to go, when it would not go full now: the queue delay,
         or less if the rows arriving meanwhile fill it first."""
-        missing = self.batch_size - self.own_rows
-        if missing <= 0:
-            return 0.0
-        if self.gap_s > 0.0:
-            return min(self.max_queue_delay_s, missing * self.gap_s)
-        return self.max_queue_delay_s
+        return self.filling()[0]
 
     @property
     def batch_rows(self) -> float:
@@ -105,9 +100,20 @@ class TaskTiming:
         deadline: the traffic app on 64 A100s, whole GPUs, at the most they serve (2,925
         req/s), simulated: 13.8 % dropped, expected 50 ms short at the median, against
         none late without dropping; with the rows that arrive, none dropped."""
-        if self.gap_s > 0.0:
-            return min(float(self.batch_size), self.own_rows + self.fill_s / self.gap_s)
-        return float(self.own_rows)
+        return self.filling()[1]
+
+    def filling(self) -> tuple[float, float]:
+        """``(fill_s, batch_rows)``, worked out together (the simulator asks for both per
+        request and task)."""
+        own, gap = self.queued_rows % self.batch_size + 1, self.gap_s
+        missing = self.batch_size - own
+        if missing <= 0:
+            fill = 0.0
+        elif gap > 0.0:
+            fill = min(self.max_queue_delay_s, missing * gap)
+        else:
+            fill = self.max_queue_delay_s
+        return fill, (min(float(self.batch_size), own + fill / gap) if gap > 0.0 else float(own))
 
     @property
     def own_rows(self) -> int:
@@ -130,13 +136,18 @@ def expected_wait_s(t: TaskTiming) -> float:
     instances frees in ``S/44``, not ``S/2``). The request's batch, with ``j`` full ones
     ahead, starts when its instance in that turn is free, ``j // instances`` full rounds
     later."""
+    return _wait_s(t, t.filling()[0])
+
+
+def _wait_s(t: TaskTiming, fill_s: float) -> float:
+    """``expected_wait_s`` with the batch's ``TaskTiming.fill_s`` given."""
     full = t.exec.time(t.batch_size)
     ahead = t.queued_rows // t.batch_size
     rounds, turn = divmod(ahead, t.instances)
     idle = max(0, t.instances - t.busy)
     busy = t.instances - idle
     free = 0.0 if turn < idle else full * (turn - idle + 1) / (busy + 1)
-    return max(free + rounds * full, t.fill_s)
+    return max(free + rounds * full, fill_s)
 
 
 def reached(t: TaskTiming, ahead_rows: float, elapsed_s: float) -> TaskTiming:
@@ -183,7 +194,8 @@ def expected_here_s(t: TaskTiming, after: After, ahead_rows: float, elapsed_s: f
     longest path: its wait, its batch, and ``after`` with the rows queued ahead of it
     here, which go on ahead of it."""
     t = reached(t, ahead_rows, elapsed_s)
-    own = expected_wait_s(t) + t.exec.time(t.batch_rows)
+    fill, rows = t.filling()
+    own = _wait_s(t, fill) + t.exec.time(rows)
     return own + after(t.queued_rows, elapsed_s + own)
 
 
