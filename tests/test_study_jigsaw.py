@@ -24,7 +24,7 @@ from ridgeline.report.jigsaw import (
 )
 from ridgeline.study.jigsaw import SETTINGS, JigsawConfig, features, fit_error, run_jigsaw
 from ridgeline.study.jigsaw_result import JigsawResult, SettingRow
-from ridgeline.study.jigsaw_served import ARRIVALS, REL, run_served
+from ridgeline.study.jigsaw_served import ARRIVALS, REL, kept_line, load_kept, run_served
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -273,6 +273,18 @@ def test_plans_sized_for_their_traffic_are_served_and_dropping_never_misses_more
     bursty = {c.setting: c for c in cells if c.arrivals == "gamma:cv=3"}
     plain = {c.setting: c for c in cells if c.arrivals == "poisson"}
     assert all(bursty[s].max_rps <= plain[s].plain_max_rps for s in bursty)
+
+    # kept as it went (--kept): a second run serves none of them again, and a line cut
+    # short, or kept for another --requests, is not taken
+    lines = [kept_line([c for c in cells if c.setting == s], 2_000, 7) for s in ("none", "A+S+T")]
+    kept = load_kept("".join(lines) + '{"requests": 2000, "seed": 7, "ce', 2_000, 7)
+    assert kept == cells and load_kept("".join(lines), 5_000, 7) == []
+    ran: list[object] = []
+    again = run_served(
+        (tiny,), (GPUS,), requests=2_000, seed=7, jobs=1, batches=(1, 4, 16),
+        settings=("none", "A+S+T"), slo_factors=(1.0,), kept=kept, on_done=ran.append,
+    )  # fmt: skip
+    assert again == cells and ran == []
 
     worse = cells[0].model_copy(update={"violation_rate": 0.02, "violation_rate_no_drop": 0.01})
     result = JigsawResult.model_validate(

@@ -215,13 +215,23 @@ def jigsaw(
     jobs: JobsOption = 2,
     out: DocumentOption = Path("ridgeline-runs/reproduction-jigsawserve.md"),
     json_file: JsonFileOption = None,
+    kept: Annotated[
+        Path | None,
+        typer.Option(
+            "--kept",
+            help="with --served: a file (JSON lines) each served job's cells are added to as "
+            "it finishes; a job already there (same --requests) is not served again, so the "
+            "study can be stopped and run on later",
+        ),
+    ] = None,
 ) -> None:
     """What each of JigsawServe's features (accuracy scaling, spatial partitioning,
     task-graph budgeting) buys in max demand on the example applications, over the
     calibration's error and the SLO, and its plans served in the plan simulator."""
     from ridgeline.report.jigsaw import blocks, served_line, task_line, update_document
     from ridgeline.study.jigsaw import JigsawConfig, run_jigsaw
-    from ridgeline.study.jigsaw_served import run_served
+    from ridgeline.study.jigsaw_result import ServedCell
+    from ridgeline.study.jigsaw_served import kept_line, load_kept, run_served
 
     with failing(values=True):
         options = _options(ctx)
@@ -230,6 +240,18 @@ def jigsaw(
         result = run_jigsaw(cfg, on_task=_printing(task_line))
         if cfg.served:
             began = time.perf_counter()
+            earlier = []
+            if kept is not None and kept.exists():
+                earlier = load_kept(kept.read_text(encoding="utf-8"), cfg.requests, cfg.seed)
+                err.print(f"{len(earlier)} served cells kept in {kept}: not served again")
+            said = _printing(served_line)
+
+            def done(cells: list[ServedCell]) -> None:
+                said(cells)
+                if kept is not None:
+                    with kept.open("a", encoding="utf-8") as f:
+                        f.write(kept_line(cells, cfg.requests, cfg.seed))
+
             cells = run_served(
                 cfg.specs,
                 cfg.gpus,
@@ -237,7 +259,8 @@ def jigsaw(
                 seed=cfg.seed,
                 jobs=cfg.jobs,
                 batches=cfg.batches,
-                on_done=_printing(served_line),
+                on_done=done,
+                kept=earlier,
             )
             wall = result.wall_s + time.perf_counter() - began
             result = result.model_copy(update={"served": cells, "wall_s": wall})

@@ -23,8 +23,9 @@ Pure data; ``report.jigsaw`` renders it.
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,16 +130,26 @@ def run_served(
     settings: tuple[str, ...] = SETTINGS,
     slo_factors: tuple[float, ...] = SLO_FACTORS,
     on_done: Callable[[list[ServedCell]], None] | None = None,
+    kept: Sequence[ServedCell] = (),
 ) -> list[ServedCell]:
-    """Every cell of the module docstring, in ``jobs`` processes."""
-    work = [
-        _Job(s, g, f, setting, requests, seed, batches)
-        for s in specs
-        for g in gpus
-        for f in slo_factors
-        for setting in settings
-    ]
+    """Every cell of the module docstring, in ``jobs`` processes. ``kept``: cells an
+    earlier run of the same jobs served (``load_kept``); a job whose three cells are all
+    there is not run again, so a study of some hours can be run in parts."""
+    have: dict[tuple[str, str, float, str], list[ServedCell]] = {}
+    for c in kept:
+        have.setdefault(_key(c.app, c.gpus, c.slo_ms, c.setting), []).append(c)
     cells: list[ServedCell] = []
+    work = []
+    for s in specs:
+        spec = load_spec(s)
+        for g in gpus:
+            for f in slo_factors:
+                for setting in settings:
+                    earlier = have.get(_key(spec.name, g, spec.slo_ms * f, setting))
+                    if earlier:
+                        cells += earlier
+                    else:
+                        work.append(_Job(s, g, f, setting, requests, seed, batches))
     for done in as_finished(_cells, work, jobs):
         cells += done
         if on_done is not None:
@@ -154,3 +165,29 @@ def run_served(
         )
     )
     return cells
+
+
+def _key(app: str, gpus: str, slo_ms: float, setting: str) -> tuple[str, str, float, str]:
+    return app, gpus, round(slo_ms, 6), setting
+
+
+def kept_line(cells: Sequence[ServedCell], requests: int, seed: int) -> str:
+    """One finished job's cells as a line of a kept-cells file (JSON lines), with the
+    simulated requests and seed they were served with."""
+    line = {"requests": requests, "seed": seed, "cells": [c.model_dump() for c in cells]}
+    return json.dumps(line) + "\n"
+
+
+def load_kept(text: str, requests: int, seed: int) -> list[ServedCell]:
+    """The cells of a kept-cells file (``kept_line``'s lines) served with ``requests``
+    and ``seed``; lines with others are left out, and a job whose line is incomplete (a
+    run stopped while writing it) is served again."""
+    out: list[ServedCell] = []
+    for raw in text.splitlines():
+        try:
+            line = json.loads(raw)
+        except json.JSONDecodeError:
+            continue
+        if line.get("requests") == requests and line.get("seed") == seed:
+            out += [ServedCell.model_validate(c) for c in line["cells"]]
+    return out
