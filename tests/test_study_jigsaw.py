@@ -232,7 +232,8 @@ def test_the_command_quick_on_a_small_case_writes_the_document(tiny: Path, tmp_p
     out, raw = tmp_path / "ridgeline-runs" / "reproduction-jigsawserve.md", tmp_path / "j.json"
     run = subprocess.run(
         [sys.executable, "-m", "ridgeline", "study", "jigsaw", "--quick", "--spec", str(tiny),
-         "--gpus", GPUS, "--requests", "1000", "--jobs", "1", "--json", str(raw)],
+         "--gpus", GPUS, "--requests", "1000", "--jobs", "1", "--json", str(raw),
+         "--kept", str(tmp_path / "kept.jsonl")],
         capture_output=True,
         text=True,
         timeout=100,

@@ -57,7 +57,7 @@ C = TypeVar("C", bound=_Config)
 T = TypeVar("T")
 
 
-_WRITES = ("out", "json_file", "calibration")
+_WRITES = ("out", "json_file", "calibration", "kept")
 """The options that say where a study writes, not what it runs."""
 
 
