@@ -220,8 +220,12 @@ def test_a_lowered_descriptor_limit_lowers_the_bound_and_idle_sockets_lock_out_n
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
-        out, _ = watch(proc)
-        port = urlsplit(out.wait_for("v2 HTTP", 60).split()[-1]).port
+        out, err = watch(proc)
+        try:
+            line = out.wait_for("v2 HTTP", 60)
+        except AssertionError as e:  # seen once in a full suite: say why the server did not
+            raise AssertionError(f"{e}\nexit {proc.poll()}; stderr:\n{''.join(err.lines)}") from e
+        port = urlsplit(line.split()[-1]).port
         assert port is not None
         with (
             _idle_sockets(port, 400),
