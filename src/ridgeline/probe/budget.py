@@ -31,6 +31,7 @@ from ridgeline.telemetry.summary import StepSummary
 __all__ = [
     "FALLBACK_S",
     "LADDER_DROP",
+    "LAST_LOOK_S",
     "SEARCHED",
     "STEP_SHARE",
     "as_clustered",
@@ -43,7 +44,9 @@ __all__ = [
 ]
 
 
-FALLBACK_S = 2 * (MIN_LOOK_S + 5.0)
+LAST_LOOK_S = MIN_LOOK_S + 5.0
+"""What one last look at a rate the search held (``fallback``) is kept: its minute, and 5 s."""
+FALLBACK_S = 2 * LAST_LOOK_S
 """Under a budget, the confirmation at the estimate (and its back-offs) leaves this much
 for two last looks at rates the search held (``fallback``)."""
 

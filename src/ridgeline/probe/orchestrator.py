@@ -27,6 +27,7 @@ from ridgeline.probe._warmup import warmup
 from ridgeline.probe.assess import STEADY
 from ridgeline.probe.budget import (
     FALLBACK_S,
+    LAST_LOOK_S,
     SEARCHED,
     STEP_SHARE,
     fallback,
@@ -321,9 +322,9 @@ async def _rechecked(
     return est, True, f"{reason}; held again over {left:.0f} s more, the budget left"
 
 
-RECHECK_RESERVE_S = MIN_LOOK_S + 5.0
-"""Under a budget, a recheck of the answer (``_rechecked``) leaves this much for one last
-look below it, should the recheck fail."""
+RECHECK_RESERVE_S = LAST_LOOK_S
+"""Under a budget, a recheck of the answer (``_rechecked``) leaves one last look below it,
+should the recheck fail."""
 
 
 STALE = 0.5
