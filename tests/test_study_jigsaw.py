@@ -232,8 +232,8 @@ def test_the_command_quick_on_a_small_case_writes_the_document(tiny: Path, tmp_p
     out, raw = tmp_path / "ridgeline-runs" / "reproduction-jigsawserve.md", tmp_path / "j.json"
     run = subprocess.run(
         [sys.executable, "-m", "ridgeline", "study", "jigsaw", "--quick", "--spec", str(tiny),
-         "--gpus", GPUS, "--requests", "1000", "--jobs", "1", "--json", str(raw),
-         "--kept", str(tmp_path / "kept.jsonl")],
+         "--gpus", GPUS, "--requests", "1000", "--time-limit", "30", "--jobs", "1",
+         "--json", str(raw), "--kept", str(tmp_path / "kept.jsonl")],
         capture_output=True,
         text=True,
         timeout=100,
@@ -244,6 +244,7 @@ def test_the_command_quick_on_a_small_case_writes_the_document(tiny: Path, tmp_p
     text = out.read_text()
     assert text.startswith("# The JigsawServe reproduction\n")
     assert f"`ridgeline study jigsaw --quick --gpus {GPUS} --spec {tiny}" in text
+    assert "--time-limit 30" in text  # HiGHS's limit, as given, in the command written
     assert "<!-- jigsaw:settings:end -->" in text
     written = JigsawResult.model_validate(json.loads(raw.read_text()))
     assert written.variants == ["central"] and written.requests == 1_000

@@ -212,6 +212,13 @@ def jigsaw(
             "off (hours on 2 cores for 2 GPU sets: 96 jobs of 160-780 s each)"
         ),
     ] = False,
+    time_limit: Annotated[
+        float | None,
+        typer.Option(
+            help="HiGHS's limit on one solve, in wall-clock seconds (default 60); raise it "
+            "where the study shares its cores (a study starved by other work ran past 60 s)",
+        ),
+    ] = None,
     jobs: JobsOption = 2,
     out: DocumentOption = Path("ridgeline-runs/reproduction-jigsawserve.md"),
     json_file: JsonFileOption = None,
@@ -235,7 +242,7 @@ def jigsaw(
 
     with failing(values=True):
         options = _options(ctx)
-        cfg = _config(JigsawConfig, options, spec="specs")
+        cfg = _config(JigsawConfig, options, spec="specs", time_limit="time_limit_s")
         commit = _commit()
         result = run_jigsaw(cfg, on_task=_printing(task_line))
         if cfg.served:
