@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -23,6 +24,20 @@ StartFake = Callable[..., Awaitable[FakeServer]]
 settings.register_profile("ci", derandomize=True, deadline=None)
 settings.register_profile("local", deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "local")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A child process left running when the suite ends fails the run here, at once: the
+    interpreter's exit would otherwise wait on it (a leaked pool worker once held CI for an
+    hour after the last test passed)."""
+    left = multiprocessing.active_children()
+    if not left:
+        return
+    for child in left:
+        child.terminate()
+    names = ", ".join(f"{c.name} (pid {c.pid})" for c in left)
+    print(f"\nchild processes outlived the suite and were terminated: {names}")
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@ study at once, not after every task queued behind it."""
 
 from __future__ import annotations
 
+import multiprocessing
 import time
 
 import pytest
@@ -19,6 +20,8 @@ def test_a_failed_task_ends_the_study_without_waiting_for_the_others() -> None:
     with pytest.raises(ValueError, match="non-negative"):
         for _ in as_finished(time.sleep, tasks, jobs=2):
             pass
+    # and no worker outlives it (one that did kept the interpreter from exiting)
+    assert multiprocessing.active_children() == []
 
 
 def test_every_task_is_yielded_once_when_none_fails() -> None:

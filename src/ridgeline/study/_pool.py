@@ -28,9 +28,14 @@ def as_finished(run: Callable[[T], R], tasks: Sequence[T], jobs: int) -> Iterato
         for f in as_completed(futures):
             yield f.result()
     except BaseException:
+        # no public way to stop running workers before Python 3.14's terminate_workers();
+        # taken before shutdown, which forgets them (a list taken after it was empty, and
+        # the workers outlived the study: the interpreter's exit then waited on them)
+        running = list((pool._processes or {}).values())
         pool.shutdown(wait=False, cancel_futures=True)
-        # no public way to stop running workers before Python 3.14's terminate_workers()
-        for proc in list((pool._processes or {}).values()):
+        for proc in running:
             proc.terminate()
+        for proc in running:
+            proc.join(timeout=30)
         raise
     pool.shutdown(wait=True)
