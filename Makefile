@@ -50,6 +50,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/llm.py
 	$(BIN)/python benchmarks/llm_capacity.py --loopback --speed 4 --kv 16384
 	$(BIN)/python benchmarks/llm_capacity.py --cost
+	$(BIN)/python benchmarks/llm_capacity.py --budget 900
 	$(BIN)/python benchmarks/llm_goodput.py
 
 lint: $(STAMP)

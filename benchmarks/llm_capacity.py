@@ -121,6 +121,50 @@ def virtual() -> list[str]:
     return rows
 
 
+BUDGET_HEADING = (
+    "## A token-level probe under a budget (issue 34) (`benchmarks/llm_capacity.py --budget 900`)"
+)
+
+
+def budgeted(budget_s: float) -> list[str]:
+    """Every case probed as `ridgeline probe sim:… --budget` (seeds 1-3, virtual time)
+    beside the same truth as ``virtual``: the answer, its interval (does it hold the
+    truth?), within 5 % or not, and the load it spent."""
+    rows = []
+    for case in cases():
+        truth = true_capacity(case.preset, case.slo, cfg=TRUTH).capacity_rps
+        assert truth is not None, case.name
+        runs = []
+        for seed in SEEDS:
+            cfg = ProbeConfig(
+                slo=case.slo, seed=seed, strategy_options=CLI_OPTIONS, budget_s=budget_s
+            )
+            r = run_probe(SimDriver(case.preset, label=case.name), cfg)
+            runs.append(r)
+        seen = [(r.capacity_rps, r.ci_low, r.ci_high, r.test_seconds) for r in runs]
+        print(f"{case.name}: truth {truth:.2f}, {seen}", flush=True)
+
+        def answer(r: Any, truth: float = truth) -> str:
+            lo = "—" if r.ci_low is None else f"{r.ci_low:.2f}"
+            hi = "—" if r.ci_high is None else f"{r.ci_high:.2f}"
+            got = "none" if r.capacity_rps is None else f"{r.capacity_rps:.2f}"
+            holds = (r.ci_low is None or r.ci_low <= truth) and (
+                r.ci_high is None or truth <= r.ci_high
+            )
+            return f"{got} [{lo}–{hi}]{'' if holds else ' ✗'}"
+
+        within = sum(
+            r.capacity_rps is not None and abs(r.capacity_rps / truth - 1) <= 0.05 for r in runs
+        )
+        errors = [f"{r.capacity_rps / truth - 1:+.1%}" for r in runs if r.capacity_rps]
+        rows.append(
+            f"| {_today()} | {case.split} | {case.name} | `{case.slo}` | {truth:.2f} | "
+            f"{'; '.join(answer(r) for r in runs)} | {', '.join(errors) or '—'} | "
+            f"{within}/{len(runs)} | {max(r.test_seconds for r in runs):,.0f} |"
+        )
+    return rows
+
+
 COST_HEADING = "## What a token-level probe costs (issue 15)"
 
 
@@ -282,7 +326,33 @@ def main() -> None:
     parser.add_argument(
         "--kv", type=int, nargs="+", default=[16384, 8192], help="loopback KV cache sizes"
     )
+    parser.add_argument(
+        "--budget", type=float, help="only the virtual cases, each probe under this budget (s)"
+    )
     args = parser.parse_args()
+    if args.budget is not None:
+        rows = budgeted(args.budget)
+        print("\n".join(rows))
+        if os.environ.get("RIDGELINE_BENCH_NO_WRITE") != "1":
+            ensure_section(
+                BUDGET_HEADING,
+                [
+                    "Command: `.venv/bin/python benchmarks/llm_capacity.py --budget 900`: each",
+                    "case of the token-level table above probed as `ridgeline probe sim:… "
+                    "--budget 15m`",
+                    "(seeds 1-3, virtual time) beside the same truth, computed apart. Per probe",
+                    "its answer and interval (✗: the interval misses the truth); the answers'",
+                    "errors (+: an over-estimate); how many are within 5 %; the most",
+                    "test-seconds a probe spent.",
+                    "",
+                    "| date | split | case | SLO | truth (req/s) | answers [interval] | "
+                    "error | within 5 % | test-s (max) |",
+                    "|---|---|---|---|---|---|---|---|---|",
+                ],
+            )
+            add_rows(BUDGET_HEADING, f"llm_capacity.py --budget {args.budget:g}, {_today()}, "
+                     f"{machine()}", rows)  # fmt: skip
+        return
     if args.cost:
         costs = cost()
         print("\n".join(costs))

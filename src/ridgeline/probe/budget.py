@@ -14,6 +14,7 @@ import math
 from dataclasses import replace
 
 from ridgeline.probe._run import NEAR_BOUNDARY, REACH, BudgetSpent, Run
+from ridgeline.probe.config import ProbeConfig
 from ridgeline.probe.sequential import (
     MIN_LOOK_S,
     Look,
@@ -29,7 +30,6 @@ from ridgeline.search.confirmation import Decision
 from ridgeline.telemetry.summary import StepSummary
 
 __all__ = [
-    "FALLBACK_S",
     "LADDER_DROP",
     "LAST_LOOK_S",
     "SEARCHED",
@@ -38,17 +38,37 @@ __all__ = [
     "clustering_read",
     "covered",
     "failures",
+    "failures_at",
     "fallback",
+    "fallback_s",
+    "last_look_s",
     "looked",
     "within_budget",
 ]
 
 
 LAST_LOOK_S = MIN_LOOK_S + 5.0
-"""What one last look at a rate the search held (``fallback``) is kept: its minute, and 5 s."""
-FALLBACK_S = 2 * LAST_LOOK_S
-"""Under a budget, the confirmation at the estimate (and its back-offs) leaves this much
-for two last looks at rates the search held (``fallback``)."""
+"""What one last look at a rate the search held (``fallback``) is kept at least: its
+minute, and 5 s."""
+
+
+def last_look_s(cfg: ProbeConfig, rate: float) -> float:
+    """What one last look below ``rate`` is kept: ``LAST_LOOK_S``, or as long as a look
+    at ``LADDER_DROP`` below it needs to pass surely at all (``ProbeConfig.sure_s``: an
+    LLM endpoint at 20 req/s under ``errors<0.1%`` needs 2½ minutes with no error; a
+    minute kept for it could never pass, and 14 of 21 probes under ``--budget 15m``
+    answered nothing), at most half the confirmation's share of the budget."""
+    need = max(LAST_LOOK_S, cfg.sure_s(rate * (1.0 - LADDER_DROP)) + LAST_LOOK_S - MIN_LOOK_S)
+    share = (cfg.budget_s or 0.0) * (1.0 - SEARCHED) / 2
+    return max(LAST_LOOK_S, min(need, share))
+
+
+def fallback_s(cfg: ProbeConfig, rate: float) -> float:
+    """Under a budget, what the confirmation at ``rate`` (and its back-offs) leaves for
+    two last looks at rates the search held (``fallback``), within the confirmation's
+    share of the budget."""
+    share = (cfg.budget_s or 0.0) * (1.0 - SEARCHED) / 2
+    return max(2 * LAST_LOOK_S, min(2 * last_look_s(cfg, rate), share))
 
 
 async def fallback(
@@ -86,7 +106,9 @@ async def fallback(
         if left < MIN_LOOK_S:
             break
         seen = run.time_scale(below=rate * REACH).dispersion
-        look = sure_look_s(rate, share, 1.0 - cfg.confidence, seen, cfg.needed_s(rate))
+        sent = failures_at(run, rate)[1]  # requests its error bound has at this rate
+        least = max(cfg.needed_s(rate), cfg.sure_s(rate) - sent / rate)
+        look = sure_look_s(rate, share, 1.0 - cfg.confidence, seen, least)
         if look > left:  # no time to be sure here: lower, where late requests cluster less
             if not ladder:
                 ladder.append(rate / 2)
@@ -95,9 +117,9 @@ async def fallback(
             look = left  # no time for another: this one takes the rest
         plan = StepPlan(rate, look, "confirm")
         verdict = await run.step(plan, stop, settle=False, pool=False, capped=False)
-        s, bound = run.judged[-1], run.policy.max_error_rate
+        errors, sent = failures_at(run, rate)
         clustered = as_clustered(run, verdict)
-        if sure_pass(clustered, 1.0 - cfg.confidence, failures(s), s.sent, bound):
+        if sure_pass(clustered, 1.0 - cfg.confidence, errors, sent, run.policy.max_error_rate):
             reason = (
                 f"confirmed at {rate:g} req/s, a rate the search held, over "
                 f"{verdict.duration_s:.0f} s ({verdict.beyond} of {verdict.samples} requests "
@@ -110,6 +132,17 @@ async def fallback(
             high = rate if high is None else min(high, rate)
         if not ladder:
             ladder.append(rate / 2)  # below every rate the search held: halving
+    extended = await _decided_longer(run, min(top, high or math.inf), stop)
+    if extended is not None:
+        rate = extended.rate
+        reason = (
+            f"confirmed at {rate:g} req/s, its undecided confirmation run on for the "
+            f"budget left ({extended.duration_s:.0f} s in all, {extended.beyond} of "
+            f"{extended.samples} beyond the bound): no look at a lower rate could pass "
+            f"surely in it ({why}; raise --budget for a narrower answer)"
+        )
+        low = est.ci_low if est.ci_low is not None and est.ci_low <= rate else rate
+        return replace(est, capacity_rps=rate, ci_low=low, ci_high=high), True, reason
     if verdict is None:
         raise BudgetSpent
     reason = (
@@ -117,6 +150,36 @@ async def fallback(
         f"(the last, {verdict.rate:g} req/s: {verdict.reason}); raise --budget"
     )
     return replace(est, capacity_rps=None, ci_low=None, ci_high=high), None, reason
+
+
+async def _decided_longer(run: Run, top: float, stop: asyncio.Event) -> StepVerdict | None:
+    """When the last looks end with budget left that no look at a lower rate can use (it
+    needs longer to pass surely than is left), the probe's last step, a confirmation or a
+    last look that ran undecided below every failure, run on for the rest and judged with
+    its earlier part as one run: the held verdict when it now passes surely, else None.
+    An LLM endpoint's last look at 22.23 req/s (its truth 22.68) stood undecided at
+    84,294 token gaps worth 1,165 independent ones, and the probe ended with 105 s of
+    its 900 unspent."""
+    cfg = run.cfg
+    last = run.trajectory[-1] if run.trajectory else None
+    left = run.remaining_s()
+    if (
+        last is None
+        or last.purpose != "confirm"
+        or not last.valid
+        or last.decided
+        or last.rate >= top
+        or left < MIN_LOOK_S / 2
+    ):
+        return None
+    plan = StepPlan(last.rate, left, "confirm")
+    verdict = await run.longer(plan, run.pooled_s() + left, stop, capped=False)
+    errors, sent = failures_at(run, last.rate)
+    clustered = as_clustered(run, verdict)
+    level = 1.0 - cfg.confidence
+    if verdict.sustainable and sure_pass(clustered, level, errors, sent, run.policy.max_error_rate):
+        return verdict
+    return None
 
 
 def as_clustered(run: Run, look: StepVerdict) -> StepVerdict:
@@ -214,6 +277,23 @@ def within_budget(run: Run, est: CapacityEstimate) -> tuple[CapacityEstimate, bo
 def failures(s: StepSummary) -> int:
     """A step's requests that count against the SLO's error bound."""
     return s.errors + s.timeouts + s.incomplete + s.dropped
+
+
+def failures_at(run: Run, rate: float) -> tuple[int, int]:
+    """(failures, requests sent) over every valid step run at exactly ``rate``: a last
+    look at a rate the search held has that step's requests for its error bound too (one
+    rate, one server: nothing chosen by its errors). ``errors<0.1%`` needs 2,995 requests
+    none of which failed, and at an LLM endpoint's 20 req/s a look of its own then
+    needs 2½ minutes."""
+    same: list[tuple[StepVerdict, StepSummary]] = []
+    for v, s in zip(run.trajectory, run.judged, strict=True):
+        if v.rate != rate:
+            continue
+        if v.pooled_s > 0.0 and same and same[-1][0].rate == rate:
+            same.pop()  # judged again within this one (``Run.longer``): counted once
+        same.append((v, s))
+    kept = [s for v, s in same if v.valid]
+    return sum(failures(s) for s in kept), sum(s.sent for s in kept)
 
 
 async def looked(

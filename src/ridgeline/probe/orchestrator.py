@@ -26,11 +26,12 @@ from ridgeline.probe._run import (
 from ridgeline.probe._warmup import warmup
 from ridgeline.probe.assess import STEADY
 from ridgeline.probe.budget import (
-    FALLBACK_S,
     LAST_LOOK_S,
     SEARCHED,
     STEP_SHARE,
     fallback,
+    fallback_s,
+    last_look_s,
     looked,
     within_budget,
 )
@@ -55,7 +56,6 @@ __all__ = [
     "BOUNDARY_TAIL",
     "CONFIRM_TAIL",
     "POOLED_CAPS",
-    "RECHECK_RESERVE_S",
     "UNDECIDED_RERUNS",
     "ProbeConfig",
     "ProbeResult",
@@ -292,7 +292,7 @@ async def _rechecked(
     run: Run, est: CapacityEstimate, reason: str, stop: asyncio.Event
 ) -> tuple[CapacityEstimate, bool | None, str]:
     """Under a budget, a confirmed answer kept at its rate for the budget left, less
-    ``RECHECK_RESERVE_S`` for one last look: the time is the user's, and a slow cycle the
+    one last look below it (``budget.last_look_s``): the time is the user's, and a slow cycle the
     probe has not seen yet (a neighbour busy every few minutes, a reload) shows only in a
     longer run. Under ``--budget 5m`` every probe of a server with a neighbour on a 180 s
     cycle confirmed within 175 s, before the neighbour's busy phase, and answered 1.7-6.7
@@ -302,7 +302,7 @@ async def _rechecked(
     search held below it (``budget.fallback``); one that holds, or that the budget has no
     minute for, leaves it."""
     rate = est.capacity_rps
-    run.reserve_s = RECHECK_RESERVE_S
+    run.reserve_s = last_look_s(run.cfg, rate) if rate is not None else LAST_LOOK_S
     left = run.remaining_s()
     if rate is None or left < MIN_LOOK_S:
         return est, True, reason
@@ -320,11 +320,6 @@ async def _rechecked(
         )
         return await fallback(run, est, rate, why, stop)
     return est, True, f"{reason}; held again over {left:.0f} s more, the budget left"
-
-
-RECHECK_RESERVE_S = LAST_LOOK_S
-"""Under a budget, a recheck of the answer (``_rechecked``) leaves one last look below it,
-should the recheck fail."""
 
 
 STALE = 0.5
@@ -350,7 +345,7 @@ async def _confirm(
             duration = max(strategy_step_s(cfg) * cfg.confirm_factor, cfg.confirm_count() / rate)
             plan = _covering(run, StepPlan(rate, duration, "confirm"))
             if cfg.budget_s is not None:
-                run.reserve_s = FALLBACK_S  # kept for the last look, whatever this one does
+                run.reserve_s = fallback_s(cfg, rate)  # for the last looks, whatever this does
                 if run.remaining_s() < min(plan.duration_s, MIN_LOOK_S):
                     raise BudgetSpent  # what is left is the fallback's
             runs: list[StepVerdict] = []
