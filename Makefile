@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/loadgen.py
 	$(BIN)/python benchmarks/search.py
 	$(BIN)/python benchmarks/realtime.py
+	$(BIN)/python benchmarks/realtime_budget.py
 	$(BIN)/python benchmarks/serve.py
 	$(BIN)/python benchmarks/planner.py
 	$(BIN)/python benchmarks/plan_check.py
