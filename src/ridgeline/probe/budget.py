@@ -117,32 +117,27 @@ async def fallback(
             look = left  # no time for another: this one takes the rest
         plan = StepPlan(rate, look, "confirm")
         verdict = await run.step(plan, stop, settle=False, pool=False, capped=False)
-        errors, sent = failures_at(run, rate)
-        clustered = as_clustered(run, verdict)
-        if sure_pass(clustered, 1.0 - cfg.confidence, errors, sent, run.policy.max_error_rate):
+        if _surely(run, verdict):
             reason = (
                 f"confirmed at {rate:g} req/s, a rate the search held, over "
                 f"{verdict.duration_s:.0f} s ({verdict.beyond} of {verdict.samples} requests "
                 f"beyond the bound): the budget of {cfg.budget_s:g} s left no time to "
                 f"confirm nearer the boundary ({why}; raise --budget for a narrower answer)"
             )
-            low = est.ci_low if est.ci_low is not None and est.ci_low <= rate else rate
-            return replace(est, capacity_rps=rate, ci_low=low, ci_high=high), True, reason
+            return _answered(est, rate, high, reason)
         if verdict.valid and not verdict.sustainable:
             high = rate if high is None else min(high, rate)
         if not ladder:
             ladder.append(rate / 2)  # below every rate the search held: halving
     extended = await _decided_longer(run, min(top, high or math.inf), stop)
     if extended is not None:
-        rate = extended.rate
         reason = (
-            f"confirmed at {rate:g} req/s, its undecided confirmation run on for the "
+            f"confirmed at {extended.rate:g} req/s, its undecided last step run on for the "
             f"budget left ({extended.duration_s:.0f} s in all, {extended.beyond} of "
             f"{extended.samples} beyond the bound): no look at a lower rate could pass "
             f"surely in it ({why}; raise --budget for a narrower answer)"
         )
-        low = est.ci_low if est.ci_low is not None and est.ci_low <= rate else rate
-        return replace(est, capacity_rps=rate, ci_low=low, ci_high=high), True, reason
+        return _answered(est, extended.rate, high, reason)
     if verdict is None:
         raise BudgetSpent
     reason = (
@@ -160,7 +155,6 @@ async def _decided_longer(run: Run, top: float, stop: asyncio.Event) -> StepVerd
     An LLM endpoint's last look at 22.23 req/s (its truth 22.68) stood undecided at
     84,294 token gaps worth 1,165 independent ones, and the probe ended with 105 s of
     its 900 unspent."""
-    cfg = run.cfg
     last = run.trajectory[-1] if run.trajectory else None
     left = run.remaining_s()
     if (
@@ -174,12 +168,25 @@ async def _decided_longer(run: Run, top: float, stop: asyncio.Event) -> StepVerd
         return None
     plan = StepPlan(last.rate, left, "confirm")
     verdict = await run.longer(plan, run.pooled_s() + left, stop, capped=False)
-    errors, sent = failures_at(run, last.rate)
-    clustered = as_clustered(run, verdict)
-    level = 1.0 - cfg.confidence
-    if verdict.sustainable and sure_pass(clustered, level, errors, sent, run.policy.max_error_rate):
-        return verdict
-    return None
+    return verdict if verdict.sustainable and _surely(run, verdict) else None
+
+
+def _surely(run: Run, look: StepVerdict) -> bool:
+    """Whether ``look``, the step just run, passes surely at the probe's confidence: its
+    latency counted as clustered as the probe has seen near its rate (``as_clustered``),
+    its errors with every request sent at its rate (``failures_at``)."""
+    errors, sent = failures_at(run, look.rate)
+    level = 1.0 - run.cfg.confidence
+    return sure_pass(as_clustered(run, look), level, errors, sent, run.policy.max_error_rate)
+
+
+def _answered(
+    est: CapacityEstimate, rate: float, high: float | None, reason: str
+) -> tuple[CapacityEstimate, bool | None, str]:
+    """The estimate confirmed at ``rate``: its interval from there (or below, where the
+    search's already was) up to ``high``."""
+    low = est.ci_low if est.ci_low is not None and est.ci_low <= rate else rate
+    return replace(est, capacity_rps=rate, ci_low=low, ci_high=high), True, reason
 
 
 def as_clustered(run: Run, look: StepVerdict) -> StepVerdict:
