@@ -98,6 +98,7 @@ async def fallback(
     verdict: StepVerdict | None = None
     q = cfg.quantile()
     share = 1.0 - q if q is not None else 0.0
+    passed_over: tuple[float, float, float] | None = None  # the first: rate, look, left
     while ladder:
         rate = ladder.pop(0)
         if rate < floor or (verdict is not None and rate > verdict.rate * (1 - LADDER_DROP)):
@@ -110,6 +111,7 @@ async def fallback(
         least = max(cfg.needed_s(rate), cfg.sure_s(rate) - sent / rate)
         look = sure_look_s(rate, share, 1.0 - cfg.confidence, seen, least)
         if look > left:  # no time to be sure here: lower, where late requests cluster less
+            passed_over = passed_over or (rate, look, left)
             if not ladder:
                 ladder.append(rate / 2)
             continue
@@ -138,6 +140,19 @@ async def fallback(
             f"surely in it ({why}; raise --budget for a narrower answer)"
         )
         return _answered(est, extended.rate, high, reason)
+    if verdict is None and passed_over is not None:
+        found, _, held_why = within_budget(run, est)
+        if found.capacity_rps is not None:
+            return found, True, held_why
+        rate, look, left = passed_over
+        reason = (
+            f"no rate below the failures could be shown surely in the {left:.0f} s of the "
+            f"budget left ({why}): a last look at {rate:g} req/s needs {look:.0f} s (the "
+            "SLO's error bound and percentile, each shown with none beyond it), and no "
+            "lower rate could be shown in it either; raise --budget"
+        )
+        tops = [t for t in (found.ci_high, high) if t is not None]
+        return replace(found, ci_high=min(tops, default=None)), None, reason
     if verdict is None:
         raise BudgetSpent
     reason = (
