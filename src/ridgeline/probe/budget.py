@@ -59,16 +59,19 @@ def last_look_s(cfg: ProbeConfig, rate: float) -> float:
     minute kept for it could never pass, and 14 of 21 probes under ``--budget 15m``
     answered nothing), at most half the confirmation's share of the budget."""
     need = max(LAST_LOOK_S, cfg.sure_s(rate * (1.0 - LADDER_DROP)) + LAST_LOOK_S - MIN_LOOK_S)
-    share = (cfg.budget_s or 0.0) * (1.0 - SEARCHED) / 2
-    return max(LAST_LOOK_S, min(need, share))
+    return max(LAST_LOOK_S, min(need, _kept_most_s(cfg)))
+
+
+def _kept_most_s(cfg: ProbeConfig) -> float:
+    """The most a confirmation keeps back for last looks: half its share of the budget."""
+    return (cfg.budget_s or 0.0) * (1.0 - SEARCHED) / 2
 
 
 def fallback_s(cfg: ProbeConfig, rate: float) -> float:
     """Under a budget, what the confirmation at ``rate`` (and its back-offs) leaves for
     two last looks at rates the search held (``fallback``), within the confirmation's
     share of the budget."""
-    share = (cfg.budget_s or 0.0) * (1.0 - SEARCHED) / 2
-    return max(2 * LAST_LOOK_S, min(2 * last_look_s(cfg, rate), share))
+    return max(2 * LAST_LOOK_S, min(2 * last_look_s(cfg, rate), _kept_most_s(cfg)))
 
 
 async def fallback(
