@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 
 import numpy as np
 import pytest
@@ -37,7 +38,7 @@ from ridgeline.probe.sequential import (
 from ridgeline.search.base import StepPlan, StepVerdict
 from ridgeline.search.confirmation import Decision
 from ridgeline.sim import SimPreset, load_sim_preset
-from ridgeline.sim.server import simulate
+from ridgeline.sim.presets import shapes_for, simulate_preset
 from ridgeline.study.truth import true_capacity
 from ridgeline.synthetic.model import LatencyModel
 
@@ -169,9 +170,10 @@ def budget_probe(preset: SimPreset, budget_s: float, seed: int = 0) -> ProbeResu
 
 def long_run_p99_ms(preset: SimPreset, rate: float, seconds: float = 600.0) -> float:
     """The truth at ``rate``, apart from the probe: the p99 over every request of a long
-    Poisson run, nothing excluded."""
-    times = np.cumsum(np.random.default_rng(11).exponential(1 / rate, int(rate * seconds)))
-    records, _ = simulate(preset.model, times, seed=5)
+    Poisson run, nothing excluded, its requests as many rows as the preset's sizes."""
+    n = int(rate * seconds)
+    times = np.cumsum(np.random.default_rng(11).exponential(1 / rate, n))
+    records, _ = simulate_preset(preset, times, shapes_for(preset, n, 5), seed=5)
     return float(np.percentile(records.latency_from_schedule, 99) * 1000)
 
 
@@ -183,7 +185,8 @@ def test_a_budgeted_probe_answers_within_its_budget_and_never_above_the_truth(
 ) -> None:
     """Every second of load counted (warm-up included) stays within the budget, and a
     confirmed answer holds a ten-minute Poisson run's p99 (the over-estimate a budget
-    must not buy); the interval reported reaches above it. nlp's late requests come
+    must not buy); the interval's upper end, where it has one, fails such a run (a
+    failure decided, not a coin toss, after a warm-up that ended warm). nlp's late requests come
     dozens together near its boundary: in 600 s its confirmation at 80 req/s stays
     undecided, a look at 64 would need more than the budget left to pass surely, and its
     last look, at 32, holds (a lower bound said to be one; inconclusive while the last
@@ -194,11 +197,39 @@ def test_a_budgeted_probe_answers_within_its_budget_and_never_above_the_truth(
     assert r.confirmed and r.capacity_rps is not None, r.reason
     bound = next(b.bound_ms for b in parse_slo(preset.slo).latency if b.percentile == "p99")
     assert long_run_p99_ms(preset, r.capacity_rps) <= bound
-    assert r.ci_high is not None and r.ci_high > r.capacity_rps
+    assert r.ci_high is None or long_run_p99_ms(preset, r.ci_high) > bound, r.ci_high
+
+
+STALLED = SimPreset(
+    description="a 118 ms stall every 6.5 s sets the boundary (benchmarks/realtime_fresh.yaml)",
+    model={
+        "base_ms": 2.06,
+        "per_item_ms": 1.2,
+        "batching": {"max_batch_size": 16, "max_queue_delay_s": 0.001},
+        "noise_cv": 0.034,
+        "periodic_stall": {"every_s": 6.5, "duration_ms": 118.0},
+    },
+    slo="p99<85ms,errors<0.1%",
+)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_under_a_budget_the_interval_rests_on_decided_evidence_only(seed: int) -> None:
+    """Where a stall sets the boundary, the share of requests beyond it moves from 0.9 %
+    to 1.1 % between 150 and 250 req/s, and a step of a minute there is a coin toss.
+    Seed 1's search left 141 req/s failed but undecided (68 of 6,323 beyond, 63 allowed)
+    and reported [64, 141]: a ten-minute run holds 141. The interval now ends only at a
+    decided failure: each end it gives is on its side of a ten-minute run's verdict."""
+    r = budget_probe(STALLED, 300.0, seed=seed)
+    assert r.wall_s <= 300.0
+    if r.ci_low is not None:
+        assert long_run_p99_ms(STALLED, r.ci_low) <= 85.0, r.reason
+    if r.ci_high is not None:
+        assert long_run_p99_ms(STALLED, r.ci_high) > 85.0, r.reason
 
 
 def test_a_confirmed_answer_is_rechecked_in_the_budget_left() -> None:
-    """vision under 600 s confirms 856.5 req/s after 275 s; the rate is then kept for the
+    """vision under 600 s confirms 855 req/s after some 300 s; the rate is then kept for the
     budget left, less one last look's reserve (``budget.last_look_s``), judged with the
     confirmation as one run: a slow cycle the probe has not yet seen shows only in a
     longer run. It holds there, and the ten-minute Poisson p99 at the answer (the truth,
@@ -206,7 +237,7 @@ def test_a_confirmed_answer_is_rechecked_in_the_budget_left() -> None:
     preset = load_sim_preset("vision")
     r = budget_probe(preset, 600.0)
     assert r.confirmed and r.capacity_rps is not None, r.reason
-    assert "held again over 260 s more, the budget left" in r.reason, r.reason
+    assert re.search(r"held again over \d+ s more, the budget left$", r.reason), r.reason
     reserve = last_look_s(ProbeConfig(slo=preset.slo, budget_s=600.0), r.capacity_rps)
     assert 600.0 - reserve <= r.test_seconds <= 600.0
     bound = next(b.bound_ms for b in parse_slo(preset.slo).latency if b.percentile == "p99")

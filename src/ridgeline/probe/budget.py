@@ -37,6 +37,7 @@ __all__ = [
     "as_clustered",
     "clustering_read",
     "covered",
+    "decided_ceiling",
     "failures",
     "failures_at",
     "fallback",
@@ -168,8 +169,11 @@ async def fallback(
 async def _decided_longer(run: Run, top: float, stop: asyncio.Event) -> StepVerdict | None:
     """When the last looks end with budget left that no look at a lower rate can use (it
     needs longer to pass surely than is left), the probe's last step, a confirmation or a
-    last look that ran undecided below every failure, run on for the rest and judged with
-    its earlier part as one run: the held verdict when it now passes surely, else None.
+    last look that held short of surely, or ran undecided, below every failure, run on
+    for the rest and judged with its earlier part as one run: the held verdict when it
+    now passes surely, else None. (A look at 65.8 req/s held 34 of 3,886 beyond the
+    bound, 38.9 allowed, short of sure; a look at half its rate needed 96 s of the 85
+    left, and the probe ended with them unspent.)
     An LLM endpoint's last look at 22.23 req/s (its truth 22.68) stood undecided at
     84,294 token gaps worth 1,165 independent ones, and the probe ended with 105 s of
     its 900 unspent."""
@@ -179,7 +183,7 @@ async def _decided_longer(run: Run, top: float, stop: asyncio.Event) -> StepVerd
         last is None
         or last.purpose != "confirm"
         or not last.valid
-        or last.decided
+        or (last.decided and not last.sustainable)
         or last.rate >= top
         or left < MIN_LOOK_S / 2
     ):
@@ -260,6 +264,37 @@ SEARCHED = 0.5
 STEP_SHARE = 0.15
 """Under a budget, no step is capped longer than this share of it (unless its
 percentile needs more to decide): a search of several steps fits in its share."""
+
+
+def decided_ceiling(run: Run, est: CapacityEstimate) -> float | None:
+    """The upper end of a budgeted answer's interval: the lowest rate above its lower end
+    (or its answer) whose failure was decided (``StepVerdict.decided``: too many beyond
+    the bound to be chance at the probe's confidence), None when none was. A failure
+    left undecided is no evidence the capacity lies below it: under a stall every 6.5 s
+    a 45 s step at 141 req/s had 68 of 6,323 beyond (63 allowed) where the long-run
+    share is 0.87 %, and an interval ending there missed a truth near 200 req/s.
+
+    Nor is any failure when the warm-up's cap ended it with its p50 seen still falling
+    (``Warmed.capped`` after a trend was tested, ``fall_windows``): it was measured on a
+    server that was getting faster. The answer stands (it held); above it, nothing is
+    known. A cap reached before any trend was tested (a ramp that took the warm-up's
+    share) saw no warming, and the failures bound the interval as measured: a server 3×
+    slower at start, warm after 150 s, then fails at 1,466 req/s in its 70th second and
+    is told [1,444, 1,466], where warm it serves 2,425 (the reason says the server may not
+    have been warm)."""
+    warmed = run.warmed
+    if warmed is not None and warmed.capped and warmed.fall_windows > 0:
+        return None
+    trajectory = run.trajectory
+    floor = est.ci_low if est.ci_low is not None else est.capacity_rps
+    return min(
+        (
+            v.rate
+            for v in trajectory
+            if v.valid and not v.sustainable and v.decided and (floor is None or v.rate > floor)
+        ),
+        default=None,
+    )
 
 
 def within_budget(run: Run, est: CapacityEstimate) -> tuple[CapacityEstimate, bool | None, str]:

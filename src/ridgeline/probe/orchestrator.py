@@ -29,6 +29,7 @@ from ridgeline.probe.budget import (
     LAST_LOOK_S,
     SEARCHED,
     STEP_SHARE,
+    decided_ceiling,
     fallback,
     fallback_s,
     last_look_s,
@@ -171,6 +172,8 @@ async def probe(
     except RidgelineError as exc:
         status, reason = "failed", f"{HealthState.CRITICAL.value}: {exc}"
         est = _with_confirmation(strategy.result(), run.trajectory)
+    if cfg.budget_s is not None:  # the interval a user is told, from decided evidence
+        est = replace(est, ci_high=decided_ceiling(run, est))
     if run.uncovered and confirmed:
         reason = f"{reason}; but {run.uncovered}"
     if run.warmed is not None and run.warmed.capped:
