@@ -337,6 +337,9 @@ class ProbeOutcome:
     best_held: float | None
     """The highest rate a step of the probe held: where the long runs start without an
     estimate."""
+    ci_low: float | None = None
+    ci_high: float | None = None
+    """The interval the probe reported (None: that end open)."""
 
 
 def _json_object(text: str) -> dict[str, Any] | None:
@@ -395,6 +398,8 @@ def run_probe(url: str, server: Server, where: Path, seed: int | None = None) ->
         test_s=float(result.get("test_seconds", 0.0)),
         requests=int(result.get("requests_sent", 0)),
         best_held=max(held) if held else None,
+        ci_low=result.get("ci_low"),
+        ci_high=result.get("ci_high"),
     )
 
 

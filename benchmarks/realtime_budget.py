@@ -17,10 +17,13 @@ its `p99<85ms,errors<0.1%`.
    RIDGELINE_RT_TRUTH_LOW (100) and RIDGELINE_RT_TRUTH_HIGH (753: the server's raw
    throughput, which no rate can exceed) for RIDGELINE_RT_TRUTH_ROUNDS (7) runs: the
    truth lies between the highest rate held and the lowest failed.
+   RIDGELINE_RT_TRUTH="HELD,FAILED" takes that bracket from an earlier run instead (its
+   rows say so).
 2. Five probes (RIDGELINE_RT_BUDGET_PROBES), seeds 0-4, each on a fresh server process:
    `python -m ridgeline probe URL --slo SLO --budget 5m --json --seed k` (the CLI's
    defaults otherwise), bounded at 5 minutes of load plus 2 of slack (then SIGINT). Per
-   probe: its answer, interval, whether confirmed, its test-seconds and wall time.
+   probe: its answer and interval (✗ where the interval misses the truth's bracket),
+   whether confirmed, its test-seconds and wall time.
 
 An answer is within ±5 % when it lies within 5 % of the truth's bracket (at or above
 0.95 × the highest rate held and at or below 1.05 × the lowest failed). Rows are printed
@@ -45,6 +48,7 @@ from _doc import add_rows, ensure_section
 from realtime import (
     HOLD_SERVERS,
     PAUSE_S,
+    ProbeOutcome,
     _env_float,
     judge,
     long_run,
@@ -96,7 +100,14 @@ def main() -> None:
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="rt-budget-") as tmp:
         where = Path(tmp)
-        held, failed, notes = truth(where)
+        given = os.environ.get("RIDGELINE_RT_TRUTH")  # "HELD,FAILED" of an earlier run
+        held: float | None
+        failed: float | None
+        if given:
+            held, failed = (float(x) for x in given.split(","))
+            notes = [f"from an earlier run (RIDGELINE_RT_TRUTH={given})"]
+        else:
+            held, failed, notes = truth(where)
         truth_s = time.monotonic() - t0
         answers = []
         for seed in range(probes):
@@ -118,11 +129,23 @@ def main() -> None:
             return f"{e / held - 1:+.1%}"
         return f"{e / failed - 1:+.1%}" if e > failed else "in the bracket"
 
+    def interval(p: ProbeOutcome) -> str:
+        low = "—" if p.ci_low is None else f"{p.ci_low:,.1f}"
+        high = "—" if p.ci_high is None else f"{p.ci_high:,.1f}"
+        return f"[{low}, {high}]"
+
+    def holds(p: ProbeOutcome) -> bool:
+        """Whether the interval meets the truth's bracket [held, failed)."""
+        return (p.ci_low is None or failed is None or p.ci_low < failed) and (
+            p.ci_high is None or held is None or p.ci_high >= held
+        )
+
     bracket = f"[{held or 0:,.1f}, {failed or math.inf:,.1f})"
     rows = [
         f"| {date} | {SERVER.describe()} | `{SERVER.slo}` | `--budget {budget}`, seed {k} | "
         f"{bracket} | {'none' if p.estimate is None else f'{p.estimate:,.1f}/s'}"
-        f"{' (confirmed)' if p.confirmed else ''} | {error(p.estimate)} | "
+        f"{' (confirmed)' if p.confirmed else ''} {interval(p)}"
+        f"{'' if holds(p) else ' ✗'} | {error(p.estimate)} | "
         f"{'yes' if within(p.estimate) else 'no'} | {p.test_s:,.0f} s ({p.wall_s:,.0f} s wall) | "
         f"{p.reason[:300]} |"
         for k, p in enumerate(answers)
@@ -130,7 +153,9 @@ def main() -> None:
     inside = sum(within(p.estimate) for p in answers)
     rows.append(
         f"| **all** | | | {len(answers)} probes | truth runs: {', '.join(notes)} "
-        f"({truth_s:,.0f} s) | {sum(p.estimate is not None for p in answers)} answered | | "
+        f"({truth_s:,.0f} s) | {sum(p.estimate is not None for p in answers)} answered; "
+        f"{sum(holds(p) for p in answers)} of {len(answers)} intervals meet the truth's "
+        "bracket | | "
         f"**{inside} of {len(answers)}** | most {max(p.test_s for p in answers):,.0f} s | "
         f"{machine()} |"
     )
