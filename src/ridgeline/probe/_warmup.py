@@ -37,9 +37,7 @@ def budgeted_warmup(cfg: ProbeConfig) -> WarmupConfig:
     if cfg.budget_s is None:
         return wc
     cap = min(wc.max_s, WARMUP_SHARE * cfg.budget_s)
-    # less the window a new rate's queue drains in, left out of the trend: a ramp that
-    # took its half (1 to 32 req/s and back to 16) left 29 windows, never the 30 asked
-    windows = max(MIN_TREND_WINDOWS, int(TREND_SHARE * cap / wc.window_s) - 1)
+    windows = max(MIN_TREND_WINDOWS, int(TREND_SHARE * cap / wc.window_s))
     return wc.model_copy(
         update={
             "max_s": cap,
