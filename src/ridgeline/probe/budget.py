@@ -94,7 +94,7 @@ async def fallback(
     busy period), and an answer over-estimated is worse than one too low."""
     cfg = run.cfg
     run.reserve_s = 0.0  # what was kept back is for these looks
-    failed = [v.rate for v in run.trajectory if v.valid and not v.sustainable and v.decided]
+    failed = decided_failures(run)
     top = min([*failed, *([ceiling] if ceiling is not None else [])], default=math.inf)
     high = None if math.isinf(top) else top
     floor = float(cfg.strategy_options.get("min_rate", 0.0))
@@ -285,16 +285,14 @@ def decided_ceiling(run: Run, est: CapacityEstimate) -> float | None:
     warmed = run.warmed
     if warmed is not None and warmed.capped and warmed.fall_windows > 0:
         return None
-    trajectory = run.trajectory
     floor = est.ci_low if est.ci_low is not None else est.capacity_rps
-    return min(
-        (
-            v.rate
-            for v in trajectory
-            if v.valid and not v.sustainable and v.decided and (floor is None or v.rate > floor)
-        ),
-        default=None,
-    )
+    return min((r for r in decided_failures(run) if floor is None or r > floor), default=None)
+
+
+def decided_failures(run: Run) -> list[float]:
+    """The rates of the valid steps that failed, decided (not a coin toss at the probe's
+    confidence): the only failures a budgeted answer's bounds rest on."""
+    return [v.rate for v in run.trajectory if v.valid and not v.sustainable and v.decided]
 
 
 def within_budget(run: Run, est: CapacityEstimate) -> tuple[CapacityEstimate, bool | None, str]:
@@ -304,7 +302,7 @@ def within_budget(run: Run, est: CapacityEstimate) -> tuple[CapacityEstimate, bo
     failure; the lowest of those bounds it above."""
     cfg = run.cfg
     budget = cfg.budget_s
-    failed = [v.rate for v in run.trajectory if v.valid and not v.sustainable and v.decided]
+    failed = decided_failures(run)
     ceiling = min(failed, default=None)
     candidates = [
         (v, s)
