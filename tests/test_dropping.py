@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ridgeline.policies.batching import BatchingConfig
 from ridgeline.policies.dropping import (
     ExecModel,
     Slack,
@@ -21,6 +22,7 @@ from ridgeline.policies.dropping import (
     quantile_sorted,
     reached,
 )
+from ridgeline.policies.queue import BatchQueue, DropReason, Entry, Formed
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -94,3 +96,28 @@ def test_rows_ahead_upstream_reach_a_slower_task_before_the_request() -> None:
     # a queue that drains before the request gets there is not waited for
     assert reached(replace(second, queued_rows=3, busy=1), 0, 0.100).queued_rows == 0
     assert reached(second, 0, 0.0) is second
+
+
+def test_a_task_scales_its_fresh_expectation_by_the_factor_the_request_arrived_with() -> None:
+    """A task's own checks (on arrival, as the batch forms) expect afresh from the queues
+    as they are then, and scale that by the ``Slack`` factor the request was judged by at
+    its arrival (``Entry.factor``): where answers showed the model pessimistic (0.5) a
+    request the raw model expects 10 ms late still goes; where they showed it optimistic
+    (1.5) one the raw model expects on time is dropped."""
+    cfg = BatchingConfig(max_batch_size=4, max_queue_delay_s=0.0)
+    queue: BatchQueue[str] = BatchQueue(cfg, 1, drop=True, exec_model=ExecModel(0.050))
+    deadline = 0.040  # the batch takes 50 ms: raw, every request here is 10 ms late
+    as_is, pessimistic = (
+        Entry("as is", 1, 0.0, deadline),
+        Entry("0.5", 1, 0.0, deadline, factor=0.5),
+    )
+    for e in (as_is, pessimistic):
+        assert queue.refuses(e, 0.0, lambda: 0.050) is (None if e.factor < 1 else DropReason.LATE)
+        queue.push(e)
+    formed = queue.form(0.0)
+    assert isinstance(formed, Formed)
+    assert [e.payload for e in formed.batch] == ["0.5"]
+    assert [(e.payload, why) for e, why in formed.dropped] == [("as is", DropReason.LATE)]
+    optimistic = Entry("1.5", 1, 0.0, 0.070, factor=1.5)  # raw 50 ms of 70: on time
+    assert queue.refuses(optimistic, 0.0, lambda: 0.050) is DropReason.LATE
+    assert queue.refuses(Entry("1", 1, 0.0, 0.070), 0.0, lambda: 0.050) is None

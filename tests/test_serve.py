@@ -222,14 +222,14 @@ def test_the_slack_is_a_quantile_of_how_many_times_longer_than_expected_answers_
     assert slack.factor == pytest.approx(1.0)
     slack.observe(0.010, 0.0)  # no expectation: nothing learnt
     assert slack.factor == pytest.approx(1.0)
-    # the deadline keeps back (factor − 1) of the expectation: dropped exactly when
-    # factor · expected passes the budget
+    # a request is judged by factor · expected: dropped exactly when that passes the
+    # budget
     slack.observe(0.080, 0.040)  # 1.5, 0.5, 0.5, 2: median 1
     slack.observe(0.080, 0.040)  # 0.5, 0.5, 2, 2: median 1.25
     assert slack.factor == pytest.approx(1.25)
-    assert slack.deadline(10.0, 0.100, 0.080) == pytest.approx(10.080)
-    assert should_drop(10.0, slack.deadline(10.0, 0.100, 0.0801), 0.0801)
-    assert not should_drop(10.0, slack.deadline(10.0, 0.100, 0.0799), 0.0799)
+    assert slack.judge(0.080) == pytest.approx(1.25) and slack.last == pytest.approx(1.25)
+    assert should_drop(10.0, 10.100, slack.judge(0.0801) * 0.0801)
+    assert not should_drop(10.0, 10.100, slack.judge(0.0799) * 0.0799)
 
 
 @settings(max_examples=10, deadline=None)
@@ -256,7 +256,7 @@ def dropping_on(
     first ``learning``, and how many of those would have come late."""
     dropped = would_be_late = 0
     for k, (e, t) in enumerate(zip(expected, took, strict=True)):
-        if should_drop(0.0, slack.deadline(0.0, budget, e), e):
+        if should_drop(0.0, budget, slack.judge(e) * e):
             if k >= learning:
                 dropped += 1
                 would_be_late += t > budget
@@ -274,17 +274,17 @@ def test_the_slack_is_learnt_apart_for_answers_expected_about_as_long() -> None:
     for _ in range(3):
         slack.observe(0.020, 0.010)  # expected 10 ms (bin 3): ratio 2
     assert slack.factor_for(0.012) == pytest.approx(2.0)
-    assert slack.deadline(0.0, 0.100, 0.015) == pytest.approx(0.100 - 0.015)
+    assert slack.judge(0.015) == pytest.approx(2.0)
     assert slack.factor_for(0.200) == 1.0  # bin 7: nothing known, the model as it is
-    assert not should_drop(0.0, slack.deadline(0.0, 0.210, 0.200), 0.200)
+    assert not should_drop(0.0, 0.210, slack.judge(0.200) * 0.200)
     for took in (0.015, 0.016, 0.017):
         slack.observe(took, 0.020)  # expected 20 ms (bin 4): 0.75, 0.8, 0.85
     assert slack.factor_for(0.200) == pytest.approx(0.8)  # the lowest known
-    assert slack.last == 1.0  # the factor of the latest deadline
+    assert slack.last == 1.0  # the factor of the latest request judged
     for took in (0.210, 0.220, 0.230):
         slack.observe(took, 0.200)  # ratios 1.05, 1.1, 1.15: median 1.1
     assert slack.factor_for(0.150) == pytest.approx(1.1)  # 128–256 ms share a bin
-    assert should_drop(0.0, slack.deadline(0.0, 0.210, 0.200), 0.200)
+    assert should_drop(0.0, 0.210, slack.judge(0.200) * 0.200)
     assert slack.last == pytest.approx(1.1)
     middle = 0.008 * math.sqrt(2.0)  # bin 3's middle (8–16 ms): its own factor alone
     assert slack.factor_for(middle) == pytest.approx(2.0)  # the shallow bin is unchanged

@@ -5,10 +5,11 @@ Each task is a ``policies.queue.BatchQueue``, the queue the runtime's
 ``serve.batcher.TaskQueue`` and the fake server step on the real clock, stepped here on
 a heap of virtual-time events; around the queues it follows ``serve.graph.GraphRunner``:
 
-* a request arrives with a deadline of arrival + ``(1 − margin)``·SLO − the ``Slack``
-  shown by the answers expected about as long as it; if the pipeline's expected time
-  (``dropping.expected_remaining_s`` along its longest path, over the sources) passes it,
-  it is dropped at once, unless
+* a request arrives with a deadline of arrival + ``(1 − margin)``·SLO and the factor of
+  the ``Slack`` shown by the answers expected about as long as it, which scales every
+  expectation of it; if the pipeline's expected time (``dropping.expected_remaining_s``
+  along its longest path, over the sources) times that factor passes it, it is dropped
+  at once, unless
   every queue is idle (then it, and everything it sends on, is never dropped);
 * at each task its rows join the queue in chunks of at most the batch size, each
   dropped on arrival if the queue refuses it; a free instance asks the queue (dispatch
@@ -349,9 +350,9 @@ class Engine:
         """``GraphRunner.infer``: the pipeline's drop check, then each source task."""
         expected = max(self._expected(s) for s in self.sources)
         budget = (1 - self.margin) * self.slo_s - self.frontend_s
-        deadline = self.slack.deadline(now, budget, expected)
+        deadline, factor = now + budget, self.slack.judge(expected)
         idle = self._active == 0
-        if self.drop and refuses_request(now, deadline, expected, idle):
+        if self.drop and refuses_request(now, deadline, factor * expected, idle):
             self._status[req] = DROPPED
             self._finish[req] = now
             self._dropped_at_arrival += 1
@@ -361,12 +362,19 @@ class Engine:
         self._tick(now)
         self._inside += 1
         for s in self.sources:
-            self._start(s, 1, req, deadline, idle, now)
+            self._start(s, 1, req, (deadline, factor), idle, now)
 
     def _start(
-        self, t: _Task, rows: int, req: int, deadline: float, keep: bool, now: float
+        self,
+        t: _Task,
+        rows: int,
+        req: int,
+        deadline: tuple[float, float],
+        keep: bool,
+        now: float,
     ) -> None:
-        """``GraphRunner._run``: ``rows`` rows of request ``req`` at ``t``, in chunks."""
+        """``GraphRunner._run``: ``rows`` rows of request ``req`` at ``t``, in chunks;
+        ``deadline``: the request's and its ``Slack.judge`` factor."""
         size = t.size
         chunks = -(-rows // size)
         node = [req, t, rows, chunks, False, deadline, keep]
@@ -374,14 +382,20 @@ class Engine:
             self._submit(t, node, min(size, rows - k), deadline, keep, now)
 
     def _submit(
-        self, t: _Task, node: list[Any], rows: int, deadline: float, keep: bool, now: float
+        self,
+        t: _Task,
+        node: list[Any],
+        rows: int,
+        deadline: tuple[float, float],
+        keep: bool,
+        now: float,
     ) -> None:
         """``TaskQueue.submit``."""
         t.submitted += 1
         q = t.q
         q.arrive(now, rows)
         self._dirty(t)
-        entry = Entry(node, rows, now, deadline, keep)
+        entry = Entry(node, rows, now, deadline[0], keep, deadline[1])
         if q.refuses(entry, now, t.expected_fn) is not None:
             t.drops += 1
             self._chunk_done(node, now, failed=True)

@@ -71,7 +71,7 @@ class DropReason(StrEnum):
 class Entry(Generic[P]):
     """One request waiting in the queue; ``payload`` is the driver's own."""
 
-    __slots__ = ("arrival", "deadline", "keep", "payload", "rows")
+    __slots__ = ("arrival", "deadline", "factor", "keep", "payload", "rows")
 
     def __init__(
         self,
@@ -80,11 +80,15 @@ class Entry(Generic[P]):
         arrival: float,
         deadline: float = math.inf,
         keep: bool = False,
+        factor: float = 1.0,
     ) -> None:
         self.payload, self.rows, self.arrival = payload, rows, arrival
         self.deadline = deadline
         self.keep = keep
         """Arrived at an idle server: never dropped (``dropping``)."""
+        self.factor = factor
+        """What the time it is expected to need is scaled by before it is judged against
+        its deadline: its pipeline's ``Slack`` at its arrival (``Slack.judge``)."""
 
 
 class Formed(NamedTuple, Generic[P]):
@@ -106,10 +110,10 @@ class Formed(NamedTuple, Generic[P]):
         return len(self.batch) + len(self.dropped)
 
 
-def late(now: float, deadline: float, expected_s: float) -> DropReason | None:
-    """Why a request expected to need ``expected_s`` more is dropped now; None if it is
-    not."""
-    return DropReason.LATE if should_drop(now, deadline, expected_s) else None
+def late(now: float, deadline: float, expected_s: float, factor: float = 1.0) -> DropReason | None:
+    """Why a request expected to need ``expected_s`` more (scaled by ``factor``,
+    ``Entry.factor``) is dropped now; None if it is not."""
+    return DropReason.LATE if should_drop(now, deadline, factor * expected_s) else None
 
 
 def refuses_request(now: float, deadline: float, expected_s: float, idle: bool) -> bool:
@@ -211,7 +215,7 @@ class BatchQueue(Generic[P]):
         joining, read only when it matters)."""
         if not self.drop or entry.keep:
             return None
-        return late(now, entry.deadline, expected())
+        return late(now, entry.deadline, expected(), entry.factor)
 
     def push(self, entry: Entry[P]) -> None:
         self.items.append(entry)
@@ -316,7 +320,7 @@ class BatchQueue(Generic[P]):
             e = items.popleft()
             self.rows -= e.rows
             if drop and not e.keep:
-                why = late(now, e.deadline, rest)
+                why = late(now, e.deadline, rest, e.factor)
                 if why is not None:
                     dropped.append((e, why))
                     continue

@@ -111,18 +111,19 @@ class TaskQueue:
         arrays: list[Array],
         deadline: float,
         keep: bool = False,
+        factor: float = 1.0,
     ) -> asyncio.Future[list[Array]]:
         """Queue one request of ``rows`` rows (≤ the batch size); its outputs' future.
         ``keep``: never drop it (it arrived at an idle server, ``dropping``); otherwise
-        one expected to miss its ``deadline`` is dropped on arrival or as its batch
-        forms."""
+        one expected (times ``factor``, ``queue.Entry.factor``) to miss its ``deadline``
+        is dropped on arrival or as its batch forms."""
         core = self.core
         if not 1 <= rows <= core.cfg.max_batch_size:
             raise ValueError(f"{rows} rows for task {self.name!r} (1..{core.cfg.max_batch_size})")
         now = self.clock.now()
         core.arrive(now, rows)
         item = _Item(arrays)
-        entry = Entry(item, rows, now, deadline, keep)
+        entry = Entry(item, rows, now, deadline, keep, factor)
         self.metrics.requests.labels(self.name).inc()
         if self._closed:
             item.future.set_exception(InferFailed("unavailable", "the server is shutting down"))

@@ -15,14 +15,16 @@ is real, the content of a child's input is not.
 
 If the graph's expected time already passes the deadline at arrival, the whole request
 is dropped at once; a drop or an error at any task fails the whole request with it. The
-deadline the tasks see keeps back what the queue model does not see: the
-``dropping.Slack`` the answers show (the hops to worker processes and back, the glue
-between tasks, batch times swinging on shared cores), a low quantile of the event loop's
-own lateness (``frontend_s``), and ``margin`` of the SLO (default none, ``DROP_MARGIN``)
-for what happens outside the pipeline if a deployment needs it. A plan's per-task latency
-budgets are the planner's shares of the SLO, not deadlines: a request behind its share
-at one task that can still make the end-to-end deadline is kept (``dropping``). A
-request that finds every task idle is never dropped, at any task.
+drop rule allows for what the queue model does not see: every expectation of the
+request, at arrival and at each task, is scaled by the ``dropping.Slack`` the answers
+show at its arrival (the hops to worker processes and back, the glue between tasks,
+batch times swinging on shared cores), and its deadline keeps back a low quantile of
+the event loop's own lateness (``frontend_s``) and ``margin`` of the SLO (default none,
+``DROP_MARGIN``) for what happens outside the pipeline if a deployment needs it. A
+plan's per-task latency budgets are the planner's shares of the SLO, not deadlines: a
+request behind its share at one task that can still make the end-to-end deadline is
+kept (``dropping``). A request that finds every task idle is never dropped, at any
+task.
 """
 
 from __future__ import annotations
@@ -80,9 +82,9 @@ class GraphRunner:
         now, slo_s = self.clock.now(), self.plan.slo_ms / 1000.0
         expected = self.expected_s()
         budget = (1 - self.margin) * slo_s - self.frontend_s()
-        deadline = self.slack.deadline(now, budget, expected)
+        deadline, factor = now + budget, self.slack.judge(expected)
         idle = all(q.idle() for q in self.queues.values())
-        if drop and refuses_request(now, deadline, expected, idle):
+        if drop and refuses_request(now, deadline, factor * expected, idle):
             raise InferFailed(
                 "dropped",
                 f"cannot meet SLO {self.plan.slo_ms:g} ms: the pipeline's queues already "
@@ -91,7 +93,7 @@ class GraphRunner:
         results: dict[str, list[list[Array]]] = {s: [] for s in self.sinks}
         keep = idle or not drop  # kept: no task drops it either
         await self._gather(
-            [self._run(s, rows, arrays, deadline, results, keep, now) for s in self.sources]
+            [self._run(s, rows, arrays, (deadline, factor), results, keep) for s in self.sources]
         )
         out: list[Array] = []
         for sink in self.sinks:
@@ -111,15 +113,17 @@ class GraphRunner:
         task: str,
         rows: int,
         arrays: list[Array],
-        deadline: float,
+        deadline: tuple[float, float],
         results: dict[str, list[list[Array]]],
         keep: bool,
-        arrival: float,
     ) -> None:
+        """``rows`` rows at ``task``, then on along its edges; ``deadline``: the request's
+        and the factor its expectations are scaled by (``Slack.judge``)."""
         queue = self.queues[task]
         size = queue.cfg.max_batch_size
+        due, factor = deadline
         chunks = [
-            queue.submit(min(size, rows - i), [a[i : i + size] for a in arrays], deadline, keep)
+            queue.submit(min(size, rows - i), [a[i : i + size] for a in arrays], due, keep, factor)
             for i in range(0, rows, size)
         ]
         answers: list[list[Array]] = await self._gather(chunks)
@@ -143,7 +147,6 @@ class GraphRunner:
                         deadline,
                         results,
                         keep,
-                        arrival,
                     )
                 )
         await self._gather(children)

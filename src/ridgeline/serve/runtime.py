@@ -113,11 +113,12 @@ class _TaskModel(_Model):
     async def infer(self, rows: int, arrays: list[Array]) -> list[Array]:
         began = arrival = self.clock.now()
         expected = self.queue.expected_s()
-        deadline = self.slack.deadline(
-            arrival, (1 - self.margin) * self.budget_s - self.frontend_s(), expected
-        )
+        deadline = arrival + (1 - self.margin) * self.budget_s - self.frontend_s()
+        factor = self.slack.judge(expected)
         try:
-            out = await self.queue.submit(rows, arrays, deadline, keep=self.queue.idle())
+            out = await self.queue.submit(
+                rows, arrays, deadline, keep=self.queue.idle(), factor=factor
+            )
         except BaseException:
             self._count(False, began)
             raise
