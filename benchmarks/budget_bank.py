@@ -12,6 +12,7 @@ the test-seconds of the same case without a budget are in the cost table of
 ``docs/benchmarks.md`` (issue 34's baseline).
 
     python benchmarks/budget_bank.py [--budget 300] [--seeds 5] [--case NAME ...]
+        [--split dev]   # the development half, to set a rule on: printed, never written
 
 Rows go to docs/benchmarks.md unless RIDGELINE_BENCH_NO_WRITE=1.
 """
@@ -70,8 +71,14 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=300.0)
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--case", action="append", default=[])
+    ap.add_argument(
+        "--split",
+        choices=["heldout", "dev"],
+        default="heldout",
+        help="the bank's half to probe; the dev half (to set a rule on) is printed, not written",
+    )
     args = ap.parse_args()
-    cases = [c for c in load_bank() if c.split == "heldout"]
+    cases = [c for c in load_bank() if c.split == args.split]
     if args.case:
         cases = [c for c in cases if c.name in args.case]
     commit = subprocess.run(
@@ -115,7 +122,7 @@ def main() -> None:
         f"**{held} of {total}** | | {args.budget:g} s budget; {wall:,.0f} s wall, {machine()} |"
     )
     print("\n".join([*rows, summary]))
-    if os.environ.get("RIDGELINE_BENCH_NO_WRITE") != "1":
+    if args.split == "heldout" and os.environ.get("RIDGELINE_BENCH_NO_WRITE") != "1":
         ensure_section(
             HEADING,
             [

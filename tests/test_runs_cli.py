@@ -53,7 +53,12 @@ def probe_under_way(url: str, db: Path) -> subprocess.Popen[str]:
     """``ridgeline probe`` of ``url``, once it has stored a step."""
     args = ("probe", url, "--no-warmup", "--step-duration", "2", "--min-rate", "20", "--json")
     proc = started(*args, db=db)
-    wait_until(lambda: steps_stored(db) >= 1, 90, "a probe step stored")
+    try:
+        wait_until(lambda: steps_stored(db) >= 1, 90, "a probe step stored")
+    except BaseException:  # not left running into the next test (and failing it there)
+        proc.kill()
+        proc.communicate(timeout=60)
+        raise
     return proc
 
 
