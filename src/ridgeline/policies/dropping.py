@@ -420,8 +420,8 @@ class Slack:
         tight SLO beside a busy loop dropped 55 requests at the detector, most within 20 ms
         of an arrival expected well inside the SLO, and missed 27.5 % against 17.7 % of
         those kept from dropping; the same on CI (35.2 % against 20.1 %, stop 47)."""
-        f = self.last = self.factor_for(expected_s)
-        return f
+        self.last = self.factor_for(expected_s)
+        return self.last
 
     def observe(self, latency_s: float, expected_s: float) -> None:
         """An answer that took ``latency_s`` where ``expected_s`` was expected (nothing
