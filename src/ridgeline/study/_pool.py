@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from typing import TypeVar
@@ -32,10 +33,17 @@ def as_finished(run: Callable[[T], R], tasks: Sequence[T], jobs: int) -> Iterato
         # taken before shutdown, which forgets them (a list taken after it was empty, and
         # the workers outlived the study: the interpreter's exit then waited on them)
         running = list((pool._processes or {}).values())
+        # shutdown forgets it too (typeshed types it as the thread's wakeup pipe)
+        manager: threading.Thread | None = getattr(pool, "_executor_manager_thread", None)
         pool.shutdown(wait=False, cancel_futures=True)
         for proc in running:
             proc.terminate()
         for proc in running:
             proc.join(timeout=30)
+        # the executor's own thread reaps the workers it sees die: a join racing it here
+        # returned while the worker, already gone, still read as alive (2 of 12 tries);
+        # once that thread has ended, every worker's exit is recorded
+        if manager is not None:
+            manager.join(timeout=30)
         raise
     pool.shutdown(wait=True)
