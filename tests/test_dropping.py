@@ -15,10 +15,13 @@ from hypothesis import strategies as st
 from ridgeline.policies.batching import BatchingConfig
 from ridgeline.policies.dropping import (
     ExecModel,
+    Holdout,
     Slack,
     TaskTiming,
+    Trail,
     arrival_gap,
     expected_remaining_s,
+    learn,
     quantile_sorted,
     reached,
 )
@@ -98,26 +101,66 @@ def test_rows_ahead_upstream_reach_a_slower_task_before_the_request() -> None:
     assert reached(second, 0, 0.0) is second
 
 
-def test_a_task_scales_its_fresh_expectation_by_the_factor_the_request_arrived_with() -> None:
-    """A task's own checks (on arrival, as the batch forms) expect afresh from the queues
-    as they are then, and scale that by the ``Slack`` factor the request was judged by at
-    its arrival (``Entry.factor``): where answers showed the model pessimistic (0.5) a
-    request the raw model expects 10 ms late still goes; where they showed it optimistic
-    (1.5) one the raw model expects on time is dropped."""
+def test_each_place_a_request_is_judged_scales_its_expectation_by_what_answers_showed_there() -> (
+    None
+):
+    """A task's checks (as a request joins its queue, as its batch forms) expect afresh
+    from the queues as they are then, and scale that by the ``Slack`` learnt at that
+    same place: here answers took half as long as expected from joining and 1.5 times as
+    long from their batch forming. A request the raw model expects 10 ms late is let in,
+    then dropped as its batch forms; one whose deadline the batch's 1.5 times still makes
+    goes. Each check joins the request's trail, which teaches each place once the
+    request is answered."""
     cfg = BatchingConfig(max_batch_size=4, max_queue_delay_s=0.0)
     queue: BatchQueue[str] = BatchQueue(cfg, 1, drop=True, exec_model=ExecModel(0.050))
-    deadline = 0.040  # the batch takes 50 ms: raw, every request here is 10 ms late
-    as_is, pessimistic = (
-        Entry("as is", 1, 0.0, deadline),
-        Entry("0.5", 1, 0.0, deadline, factor=0.5),
-    )
-    for e in (as_is, pessimistic):
-        assert queue.refuses(e, 0.0, lambda: 0.050) is (None if e.factor < 1 else DropReason.LATE)
-        queue.push(e)
+    for _ in range(20):
+        queue.joining.observe(0.025, 0.050)
+        queue.forming.observe(0.075, 0.050)
+    trail: Trail = []
+    tight = Entry("tight", 1, 0.0, 0.040, trail=trail)  # raw, every check expects 50 ms
+    assert queue.refuses(tight, 0.0, lambda: 0.050) is None  # 25 ms of 40
+    queue.push(tight)
     formed = queue.form(0.0)
     assert isinstance(formed, Formed)
-    assert [e.payload for e in formed.batch] == ["0.5"]
-    assert [(e.payload, why) for e, why in formed.dropped] == [("as is", DropReason.LATE)]
-    optimistic = Entry("1.5", 1, 0.0, 0.070, factor=1.5)  # raw 50 ms of 70: on time
-    assert queue.refuses(optimistic, 0.0, lambda: 0.050) is DropReason.LATE
-    assert queue.refuses(Entry("1", 1, 0.0, 0.070), 0.0, lambda: 0.050) is None
+    assert [(e.payload, why) for e, why in formed.dropped] == [("tight", DropReason.LATE)]
+    assert trail == [(queue.joining, 0.0, 0.050), (queue.forming, 0.0, 0.050)]
+    roomy = Entry("roomy", 1, 0.010, 0.090)
+    assert queue.refuses(roomy, 0.010, lambda: 0.050) is None
+    queue.push(roomy)
+    queue.release(0, 0.010)
+    formed = queue.form(0.010)
+    assert isinstance(formed, Formed) and [e.payload for e in formed.batch] == ["roomy"]
+    # answers at 100 ms: each place learns from when it judged and what it expected
+    joined, formed_at = Slack(), Slack()
+    for _ in range(20):
+        learn([(joined, 0.0, 0.050), (formed_at, 0.050, 0.010)], 0.100)
+    assert (joined.factor_for(0.050), formed_at.factor_for(0.010)) == (2.0, 5.0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.sampled_from([0.0, 0.1, 0.25, 0.3, 0.5, 1 / 3, 0.9]),
+    st.integers(0, 500),
+    st.integers(0, 2**32 - 1),
+)
+def test_a_holdout_keeps_its_share_of_each_block_of_neighbours(
+    share: float, n: int, seed: int
+) -> None:
+    """Of each block of requests in arrival order (the share's denominator), exactly its
+    numerator are kept from dropping, so that over any run the arms differ by less than
+    a block from the share asked for."""
+    holdout = Holdout(share, seed)
+    draws = [holdout.keeps() for _ in range(n)]
+    b = holdout.block
+    assert holdout.kept / b == pytest.approx(share, abs=0.005)
+    for i in range(0, n - n % b, b):
+        assert sum(draws[i : i + b]) == holdout.kept
+    assert abs(sum(draws) - n * holdout.kept / b) < b
+
+
+def test_a_holdout_of_half_keeps_one_of_each_pair_and_refuses_a_share_past_one() -> None:
+    holdout = Holdout(0.5, seed=7)
+    pairs = [(holdout.keeps(), holdout.keeps()) for _ in range(50)]
+    assert all(a != b for a, b in pairs) and {a for a, _ in pairs} == {True, False}
+    with pytest.raises(ValueError, match="holdout share 1"):
+        Holdout(1.0)

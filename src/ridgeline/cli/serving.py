@@ -33,7 +33,8 @@ def serve(
         typer.Option(
             min=0.0,
             max=0.99,
-            help="share of requests, drawn at random, never dropped: an A/B holdout; the "
+            help="share of requests never dropped, drawn at random in blocks of neighbours "
+            "(0.5: one of each pair): an A/B holdout; the "
             "metric ridgeline_pipeline_slo_outcomes_total counts each arm's on_time, late "
             "and dropped, so you see whether dropping helps on this host and traffic",
         ),

@@ -5,16 +5,17 @@ Each task is a ``policies.queue.BatchQueue``, the queue the runtime's
 ``serve.batcher.TaskQueue`` and the fake server step on the real clock, stepped here on
 a heap of virtual-time events; around the queues it follows ``serve.graph.GraphRunner``:
 
-* a request arrives with a deadline of arrival + ``(1 − margin)``·SLO and the factor of
-  the ``Slack`` shown by the answers expected about as long as it, which scales every
-  expectation of it; if the pipeline's expected time (``dropping.expected_remaining_s``
-  along its longest path, over the sources) times that factor passes it, it is dropped
-  at once, unless
-  every queue is idle (then it, and everything it sends on, is never dropped);
+* a request arrives with a deadline of arrival + ``(1 − margin)``·SLO; if the
+  pipeline's expected time (``dropping.expected_remaining_s`` along its longest path,
+  over the sources), times the factor of the pipeline's ``Slack`` for answers expected
+  about as long, passes it, it is dropped at once, unless every queue is idle (then it,
+  and everything it sends on, is never dropped);
 * at each task its rows join the queue in chunks of at most the batch size, each
   dropped on arrival if the queue refuses it; a free instance asks the queue (dispatch
   now, or wait until when: a timer), and each request taken into a batch is checked
-  again against the batch's time and the path after it;
+  again against the batch's time and the path after it; each check scales its
+  expectation by its own place's ``Slack``, and every place learns from the answers
+  (``dropping.Trail``);
 * a batch runs ``service`` time (base + per-row, times a lognormal draw); when it ends
   the instance's execution model learns from it (``ExecModel.observe``) and the queue
   pumps, then each request whose chunks are all answered fans out along its edges,
@@ -65,6 +66,8 @@ from ridgeline.policies.dropping import (
     After,
     ExecModel,
     Slack,
+    Trail,
+    learn,
     nothing_after,
 )
 from ridgeline.policies.queue import BatchQueue, Entry, refuses_request
@@ -170,6 +173,7 @@ class _Task:
         service: ServiceTime,
         noise: Noise,
         drop: bool,
+        slack_quantile: float = SLACK_QUANTILE,
     ) -> None:
         self.name = name
         self.size = cfg.max_batch_size
@@ -179,7 +183,9 @@ class _Task:
         """Per instance, the cores it shares with other instances (None: its own)."""
         # the runtime's warm-up: a one-row and a full batch give the first model
         warm = ExecModel.from_warmup(self.mean[1], self.size, self.mean[self.size])
-        self.q: BatchQueue[list[Any]] = BatchQueue(cfg, instances, drop=drop, exec_model=warm)
+        self.q: BatchQueue[list[Any]] = BatchQueue(
+            cfg, instances, drop=drop, exec_model=warm, slack_quantile=slack_quantile
+        )
         self.running = 0
         self.gen = 0
         # the queue's callbacks, bound by the engine (``Engine.__init__``)
@@ -236,7 +242,9 @@ class Engine:
                 preferred_batch_sizes=t.preferred_batch_sizes,
             )
             noise = Noise(services[name].noise_cv, seed, k)
-            self.tasks[name] = _Task(name, cfg, t.instances, services[name], noise, drop)
+            self.tasks[name] = _Task(
+                name, cfg, t.instances, services[name], noise, drop, slack_quantile
+            )
         self.shared = SharedCores()
         for name, slots in contended(cores or {}).items():
             if any(c is not None for c in slots):
@@ -301,7 +309,7 @@ class Engine:
         self._failed = bytearray(n)
         self._status = bytearray(n)
         self._finish = array("d", bytes(8 * n))
-        self._expect = array("d", bytes(8 * n))
+        self._trail: dict[int, Trail] = {}
         self._inside, self._area, self._last = 0, 0.0, 0.0
         self._dropped_at_arrival = 0
         heap, now, i = self._heap, 0.0, 0
@@ -357,24 +365,25 @@ class Engine:
             self._finish[req] = now
             self._dropped_at_arrival += 1
             return
-        self._expect[req] = expected
+        trail: Trail = [(self.slack, now, expected)]
+        self._trail[req] = trail
         self._open[req] = len(self.sources)
         self._tick(now)
         self._inside += 1
         for s in self.sources:
-            self._start(s, 1, req, (deadline, factor), idle, now)
+            self._start(s, 1, req, (deadline, trail), idle, now)
 
     def _start(
         self,
         t: _Task,
         rows: int,
         req: int,
-        deadline: tuple[float, float],
+        deadline: tuple[float, Trail],
         keep: bool,
         now: float,
     ) -> None:
         """``GraphRunner._run``: ``rows`` rows of request ``req`` at ``t``, in chunks;
-        ``deadline``: the request's and its ``Slack.judge`` factor."""
+        ``deadline``: the request's and its checks so far (``dropping.Trail``)."""
         size = t.size
         chunks = -(-rows // size)
         node = [req, t, rows, chunks, False, deadline, keep]
@@ -386,7 +395,7 @@ class Engine:
         t: _Task,
         node: list[Any],
         rows: int,
-        deadline: tuple[float, float],
+        deadline: tuple[float, Trail],
         keep: bool,
         now: float,
     ) -> None:
@@ -524,8 +533,9 @@ class Engine:
         self._tick(now)
         self._inside -= 1
         self._finish[req] = now
+        trail = self._trail.pop(req)
         if self._failed[req]:
             self._status[req] = DROPPED
         else:
             self._status[req] = ANSWERED
-            self.slack.observe(now - self._arrival[req], self._expect[req])
+            learn(trail, now)

@@ -40,9 +40,12 @@ from typing import Generic, NamedTuple, TypeVar
 
 from ridgeline.policies.batching import BatchingConfig, Dispatch, Wait, decide
 from ridgeline.policies.dropping import (
+    SLACK_QUANTILE,
     After,
     ExecModel,
+    Slack,
     TaskTiming,
+    Trail,
     arrival_gap,
     expected_here_s,
     nothing_after,
@@ -71,7 +74,7 @@ class DropReason(StrEnum):
 class Entry(Generic[P]):
     """One request waiting in the queue; ``payload`` is the driver's own."""
 
-    __slots__ = ("arrival", "deadline", "factor", "keep", "payload", "rows")
+    __slots__ = ("arrival", "deadline", "keep", "payload", "rows", "trail")
 
     def __init__(
         self,
@@ -80,15 +83,15 @@ class Entry(Generic[P]):
         arrival: float,
         deadline: float = math.inf,
         keep: bool = False,
-        factor: float = 1.0,
+        trail: Trail | None = None,
     ) -> None:
         self.payload, self.rows, self.arrival = payload, rows, arrival
         self.deadline = deadline
         self.keep = keep
         """Arrived at an idle server: never dropped (``dropping``)."""
-        self.factor = factor
-        """What the time it is expected to need is scaled by before it is judged against
-        its deadline: its pipeline's ``Slack`` at its arrival (``Slack.judge``)."""
+        self.trail = trail
+        """Its request's checks so far (``dropping.Trail``), which the queue's checks
+        join; None: learnt from nowhere."""
 
 
 class Formed(NamedTuple, Generic[P]):
@@ -111,8 +114,8 @@ class Formed(NamedTuple, Generic[P]):
 
 
 def late(now: float, deadline: float, expected_s: float, factor: float = 1.0) -> DropReason | None:
-    """Why a request expected to need ``expected_s`` more (scaled by ``factor``,
-    ``Entry.factor``) is dropped now; None if it is not."""
+    """Why a request expected to need ``expected_s`` more (scaled by ``factor``, the
+    ``Slack`` of the place it is judged) is dropped now; None if it is not."""
     return DropReason.LATE if should_drop(now, deadline, factor * expected_s) else None
 
 
@@ -131,10 +134,12 @@ class BatchQueue(Generic[P]):
         "cfg",
         "drop",
         "exec",
+        "forming",
         "free",
         "gap_s",
         "instances",
         "items",
+        "joining",
         "last_s",
         "rows",
     )  # fmt: skip
@@ -147,6 +152,7 @@ class BatchQueue(Generic[P]):
         drop: bool = False,
         exec_model: ExecModel | None = None,
         started: float = 0.0,
+        slack_quantile: float = SLACK_QUANTILE,
     ) -> None:
         self.cfg, self.drop = cfg, drop
         self.exec = exec_model or ExecModel()
@@ -161,6 +167,10 @@ class BatchQueue(Generic[P]):
         """The mean gap between rows arriving lately (``dropping.arrival_gap``)."""
         self.last_s: float | None = None
         self._timing: TaskTiming | None = None
+        self.joining = Slack(slack_quantile, borrow=False)
+        """How many times longer than expected answers took from joining the queue."""
+        self.forming = Slack(slack_quantile, borrow=False)
+        """How many times longer than expected answers took from their batch forming."""
 
     # --- what the drop rule sees -------------------------------------------------------
 
@@ -213,9 +223,14 @@ class BatchQueue(Generic[P]):
     ) -> DropReason | None:
         """Whether ``entry`` is dropped on arrival (``expected``: its expected time from
         joining, read only when it matters)."""
-        if not self.drop or entry.keep:
+        if not self.drop:
             return None
-        return late(now, entry.deadline, expected(), entry.factor)
+        rest = expected()
+        if entry.trail is not None:
+            entry.trail.append((self.joining, now, rest))
+        if entry.keep:
+            return None
+        return late(now, entry.deadline, rest, self.joining.factor_for(rest))
 
     def push(self, entry: Entry[P]) -> None:
         self.items.append(entry)
@@ -309,18 +324,21 @@ class BatchQueue(Generic[P]):
         on_time = size == cfg.max_batch_size or size in cfg.preferred_batch_sizes
         head = items[0].arrival
         drop = self.drop
-        rest = 0.0
+        rest = factor = 0.0
         if drop:  # its batch, then the tasks after as it will find them once the batch ran
             run = self.exec.time(size)
             rest = run + after(0.0, run)
+            factor = self.forming.factor_for(rest)
         batch: list[Entry[P]] = []
         dropped: list[tuple[Entry[P], DropReason]] = []
         rows = 0
         while items and (not batch or rows + items[0].rows <= size):
             e = items.popleft()
             self.rows -= e.rows
+            if drop and e.trail is not None:
+                e.trail.append((self.forming, now, rest))
             if drop and not e.keep:
-                why = late(now, e.deadline, rest, e.factor)
+                why = late(now, e.deadline, rest, factor)
                 if why is not None:
                     dropped.append((e, why))
                     continue

@@ -23,7 +23,7 @@ import numpy as np
 from ridgeline.clock import Clock
 from ridgeline.errors import InferFailed
 from ridgeline.policies.batching import BatchingConfig
-from ridgeline.policies.dropping import After, nothing_after
+from ridgeline.policies.dropping import After, Trail, nothing_after
 from ridgeline.policies.queue import BatchQueue, DropReason, Entry
 from ridgeline.serve.metrics import ServeMetrics
 from ridgeline.v2.spec import TensorSpec
@@ -111,19 +111,20 @@ class TaskQueue:
         arrays: list[Array],
         deadline: float,
         keep: bool = False,
-        factor: float = 1.0,
+        trail: Trail | None = None,
     ) -> asyncio.Future[list[Array]]:
         """Queue one request of ``rows`` rows (≤ the batch size); its outputs' future.
         ``keep``: never drop it (it arrived at an idle server, ``dropping``); otherwise
-        one expected (times ``factor``, ``queue.Entry.factor``) to miss its ``deadline``
-        is dropped on arrival or as its batch forms."""
+        one expected to miss its ``deadline`` (times the queue's ``Slack`` where it is
+        judged) is dropped on arrival or as its batch forms. ``trail``: its request's
+        checks, which this queue's join (``dropping.Trail``)."""
         core = self.core
         if not 1 <= rows <= core.cfg.max_batch_size:
             raise ValueError(f"{rows} rows for task {self.name!r} (1..{core.cfg.max_batch_size})")
         now = self.clock.now()
         core.arrive(now, rows)
         item = _Item(arrays)
-        entry = Entry(item, rows, now, deadline, keep, factor)
+        entry = Entry(item, rows, now, deadline, keep, trail)
         self.metrics.requests.labels(self.name).inc()
         if self._closed:
             item.future.set_exception(InferFailed("unavailable", "the server is shutting down"))
@@ -134,6 +135,13 @@ class TaskQueue:
         else:
             core.push(entry)
             self._pump()
+        return item.future
+
+    def refuse(self, why: DropReason) -> asyncio.Future[list[Array]]:
+        """A request turned away before it joins (its model's own check at arrival),
+        answered and counted as this queue's drops are."""
+        item = _Item([])
+        self._drop(item, why)
         return item.future
 
     def _drop(self, item: _Item, why: DropReason) -> None:

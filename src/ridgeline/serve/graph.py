@@ -17,14 +17,14 @@ If the graph's expected time already passes the deadline at arrival, the whole r
 is dropped at once; a drop or an error at any task fails the whole request with it. The
 drop rule allows for what the queue model does not see: every expectation of the
 request, at arrival and at each task, is scaled by the ``dropping.Slack`` the answers
-show at its arrival (the hops to worker processes and back, the glue between tasks,
-batch times swinging on shared cores), and its deadline keeps back a low quantile of
-the event loop's own lateness (``frontend_s``) and ``margin`` of the SLO (default none,
-``DROP_MARGIN``) for what happens outside the pipeline if a deployment needs it. A
-plan's per-task latency budgets are the planner's shares of the SLO, not deadlines: a
-request behind its share at one task that can still make the end-to-end deadline is
-kept (``dropping``). A request that finds every task idle is never dropped, at any
-task.
+showed from that same place (the hops to worker processes and back, the glue between
+tasks, batch times swinging on shared cores: ``dropping.Trail``), and its deadline keeps
+back a low quantile of the event loop's own lateness (``frontend_s``) and ``margin`` of
+the SLO (default none, ``DROP_MARGIN``) for what happens outside the pipeline if a
+deployment needs it. A plan's per-task latency budgets are the planner's shares of the
+SLO, not deadlines: a request behind its share at one task that can still make the
+end-to-end deadline is kept (``dropping``). A request that finds every task idle is
+never dropped, at any task.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from ridgeline.clock import Clock
 from ridgeline.errors import InferFailed
 from ridgeline.pipeline.plan import Edge, Plan
 from ridgeline.policies import glue
-from ridgeline.policies.dropping import DROP_MARGIN, Slack
+from ridgeline.policies.dropping import DROP_MARGIN, Slack, Trail, learn
 from ridgeline.policies.queue import refuses_request
 from ridgeline.serve.batcher import TaskQueue
 from ridgeline.v2.spec import TensorSpec
@@ -92,8 +92,9 @@ class GraphRunner:
             )
         results: dict[str, list[list[Array]]] = {s: [] for s in self.sinks}
         keep = idle or not drop  # kept: no task drops it either
+        trail: Trail = [(self.slack, now, expected)]
         await self._gather(
-            [self._run(s, rows, arrays, (deadline, factor), results, keep) for s in self.sources]
+            [self._run(s, rows, arrays, (deadline, trail), results, keep) for s in self.sources]
         )
         out: list[Array] = []
         for sink in self.sinks:
@@ -105,7 +106,7 @@ class GraphRunner:
                 else:
                     dims = tuple(max(d, 1) for d in spec.shape[1:])
                     out.append(np.zeros((0, *dims), dtype=NUMPY_DTYPES[spec.datatype]))
-        self.slack.observe(self.clock.now() - now, expected)
+        learn(trail, self.clock.now())
         return out
 
     async def _run(
@@ -113,17 +114,17 @@ class GraphRunner:
         task: str,
         rows: int,
         arrays: list[Array],
-        deadline: tuple[float, float],
+        deadline: tuple[float, Trail],
         results: dict[str, list[list[Array]]],
         keep: bool,
     ) -> None:
         """``rows`` rows at ``task``, then on along its edges; ``deadline``: the request's
-        and the factor its expectations are scaled by (``Slack.judge``)."""
+        and its checks so far (``dropping.Trail``)."""
         queue = self.queues[task]
         size = queue.cfg.max_batch_size
-        due, factor = deadline
+        due, trail = deadline
         chunks = [
-            queue.submit(min(size, rows - i), [a[i : i + size] for a in arrays], due, keep, factor)
+            queue.submit(min(size, rows - i), [a[i : i + size] for a in arrays], due, keep, trail)
             for i in range(0, rows, size)
         ]
         answers: list[list[Array]] = await self._gather(chunks)

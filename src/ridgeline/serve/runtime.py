@@ -10,7 +10,6 @@ metrics. It binds 127.0.0.1 unless told otherwise.
 from __future__ import annotations
 
 import asyncio
-import random
 from collections import deque
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -24,7 +23,17 @@ from ridgeline.clock import Clock, MonotonicClock
 from ridgeline.errors import ConfigError, PlanError, RidgelineError
 from ridgeline.pipeline.plan import Plan, TaskPlan
 from ridgeline.policies.batching import BatchingConfig
-from ridgeline.policies.dropping import DROP_MARGIN, SLACK_QUANTILE, After, ExecModel, Slack
+from ridgeline.policies.dropping import (
+    DROP_MARGIN,
+    SLACK_QUANTILE,
+    After,
+    ExecModel,
+    Holdout,
+    Slack,
+    Trail,
+    learn,
+)
+from ridgeline.policies.queue import DropReason, refuses_request
 from ridgeline.serve.backend import Signature
 from ridgeline.serve.batcher import TaskQueue
 from ridgeline.serve.decoders import DecoderPool, default_decoders
@@ -44,7 +53,8 @@ from ridgeline.v2.tensors import NUMPY_DTYPES, Array
 SERVER_NAME = "ridgeline-serve"
 
 HOLDOUT_SEED = 0
-"""Seeds the draw of which requests the ``drop_holdout`` keeps from dropping."""
+"""Seeds the draw of which requests the ``drop_holdout`` keeps from dropping
+(``dropping.Holdout``)."""
 
 
 class _Model:
@@ -109,20 +119,23 @@ class _TaskModel(_Model):
         self.queue, self.budget_s, self.margin = queue, budget_s, margin
         self.frontend_s = frontend_s
         self.slack = Slack()
+        """The model's check at arrival, as a pipeline's (``GraphRunner.slack``): it
+        borrows where its queue's own checks have no answers yet."""
 
     async def infer(self, rows: int, arrays: list[Array]) -> list[Array]:
         began = arrival = self.clock.now()
-        expected = self.queue.expected_s()
         deadline = arrival + (1 - self.margin) * self.budget_s - self.frontend_s()
-        factor = self.slack.judge(expected)
+        expected, idle = self.queue.expected_s(), self.queue.idle()
+        trail: Trail = [(self.slack, arrival, expected)]
         try:
-            out = await self.queue.submit(
-                rows, arrays, deadline, keep=self.queue.idle(), factor=factor
-            )
+            factor = self.slack.judge(expected)
+            if self.queue.core.drop and refuses_request(arrival, deadline, factor * expected, idle):
+                await self.queue.refuse(DropReason.LATE)
+            out = await self.queue.submit(rows, arrays, deadline, keep=idle, trail=trail)
         except BaseException:
             self._count(False, began)
             raise
-        self.slack.observe(self.clock.now() - arrival, expected)
+        learn(trail, self.clock.now())
         self._count(True, began)
         return out
 
@@ -138,7 +151,7 @@ class _PipelineModel(_Model):
     ) -> None:
         super().__init__(clock=runner.clock, **kw)
         self.runner, self.metrics, self.drop, self.holdout = runner, metrics, drop, holdout
-        self._draw = random.Random(HOLDOUT_SEED).random
+        self._holdout = Holdout(holdout, HOLDOUT_SEED)
         self.arrivals: deque[float] = deque(maxlen=1 << 16)
         """When recent requests arrived (the reconfiguration controller's demand)."""
 
@@ -146,7 +159,7 @@ class _PipelineModel(_Model):
         began = self.clock.now()
         self.arrivals.append(began)
         m = self.metrics
-        droppable = self.drop and (self.holdout == 0.0 or self._draw() >= self.holdout)
+        droppable = self.drop and not self._holdout.keeps()
         try:
             out = await self.runner.infer(rows, arrays, drop=droppable)
         except RidgelineError as e:
@@ -217,7 +230,8 @@ class PlanServer(AsyncService):
                 "dropping, at least 0 and below 1 (0: none; to drop none, serve with --no-drop)"
             )
         self.drop_holdout = drop_holdout
-        """The share of requests, drawn at random, never dropped: an A/B holdout whose
+        """The share of requests, drawn at random in blocks of neighbours
+        (``dropping.Holdout``), never dropped: an A/B holdout whose
         outcomes (``ridgeline_pipeline_slo_outcomes``, arm ``kept``) say what the
         dropped requests would have done, on this host and this traffic."""
         check_port(http_port, "HTTP port")
