@@ -490,6 +490,8 @@ class Holdout:
 
     def keeps(self) -> bool:
         """Whether the next request is kept from dropping."""
+        if not self.kept:  # no holdout: no draw per request
+            return False
         if not self._left:
             self._left = [True] * self.kept + [False] * (self.block - self.kept)
             self._rng.shuffle(self._left)
