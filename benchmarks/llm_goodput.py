@@ -21,8 +21,15 @@ output token within ``TPOT_MS``.
   GuideLLM's answer is then checked open-loop: the attainment of Poisson arrivals at
   the throughput it reported.
 
-GuideLLM runs from its own venv (`_llm_peers/setup.sh`); rows go to docs/benchmarks.md
-unless RIDGELINE_BENCH_NO_WRITE=1.
+* *ridgeline on loopback* (issue 34), on the same server process right after GuideLLM
+  (the same hour): ``ridgeline probe openai+http://… --budget 15m`` under the percentile
+  SLO, as a user would run it: its answer, interval, load and wall time, against the
+  percentile truth of the same engine (computed in virtual time: the server runs that
+  engine in real time). ``RIDGELINE_BENCH_GOODPUT_BUDGET`` sets the budget (seconds; 0
+  leaves the loopback probe out).
+
+GuideLLM runs from its own venv (`_llm_peers/setup.sh`; the GPT-2 tokenizer directory is
+built there once); rows go to docs/benchmarks.md unless RIDGELINE_BENCH_NO_WRITE=1.
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ from typing import Any
 import numpy as np
 import yaml
 from _doc import add_rows, ensure_section, machine
-from llm_capacity import CLI_OPTIONS, _server, _today
+from llm_capacity import BIN, CLI_OPTIONS, _server, _today
 
 from ridgeline.health import parse_slo
 from ridgeline.probe.api import run_probe
@@ -61,6 +68,11 @@ SLO = f"ttft_p95<{TTFT_MS:g}ms,tpot_p95<{TPOT_MS:g}ms"
 PROBE_S = float(os.environ.get("RIDGELINE_BENCH_GOODPUT_PROBE_S", "40"))
 SEEDS = (1, 2, 3)
 TRUTH = TruthConfig(requests=20_000, seeds=2, run_s=300.0)
+BUDGET_S = float(os.environ.get("RIDGELINE_BENCH_GOODPUT_BUDGET", "900"))
+LOOPBACK_HEADING = (
+    "## A token-level probe on loopback beside GuideLLM, in the same hour (issue 34) "
+    "(`benchmarks/llm_goodput.py`)"
+)
 
 
 def attainment(preset: SimPreset, rate: float, seed: int) -> float:
@@ -132,15 +144,42 @@ def guidellm(url: str, tokenizer: Path, workdir: Path) -> dict[str, Any]:
     return {"conclusion": conclusion, "rates": rates, "wall_s": wall}
 
 
+def loopback(url: str, db: Path) -> dict[str, Any]:
+    """``ridgeline probe`` of ``url`` under ``SLO`` with ``--budget BUDGET_S``, as a user
+    runs it (the CLI, its JSON), and the wall time it took."""
+    argv = [
+        str(BIN / "ridgeline"), "probe", url.replace("http://", "openai+http://"),
+        "--model", "fake-llm", "--slo", SLO, "--prompt-tokens", "128",
+        "--output-tokens", "64", "--budget", f"{BUDGET_S:g}s", "--db", str(db), "--json",
+    ]  # fmt: skip
+    t0 = time.perf_counter()
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=BUDGET_S * 2 + 600)
+    wall = time.perf_counter() - t0
+    if not out.stdout.strip():
+        raise RuntimeError(f"ridgeline probe exited {out.returncode}: {out.stderr[-2000:]}")
+    doc: dict[str, Any] = json.loads(out.stdout)
+    doc["exit"], doc["bench_wall_s"] = out.returncode, wall
+    return doc
+
+
 def main() -> None:
     preset = load_sim_preset("llm")
     tokenizer = PEERS / "tokenizer-gpt2"
+    if not (tokenizer / "tokenizer.json").exists():
+        build = [str(PEERS / "guidellm" / "bin" / "python"), str(Path(__file__).parent /
+                 "_llm_peers" / "tokenizer_dir.py"), str(tokenizer)]  # fmt: skip
+        subprocess.run(build, check=True)
+    mine: dict[str, Any] | None = None
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "llm.yaml"
         config.write_text(yaml.safe_dump(preset.model.model_dump(mode="json")))
         proc, url = _server(config)
         try:
+            began = time.strftime("%H:%M", time.gmtime())
             g = guidellm(url, tokenizer, Path(tmp))
+            if BUDGET_S > 0:
+                mine = loopback(url, Path(tmp) / "runs.db")
+            ended = time.strftime("%H:%M", time.gmtime())
         finally:
             proc.terminate()
             proc.wait(timeout=30)
@@ -185,8 +224,30 @@ def main() -> None:
         f"{', '.join(f'{e / truth_pct:.3f}' for e in estimates)} |"
     )
     print(row)
+    side = None
+    if mine is not None:
+        side = _loopback_row(mine, truth_pct, t_att, g_rps, g["wall_s"], began, ended)
+        print(side)
     if os.environ.get("RIDGELINE_BENCH_NO_WRITE") == "1":
         return
+    if side is not None:
+        ensure_section(
+            LOOPBACK_HEADING,
+            [
+                "Command: `.venv/bin/python benchmarks/llm_goodput.py` (method in its docstring).",
+                "One `ridgeline fake-server` process with the `llm` preset's engine on",
+                "loopback; GuideLLM's goodput search, then `ridgeline probe … --budget 15m`",
+                "on it. Each answer against its own criterion's truth (the same engine in",
+                "virtual time, long runs at fixed rates): GuideLLM's against the",
+                "attainment truth, ridgeline's against the percentile truth.",
+                "",
+                "| date (UTC) | objectives | GuideLLM: answer, error, wall | ridgeline "
+                "`--budget 15m`: answer [interval], error, load (test-s), wall | truths "
+                "(percentile; attainment), req/s |",
+                "|---|---|---|---|---|",
+            ],
+        )
+        add_rows(LOOPBACK_HEADING, f"benchmarks/llm_goodput.py, {_today()}, {machine()}", [side])
     ensure_section(
         HEADING,
         [
@@ -202,6 +263,32 @@ def main() -> None:
         ],
     )
     add_rows(HEADING, f"benchmarks/llm_goodput.py, {_today()}, {machine()}", [row])
+
+
+def _loopback_row(
+    mine: dict[str, Any],
+    truth_pct: float,
+    t_att: float,
+    g_rps: float,
+    g_wall: float,
+    began: str,
+    ended: str,
+) -> str:
+    cap, low, high = mine.get("capacity_rps"), mine.get("ci_low"), mine.get("ci_high")
+
+    def n(x: float | None) -> str:
+        return "—" if x is None else f"{x:.2f}"
+
+    err = "—" if cap is None else f"{cap / truth_pct - 1:+.1%}"
+    holds = low is not None and high is not None and low <= truth_pct <= high
+    return (
+        f"| {_today()} {began}–{ended} | `{SLO}`; attainment ≥ {ATTAINMENT:g} | "
+        f"{g_rps:.2f} req/s, {g_rps / t_att - 1:+.1%}, {g_wall:.0f} s | "
+        f"{n(cap)} [{n(low)}–{n(high)}]{'' if holds else ' (the truth outside)'}, {err}, "
+        f"{mine.get('test_seconds', 0.0):.0f} test-s, {mine['bench_wall_s']:.0f} s "
+        f"(exit {mine['exit']}; {str(mine.get('reason', ''))[:160]}) | "
+        f"{truth_pct:.2f}; {t_att:.2f} |"
+    )
 
 
 if __name__ == "__main__":
