@@ -44,6 +44,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/plan_check.py
 	$(BIN)/python benchmarks/drop_rule.py
 	$(BIN)/python benchmarks/budget_bank.py
+	$(BIN)/python benchmarks/probe_cost.py
 	$(BIN)/python benchmarks/resolution.py
 	$(BIN)/python benchmarks/plan_real.py
 	bash benchmarks/readme_probe.sh

@@ -1,0 +1,155 @@
+"""Where a default probe's test-seconds go, case by case (issue 34). Not a test:
+`.venv/bin/python benchmarks/probe_cost.py [--split dev|heldout] [--seeds 1] [--json PATH]`.
+
+Each bank case is probed as ``ridgeline probe sim:CASE --seed K`` does at its defaults
+(``study.vanguard.cli_probe_config``, adaptive, K = 0..seeds−1, virtual time), and its
+trajectory split by phase: the warm-up; the first search and its confirmations (up to
+the first recheck of the failure that bounded it); and what follows (the rechecks, the
+searches resumed above them, a confirmation run again once slower behaviour was seen:
+``orchestrator.probe``'s ``MAX_RESUMES`` loop and ``_still_covered``). Beside them: the
+share of all load spent in confirmations, the answer the first part had confirmed and
+the final one, each against the case's true capacity (``study.truth.true_capacity``,
+computed apart: long runs at fixed rates). The question it answers: what the load after
+the first confirmed answer buys. Rows go to docs/benchmarks.md for the held-out half,
+unless RIDGELINE_BENCH_NO_WRITE=1; the dev half (to set a rule on) is printed only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from multiprocessing import Pool
+from pathlib import Path
+from typing import Any
+
+from _doc import add_rows, ensure_section, machine
+
+from ridgeline.probe.api import default_slo, make_driver, run_probe
+from ridgeline.study.bank import Case, load_bank
+from ridgeline.study.truth import Poisson, TruthConfig, true_capacity
+from ridgeline.study.vanguard import cli_probe_config
+
+ROOT = Path(__file__).resolve().parent.parent
+HEADING = "## Where a default probe's load goes (issue 34) (`benchmarks/probe_cost.py`)"
+
+
+def _probe(job: tuple[str, Path, int]) -> dict[str, Any]:
+    name, sim_file, seed = job
+    target = f"sim:{sim_file}"
+    cfg = cli_probe_config(default_slo(target) or "", "adaptive", seed)
+    r = run_probe(make_driver(target), cfg)
+    steps = r.trajectory
+    own = [float(v["duration_s"]) - float(v.get("pooled_s", 0.0)) for v in steps]
+    first = next((i for i, v in enumerate(steps) if v["purpose"] == "recheck"), len(steps))
+    held = [
+        float(v["rate"])
+        for v in steps[:first]
+        if v["purpose"] == "confirm" and v["state"] in ("healthy", "warn") and v["decided"]
+    ]
+    return {
+        "case": name,
+        "seed": seed,
+        "answer": r.capacity_rps,
+        "first": held[-1] if held else None,
+        "test_s": r.test_seconds,
+        "warmup_s": r.warmup_s,
+        "search_s": sum(own[:first]),
+        "after_s": sum(own[first:]),
+        "confirm_s": sum(o for o, v in zip(own, steps, strict=True) if v["purpose"] == "confirm"),
+        "resumed": "searched on above" in r.reason,
+        "trajectory": [
+            {k: v[k] for k in ("purpose", "rate", "duration_s", "pooled_s", "state", "decided")}
+            for v in steps
+        ],
+    }
+
+
+def _truth(case: Case) -> tuple[str, float | None]:
+    return case.name, true_capacity(case.preset, traffic=Poisson(), cfg=TruthConfig()).capacity_rps
+
+
+def _rate(x: float | None) -> str:
+    return "—" if x is None else f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
+def _err(x: float | None, truth: float | None) -> str:
+    return "—" if x is None or not truth else f"{x / truth - 1:+.1%}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--split", choices=["heldout", "dev"], default="heldout")
+    ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--case", action="append", default=[])
+    ap.add_argument("--json", type=Path, help="also write every probe, its steps too, here")
+    args = ap.parse_args()
+    cases = [c for c in load_bank() if c.split == args.split]
+    if args.case:
+        cases = [c for c in cases if c.name in args.case]
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+    ).stdout.strip()
+    began = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp, Pool(min(2, os.cpu_count() or 1)) as pool:
+        files = {c.name: c.write_sim_file(Path(tmp)) for c in cases}
+        jobs = [(c.name, files[c.name], k) for c in cases for k in range(args.seeds)]
+        probes = pool.map(_probe, jobs)
+        truths = dict(pool.map(_truth, cases))
+    if args.json is not None:
+        args.json.write_text(json.dumps({"truths": truths, "probes": probes}))
+    rows, total = [], {"test": 0.0, "after": 0.0, "confirm": 0.0}
+    moved = better = worse = 0
+    for p in sorted(probes, key=lambda p: (p["case"], p["seed"])):
+        truth = truths[p["case"]]
+        total["test"] += p["test_s"]
+        total["after"] += p["after_s"]
+        total["confirm"] += p["confirm_s"]
+        if p["answer"] != p["first"] and truth and p["answer"] and p["first"]:
+            moved += 1
+            closer = abs(p["answer"] / truth - 1) < abs(p["first"] / truth - 1)
+            better, worse = better + closer, worse + (not closer)
+        rows.append(
+            f"| `{p['case']}` | {p['seed']} | {_rate(truth)} | "
+            f"{p['test_s']:,.0f} | {p['warmup_s']:,.0f} | {p['search_s']:,.0f} | "
+            f"{p['after_s']:,.0f} | {p['confirm_s'] / max(p['test_s'], 1e-9):.0%} | "
+            f"{_err(p['first'], truth)} | {_err(p['answer'], truth)} | "
+            f"{'yes' if p['resumed'] else 'no'} |"
+        )
+    wall = time.perf_counter() - began
+    summary = (
+        f"| **all** | | | {total['test']:,.0f} | | | {total['after']:,.0f} "
+        f"({total['after'] / max(total['test'], 1e-9):.0%}) | "
+        f"{total['confirm'] / max(total['test'], 1e-9):.0%} | | {moved} answers moved after "
+        f"the first: {better} closer to the truth, {worse} farther | | "
+    )
+    print("\n".join([*rows, summary]))
+    print(f"{wall:,.0f} s wall, {machine()}")
+    if args.split == "heldout" and os.environ.get("RIDGELINE_BENCH_NO_WRITE") != "1":
+        ensure_section(
+            HEADING,
+            [
+                "Command: `.venv/bin/python benchmarks/probe_cost.py` (method in its",
+                "docstring). Per probe at CLI defaults (virtual time): its test-seconds; the",
+                "warm-up's; the first search's with its confirmations; the load after it (the",
+                "rechecks of the bounding failure, searches resumed above, confirmations run",
+                "again); the share in confirmations; the first confirmed answer's error and",
+                "the final one's against the truth; whether a resumed search set the answer.",
+                "",
+                "| case | seed | truth (req/s) | test-s | warm-up | first search | after it "
+                "| in confirmations | first answer | final answer | resumed |",
+                "|---|---|---|---|---|---|---|---|---|---|---|",
+            ],
+        )
+        date = datetime.now(UTC).strftime("%Y-%m-%d")
+        add_rows(HEADING, f"benchmarks/probe_cost.py, {date}, at {commit}, {machine()}", [
+            *rows, summary])  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())
