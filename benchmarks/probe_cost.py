@@ -28,12 +28,17 @@ from multiprocessing import Pool
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from _doc import add_rows, ensure_section, machine
 
+from ridgeline.health import parse_slo
+from ridgeline.health.metrics import METRICS
+from ridgeline.health.sampling import QUANTILES, binomial_cdf
 from ridgeline.probe.api import default_slo, make_driver, run_probe
 from ridgeline.study.bank import Case, load_bank
-from ridgeline.study.truth import Poisson, TruthConfig, true_capacity
+from ridgeline.study.truth import Poisson, TruthConfig, longest_period, runs_at, true_capacity
 from ridgeline.study.vanguard import cli_probe_config
+from ridgeline.telemetry.records import Outcome, Records
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADING = "## Where a default probe's load goes (issue 34) (`benchmarks/probe_cost.py`)"
@@ -70,8 +75,51 @@ def _probe(job: tuple[str, Path, int]) -> dict[str, Any]:
     }
 
 
-def _truth(case: Case) -> tuple[str, float | None]:
-    return case.name, true_capacity(case.preset, traffic=Poisson(), cfg=TruthConfig()).capacity_rps
+PRECISION, CONFIDENCE = 0.02, 0.95
+"""The probe's defaults: what the floor is the floor of."""
+
+
+def _truth(case: Case) -> tuple[str, float | None, float | None]:
+    truth = true_capacity(case.preset, traffic=Poisson(), cfg=TruthConfig()).capacity_rps
+    return case.name, truth, None if truth is None else floor_s(case, truth)
+
+
+def floor_s(case: Case, truth: float) -> float | None:
+    """The least load any probe at the defaults could answer ``case`` in: one run at
+    ``(1 − PRECISION)`` of the truth long enough to show its tightest percentile bound
+    held at ``CONFIDENCE`` (a one-sided binomial test on the share beyond the bound that
+    the truth's own runs at that rate measured, as though the requests were independent:
+    clustered late requests need longer, so this is a lower bound), and at least the
+    server's longest period (``study.truth.longest_period``: a stall's or a neighbour's)
+    so that one run covers it. None where that rate's share beyond the bound reaches the
+    percentile's allowance (no run length shows it held) or the SLO bounds no
+    percentile. Warm-up is not in it."""
+    policy = parse_slo(case.preset.slo)
+    bounds = [b for b in policy.latency if b.percentile in QUANTILES]
+    if not bounds:
+        return None
+    rate = truth * (1.0 - PRECISION)
+    rec = Records.concat(runs_at(case.preset, rate))
+    sent = rec.outcome != int(Outcome.NOT_SENT)
+    needed = 0
+    for b in bounds:
+        q = QUANTILES[b.percentile]
+        values = METRICS[b.metric].samples(rec, sent).values
+        share = float(np.mean(~(values <= b.bound_ms / 1000.0))) if values.size else 1.0
+        if share >= 1.0 - q:
+            return None
+        n = 1
+        while binomial_cdf(round(n * share), n, 1.0 - q) > 1.0 - CONFIDENCE:
+            n *= 2
+        lo = n // 2
+        while n - lo > 1:
+            mid = (lo + n) // 2
+            if binomial_cdf(round(mid * share), mid, 1.0 - q) > 1.0 - CONFIDENCE:
+                lo = mid
+            else:
+                n = mid
+        needed = max(needed, n)
+    return max(needed / rate, longest_period(case.preset))
 
 
 def _rate(x: float | None) -> str:
@@ -100,13 +148,19 @@ def main() -> None:
         files = {c.name: c.write_sim_file(Path(tmp)) for c in cases}
         jobs = [(c.name, files[c.name], k) for c in cases for k in range(args.seeds)]
         probes = pool.map(_probe, jobs)
-        truths = dict(pool.map(_truth, cases))
+        found = pool.map(_truth, cases)
+    truths = {name: truth for name, truth, _ in found}
+    floors = {name: floor for name, _, floor in found}
     if args.json is not None:
-        args.json.write_text(json.dumps({"truths": truths, "probes": probes}))
+        args.json.write_text(json.dumps({"truths": truths, "floors": floors, "probes": probes}))
     rows, total = [], {"test": 0.0, "after": 0.0, "confirm": 0.0}
+    over: list[float] = []
     moved = better = worse = 0
     for p in sorted(probes, key=lambda p: (p["case"], p["seed"])):
-        truth = truths[p["case"]]
+        truth, floor = truths[p["case"]], floors[p["case"]]
+        times = None if not floor else p["test_s"] / floor
+        if times is not None:
+            over.append(times)
         total["test"] += p["test_s"]
         total["after"] += p["after_s"]
         total["confirm"] += p["confirm_s"]
@@ -116,14 +170,18 @@ def main() -> None:
             better, worse = better + closer, worse + (not closer)
         rows.append(
             f"| `{p['case']}` | {p['seed']} | {_rate(truth)} | "
-            f"{p['test_s']:,.0f} | {p['warmup_s']:,.0f} | {p['search_s']:,.0f} | "
+            f"{p['test_s']:,.0f} | {'—' if not floor else f'{floor:,.0f}'} | "
+            f"{'—' if times is None else f'{times:,.1f}×'} | "
+            f"{p['warmup_s']:,.0f} | {p['search_s']:,.0f} | "
             f"{p['after_s']:,.0f} | {p['confirm_s'] / max(p['test_s'], 1e-9):.0%} | "
             f"{_err(p['first'], truth)} | {_err(p['answer'], truth)} | "
             f"{'yes' if p['resumed'] else 'no'} |"
         )
     wall = time.perf_counter() - began
+    above = sum(t > 3.0 for t in over)
     summary = (
-        f"| **all** | | | {total['test']:,.0f} | | | {total['after']:,.0f} "
+        f"| **all** | | | {total['test']:,.0f} | | {above} of {len(over)} above 3× | | | "
+        f"{total['after']:,.0f} "
         f"({total['after'] / max(total['test'], 1e-9):.0%}) | "
         f"{total['confirm'] / max(total['test'], 1e-9):.0%} | | {moved} answers moved after "
         f"the first: {better} closer to the truth, {worse} farther | | "
@@ -141,9 +199,10 @@ def main() -> None:
                 "again); the share in confirmations; the first confirmed answer's error and",
                 "the final one's against the truth; whether a resumed search set the answer.",
                 "",
-                "| case | seed | truth (req/s) | test-s | warm-up | first search | after it "
-                "| in confirmations | first answer | final answer | resumed |",
-                "|---|---|---|---|---|---|---|---|---|---|---|",
+                "| case | seed | truth (req/s) | test-s | floor (s) | test-s / floor | warm-up "
+                "| first search | after it | in confirmations | first answer | final answer "
+                "| resumed |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
             ],
         )
         date = datetime.now(UTC).strftime("%Y-%m-%d")

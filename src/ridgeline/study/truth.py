@@ -364,7 +364,7 @@ def _warm(preset: SimPreset) -> SimPreset:
     return preset.model_copy(update={"model": preset.model.model_copy(update={"warmup": None})})
 
 
-def _period(preset: SimPreset) -> float:
+def longest_period(preset: SimPreset) -> float:
     """The longest period of the server's periodic behaviours (its stalls, its neighbour
     when not always busy); 0 when it has none."""
     m, i = preset.model, preset.interference
@@ -381,7 +381,7 @@ def _per_seed(preset: SimPreset, rate: float, cfg: TruthConfig, share: float) ->
     run (the short ones, ``share`` of that, too) rounded up to a whole number of the
     longest period, so that with its random phase it sees each stall or busy window as
     often as any other (fewer whole periods, or none, when ``max_requests`` cuts it)."""
-    period = _period(preset)
+    period = longest_period(preset)
     span = cfg.periods * period / cfg.seeds
     cap = cfg.max_requests / cfg.seeds
     n = min(max(cfg.requests / cfg.seeds, rate * cfg.run_s, rate * span), cap) * share
