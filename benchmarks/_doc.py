@@ -5,7 +5,10 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import subprocess
 from pathlib import Path
+
+from ridgeline.study.bank import Case, load_bank
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 
@@ -43,3 +46,18 @@ def machine() -> str:
                 cpu = line.split(":", 1)[1].strip()
                 break
     return f"{os.cpu_count()} cores, {cpu}, Python {platform.python_version()}, {platform.system()}"
+
+
+def head_commit() -> str:
+    """The short hash of the checkout's HEAD: which code a row measured."""
+    done = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=DOC.parent
+    )
+    return done.stdout.strip()
+
+
+def bank_half(split: str, names: list[str]) -> list[Case]:
+    """The validation bank's cases of ``split`` (``heldout`` or ``dev``), in its order;
+    only those named in ``names`` when any are."""
+    cases = [c for c in load_bank() if c.split == split]
+    return [c for c in cases if c.name in names] if names else cases

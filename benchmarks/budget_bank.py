@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,14 +28,13 @@ from datetime import UTC, datetime
 from multiprocessing import Pool
 from pathlib import Path
 
-from _doc import add_rows, ensure_section, machine
+from _doc import add_rows, bank_half, ensure_section, head_commit, machine
 
 from ridgeline.probe.api import default_slo, make_driver, run_probe
-from ridgeline.study.bank import Case, load_bank
+from ridgeline.study.bank import Case
 from ridgeline.study.truth import Poisson, TruthConfig, true_capacity
 from ridgeline.study.vanguard import cli_probe_config
 
-ROOT = Path(__file__).resolve().parent.parent
 HEADING = (
     "## A probe within `--budget 5m` on the held-out bank (issue 34) (`benchmarks/budget_bank.py`)"
 )
@@ -78,12 +76,8 @@ def main() -> None:
         help="the bank's half to probe; the dev half (to set a rule on) is printed, not written",
     )
     args = ap.parse_args()
-    cases = [c for c in load_bank() if c.split == args.split]
-    if args.case:
-        cases = [c for c in cases if c.name in args.case]
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-    ).stdout.strip()
+    cases = bank_half(args.split, args.case)
+    commit = head_commit()
     began = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, Pool(min(2, os.cpu_count() or 1)) as pool:
         files = {c.name: c.write_sim_file(Path(tmp)) for c in cases}

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,18 +28,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _doc import add_rows, ensure_section, machine
+from _doc import add_rows, bank_half, ensure_section, head_commit, machine
 
 from ridgeline.health import parse_slo
 from ridgeline.health.metrics import METRICS
 from ridgeline.health.sampling import QUANTILES, binomial_cdf
 from ridgeline.probe.api import default_slo, make_driver, run_probe
-from ridgeline.study.bank import Case, load_bank
+from ridgeline.study.bank import Case
 from ridgeline.study.truth import Poisson, TruthConfig, longest_period, runs_at, true_capacity
 from ridgeline.study.vanguard import cli_probe_config
 from ridgeline.telemetry.records import Outcome, Records
 
-ROOT = Path(__file__).resolve().parent.parent
 HEADING = "## Where a default probe's load goes (issue 34) (`benchmarks/probe_cost.py`)"
 
 
@@ -137,12 +135,8 @@ def main() -> None:
     ap.add_argument("--case", action="append", default=[])
     ap.add_argument("--json", type=Path, help="also write every probe, its steps too, here")
     args = ap.parse_args()
-    cases = [c for c in load_bank() if c.split == args.split]
-    if args.case:
-        cases = [c for c in cases if c.name in args.case]
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-    ).stdout.strip()
+    cases = bank_half(args.split, args.case)
+    commit = head_commit()
     began = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, Pool(min(2, os.cpu_count() or 1)) as pool:
         files = {c.name: c.write_sim_file(Path(tmp)) for c in cases}
