@@ -39,7 +39,7 @@ from ridgeline.search.base import StepPlan, StepVerdict
 from ridgeline.search.confirmation import Decision
 from ridgeline.sim import SimPreset, load_sim_preset
 from ridgeline.sim.presets import shapes_for, simulate_preset
-from ridgeline.study.truth import true_capacity
+from ridgeline.study.truth import TruthConfig, true_capacity
 from ridgeline.synthetic.model import LatencyModel
 
 # ------------------------------------------------------------------- the rule, exactly
@@ -242,6 +242,49 @@ def test_a_confirmed_answer_is_rechecked_in_the_budget_left() -> None:
     assert 600.0 - reserve <= r.test_seconds <= 600.0
     bound = next(b.bound_ms for b in parse_slo(preset.slo).latency if b.percentile == "p99")
     assert long_run_p99_ms(preset, r.capacity_rps) <= bound
+
+
+GOODPUT_SLO = "ttft_p95<300ms,tpot_p95<40ms"
+"""The SLO of the LLM line beside GuideLLM (``benchmarks/llm_goodput.py``)."""
+
+
+@pytest.fixture(scope="module")
+def llm_goodput_truth() -> float:
+    """The ``llm`` engine's capacity under ``GOODPUT_SLO``, apart from the probe: long
+    Poisson runs at fixed rates, judged plainly (the benchmark's own truth config)."""
+    cfg = TruthConfig(requests=20_000, seeds=2, run_s=300.0)
+    truth = true_capacity(load_sim_preset("llm"), GOODPUT_SLO, cfg=cfg).capacity_rps
+    assert truth is not None
+    return truth
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_under_a_budget_a_failed_confirmation_is_not_followed_by_one_above_it(
+    seed: int, llm_goodput_truth: float
+) -> None:
+    """An LLM endpoint's time per token is shared by every request in a batch: late
+    requests come ~50 together, a minute's confirmation near the boundary stays
+    undecided, and 15 minutes hold few of them. The search's short steps passed 21-22
+    req/s (the truth ~19.9); its own confirmation at 21.4 failed, then the probe confirmed
+    at 21.6 and 21.1 (2-4 % back-offs, each a minute and more) until the last look
+    dropped 15 %, to 18.2 or 16 (-8.6 %, -19.6 %, -19.6 %). Now no confirmation runs
+    above one that failed (its own reruns aside), and each back-off goes halfway
+    (geometrically) to the highest rate the search held: every answer is within 10 %
+    below the truth, none above it."""
+    cfg = ProbeConfig(
+        slo=GOODPUT_SLO, strategy_options={"min_rate": 1.0}, budget_s=900.0, seed=seed
+    )
+    r = run_coroutine(probe(SimDriver(load_sim_preset("llm"), label="t"), cfg))
+    assert r.test_seconds <= 900.0
+    failed = math.inf
+    for v in r.trajectory:
+        if v["purpose"] != "confirm":
+            continue
+        assert float(v["rate"]) <= failed, (v["rate"], failed)
+        if v["valid"] and v["state"] not in ("healthy", "warn"):
+            failed = min(failed, float(v["rate"]))
+    assert r.confirmed and r.capacity_rps is not None, r.reason
+    assert 0.9 * llm_goodput_truth <= r.capacity_rps <= llm_goodput_truth, r.reason
 
 
 @pytest.mark.parametrize("budget_s", [40.0, 180.0])

@@ -35,6 +35,7 @@ __all__ = [
     "SEARCHED",
     "STEP_SHARE",
     "as_clustered",
+    "bisected",
     "clustering_read",
     "covered",
     "decided_ceiling",
@@ -239,6 +240,19 @@ def clustering_read(run: Run, look: StepVerdict) -> bool:
     run alone, each then passed as sure (``tests/test_probe_budget.py``'s law on a
     simulated server)."""
     return run.time_scale(below=look.rate * REACH).dispersion > 0.0
+
+
+def bisected(run: Run, failed: float) -> float:
+    """Under a budget, the highest rate a confirmation after one that failed at ``failed``
+    runs at: the geometric midpoint of it and the highest rate the search held below it
+    (the last looks' first rung, ``_ladder``); ``failed`` when the search held none.
+    Set on the development cases of ``benchmarks/llm_capacity.py --budget 900`` (the
+    ``llm`` preset under its own SLO and under ``ttft_p95<300ms,tpot_p95<40ms``): a
+    third of the way down answered lower in two of three probes there."""
+    ladder = _ladder(run, failed)
+    if not ladder:
+        return failed
+    return math.sqrt(ladder[0] * failed)
 
 
 LADDER_DROP = 0.15
