@@ -215,16 +215,30 @@ def _server(config: Path) -> tuple[subprocess.Popen[str], str]:
         raise
 
 
-def _probe(url: str, slo: str, db: Path) -> dict[str, Any]:
-    out = subprocess.run(
-        [str(BIN / "ridgeline"), "probe", url.replace("http://", "openai+http://"),
-         "--model", "fake-llm", "--slo", slo, "--prompt-tokens", "128", "--output-tokens",
-         "64", "--metrics-url", url.removesuffix("/v1") + "/metrics", "--db", str(db),
-         "--json"],
-        capture_output=True, text=True, timeout=4500, check=False,
-    )  # fmt: skip
+def cli_probe(
+    url: str, slo: str, db: Path, *, budget_s: float | None = None, metrics: bool = True
+) -> dict[str, Any]:
+    """``ridgeline probe`` of the fake LLM server at ``url`` (its OpenAI base) under
+    ``slo``, as a user runs it (the CLI, its JSON): with the engine's ``/metrics`` when
+    ``metrics``, within ``--budget`` when ``budget_s``; the JSON with its exit status
+    and the wall time it took (``bench_wall_s``)."""
+    argv = [
+        str(BIN / "ridgeline"), "probe", url.replace("http://", "openai+http://"),
+        "--model", "fake-llm", "--slo", slo, "--prompt-tokens", "128",
+        "--output-tokens", "64", "--db", str(db), "--json",
+    ]  # fmt: skip
+    if metrics:
+        argv += ["--metrics-url", url.removesuffix("/v1") + "/metrics"]
+    if budget_s is not None:
+        argv += ["--budget", f"{budget_s:g}s"]
+    timeout = 4500.0 if budget_s is None else budget_s * 2 + 600
+    t0 = time.perf_counter()
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    wall = time.perf_counter() - t0
+    if not out.stdout.strip():
+        raise RuntimeError(f"ridgeline probe exited {out.returncode}: {out.stderr[-2000:]}")
     doc: dict[str, Any] = json.loads(out.stdout)
-    doc["exit"] = out.returncode
+    doc["exit"], doc["bench_wall_s"] = out.returncode, wall
     return doc
 
 
@@ -282,7 +296,7 @@ def loopback(speed: float, kvs: list[int]) -> list[str]:
             proc, url = _server(config)
             try:
                 t0 = time.perf_counter()
-                doc = _probe(url, slo, Path(tmp) / "probe.sqlite")
+                doc = cli_probe(url, slo, Path(tmp) / "probe.sqlite")
                 probe_s = time.perf_counter() - t0
                 print(json.dumps({k: doc.get(k) for k in ("capacity_rps", "steps",
                       "test_seconds", "confirmed", "reason", "exit")}), flush=True)  # fmt: skip

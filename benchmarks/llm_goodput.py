@@ -38,7 +38,6 @@ import json
 import math
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -47,7 +46,7 @@ from typing import Any
 import numpy as np
 import yaml
 from _doc import add_rows, ensure_section, machine
-from llm_capacity import BIN, CLI_OPTIONS, _server, _today
+from llm_capacity import CLI_OPTIONS, _server, _today, cli_probe
 
 from ridgeline.health import parse_slo
 from ridgeline.probe.api import run_probe
@@ -146,20 +145,8 @@ def guidellm(url: str, tokenizer: Path, workdir: Path) -> dict[str, Any]:
 
 def loopback(url: str, db: Path) -> dict[str, Any]:
     """``ridgeline probe`` of ``url`` under ``SLO`` with ``--budget BUDGET_S``, as a user
-    runs it (the CLI, its JSON), and the wall time it took."""
-    argv = [
-        str(BIN / "ridgeline"), "probe", url.replace("http://", "openai+http://"),
-        "--model", "fake-llm", "--slo", SLO, "--prompt-tokens", "128",
-        "--output-tokens", "64", "--budget", f"{BUDGET_S:g}s", "--db", str(db), "--json",
-    ]  # fmt: skip
-    t0 = time.perf_counter()
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=BUDGET_S * 2 + 600)
-    wall = time.perf_counter() - t0
-    if not out.stdout.strip():
-        raise RuntimeError(f"ridgeline probe exited {out.returncode}: {out.stderr[-2000:]}")
-    doc: dict[str, Any] = json.loads(out.stdout)
-    doc["exit"], doc["bench_wall_s"] = out.returncode, wall
-    return doc
+    runs it (the CLI, its JSON, no engine metrics), and the wall time it took."""
+    return cli_probe(url, SLO, db, budget_s=BUDGET_S, metrics=False)
 
 
 def main() -> None:
@@ -286,10 +273,10 @@ def _loopback_row(
         f"{g_rps:.2f} req/s, {g_rps / t_att - 1:+.1%}, {g_wall:.0f} s | "
         f"{n(cap)} [{n(low)}–{n(high)}]{'' if holds else ' (the truth outside)'}, {err}, "
         f"{mine.get('test_seconds', 0.0):.0f} test-s, {mine['bench_wall_s']:.0f} s "
-        f"(exit {mine['exit']}; {str(mine.get('reason', ''))[:160]}) | "
+        f"(exit {mine['exit']}; {str(mine.get('reason', '')).replace('|', '/')}) | "
         f"{truth_pct:.2f}; {t_att:.2f} |"
     )
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

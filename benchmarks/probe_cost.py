@@ -46,10 +46,12 @@ from ridgeline.telemetry.records import Outcome
 HEADING = "## Where a default probe's load goes (issue 34) (`benchmarks/probe_cost.py`)"
 
 
-def _probe(job: tuple[str, Path, int]) -> dict[str, Any]:
-    name, sim_file, seed = job
+def _probe(job: tuple[str, Path, int, bool]) -> dict[str, Any]:
+    name, sim_file, seed, sequential = job
     target = f"sim:{sim_file}"
     cfg = cli_probe_config(default_slo(target) or "", "adaptive", seed)
+    if sequential:
+        cfg = cfg.model_copy(update={"sequential": True})
     r = run_probe(make_driver(target), cfg)
     steps = r.trajectory
     own = [float(v["duration_s"]) - float(v.get("pooled_s", 0.0)) for v in steps]
@@ -209,6 +211,9 @@ def main() -> None:
     ap.add_argument("--case", action="append", default=[])
     ap.add_argument("--json", type=Path, help="also write every probe, its steps too, here")
     ap.add_argument(
+        "--sequential", action="store_true", help="the probes with --sequential (printed only)"
+    )
+    ap.add_argument(
         "--floor-of",
         metavar="PRESET",
         help="only print one sim preset's floor (with --truth, --slo, --precision)",
@@ -228,7 +233,9 @@ def main() -> None:
     began = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, Pool(min(2, os.cpu_count() or 1)) as pool:
         files = {c.name: c.write_sim_file(Path(tmp)) for c in cases}
-        jobs = [(c.name, files[c.name], k) for c in cases for k in range(args.seeds)]
+        jobs = [
+            (c.name, files[c.name], k, args.sequential) for c in cases for k in range(args.seeds)
+        ]
         probes = pool.map(_probe, jobs)
         found = pool.map(_truth, cases)
     truths = {name: truth for name, truth, _ in found}
@@ -278,7 +285,8 @@ def main() -> None:
     )
     print("\n".join([*rows, summary]))
     print(f"{wall:,.0f} s wall, {machine()}")
-    if args.split == "heldout" and os.environ.get("RIDGELINE_BENCH_NO_WRITE") != "1":
+    written = not args.sequential and os.environ.get("RIDGELINE_BENCH_NO_WRITE") != "1"
+    if args.split == "heldout" and written:
         ensure_section(
             HEADING,
             [
