@@ -147,8 +147,8 @@ def floor_s(
             beyond, total = beyond + int(late.sum()), total + late.size
             whole = int(span // block)
             if whole:
-                which = np.minimum((s.when // block).astype(np.int64), whole)
-                keep = which < whole
+                which = (s.when // block).astype(np.int64)
+                keep = which < whole  # the tail short of a whole block left out
                 counts += zip(
                     np.bincount(which[keep], weights=late[keep], minlength=whole).astype(int),
                     np.bincount(which[keep], minlength=whole),

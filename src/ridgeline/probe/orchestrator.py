@@ -350,16 +350,17 @@ async def _confirm(
     ceiling = est.ci_high
     precision = float(cfg.strategy_options.get("precision", 0.02))
     reason = est.reason
-    failed_below = [
-        v.rate
-        for v in run.trajectory
-        if v.purpose == "confirm" and v.valid and not v.sustainable and v.rate <= rate
-    ]
-    if cfg.budget_s is not None and failed_below:
+    if cfg.budget_s is not None:
         # a confirmation at or below the estimate failed already (the adaptive search's
         # own, undecided: the search went on above it): no time to fail another there
-        ceiling = min(failed_below) if ceiling is None else min(ceiling, *failed_below)
-        rate = min(rate, bisected(run, min(failed_below)))
+        failed = [
+            v.rate
+            for v in run.trajectory
+            if v.purpose == "confirm" and v.valid and not v.sustainable and v.rate <= rate
+        ]
+        if failed:
+            ceiling = min(failed) if ceiling is None else min(ceiling, *failed)
+            rate = min(rate, bisected(run, min(failed)))
     try:
         for attempt in range(cfg.confirm_retries + 1):
             duration = max(strategy_step_s(cfg) * cfg.confirm_factor, cfg.confirm_count() / rate)
