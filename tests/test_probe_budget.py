@@ -23,7 +23,7 @@ from ridgeline.health.sampling import binomial_sf
 from ridgeline.health.slo import parse_slo
 from ridgeline.health.state import HealthState
 from ridgeline.probe._run import Run
-from ridgeline.probe.budget import last_look_s, looked
+from ridgeline.probe.budget import last_look_s, looked, outpaced
 from ridgeline.probe.config import ProbeResult
 from ridgeline.probe.drivers import SimDriver
 from ridgeline.probe.orchestrator import ProbeConfig, probe
@@ -242,6 +242,72 @@ def test_a_confirmed_answer_is_rechecked_in_the_budget_left() -> None:
     assert 600.0 - reserve <= r.test_seconds <= 600.0
     bound = next(b.bound_ms for b in parse_slo(preset.slo).latency if b.percentile == "p99")
     assert long_run_p99_ms(preset, r.capacity_rps) <= bound
+
+
+def step(rate: float, state: HealthState, achieved: float, decided: bool = True) -> StepVerdict:
+    """A 10 s step of 10,000 requests: their count varies by 1 %, 1.6 % at 0.95."""
+    return StepVerdict(
+        rate, 10.0, state, 1.0, achieved_rps=achieved, samples=10_000, decided=decided
+    )
+
+
+FAILED, HELD = HealthState.OVERLOADED, HealthState.HEALTHY
+
+
+def test_a_failure_is_outpaced_only_by_a_later_hold_above_what_it_delivered() -> None:
+    """A failure at 1,000 req/s that delivered 800 a second bounds nothing once the
+    server holds 900 after it; held before it, 900 is the boundary as usual. A failure
+    that delivered 990 (the server kept up, its tail did not) is outpaced by a hold at
+    1,010 later, beyond its count's noise (990 × 1.016 = 1,006), not by one at 1,000;
+    an undecided failure is no bound to outpace."""
+    slow = step(1000.0, FAILED, 800.0)
+    assert outpaced([slow, step(900.0, HELD, 900.0)], 0.95) == {0: step(900.0, HELD, 900.0)}
+    assert outpaced([step(900.0, HELD, 900.0), slow], 0.95) == {}
+    kept_up = step(1000.0, FAILED, 990.0)
+    assert outpaced([kept_up, step(1000.0, HELD, 1000.0)], 0.95) == {}
+    assert list(outpaced([kept_up, step(1010.0, HELD, 1010.0)], 0.95)) == [0]
+    undecided = step(1000.0, FAILED, 800.0, decided=False)
+    assert outpaced([undecided, step(900.0, HELD, 900.0)], 0.95) == {}
+
+
+WARMING = SimPreset(
+    description="batches of 64 that serve twice as fast once 800,000 requests were served",
+    model={
+        "base_ms": 2.5,
+        "per_item_ms": 0.08,
+        "noise_cv": 0.1,
+        "batching": {"max_batch_size": 64, "max_queue_delay_s": 0.004},
+        "warmup": {"factor": 2.0, "requests": 800_000},
+        "max_queue": 16384,
+    },
+    slo="p99<60ms,errors<0.1%",
+)
+
+
+@pytest.fixture(scope="module")
+def warming_truth() -> float:
+    """``WARMING``'s capacity once warm, apart from the probe: long Poisson runs at
+    fixed rates (``study.truth``); some 8,300 req/s."""
+    truth = true_capacity(WARMING, cfg=TruthConfig()).capacity_rps
+    assert truth is not None
+    return truth
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_under_a_budget_a_failure_the_server_outpaced_later_bounds_nothing(
+    seed: int, warming_truth: float
+) -> None:
+    """Five minutes serve ~1.3 M requests to a server warm after 800,000: its search fails
+    near 4,500-4,900 req/s while cold, delivering ~4,430, and holds 4,480-4,600 after it.
+    The interval ended at that failure, below the warm capacity (~8,300); now the failure
+    is outpaced and named, and the interval holds the truth. Seed 0's failures were on
+    its tail only (the server kept up), and its interval still misses: a server warming
+    this slowly is seen only where it fell behind."""
+    r = budget_probe(WARMING, 300.0, seed=seed)
+    assert r.capacity_rps is not None and r.capacity_rps < warming_truth, r.reason
+    high = math.inf if r.ci_high is None else r.ci_high
+    assert r.ci_low is not None and r.ci_low <= warming_truth <= high, (r.ci_low, r.ci_high)
+    assert re.search(r"the failure at [\d.]+ req/s bounds nothing: it delivered", r.reason)
 
 
 GOODPUT_SLO = "ttft_p95<300ms,tpot_p95<40ms"

@@ -35,6 +35,7 @@ from ridgeline.probe.budget import (
     fallback_s,
     last_look_s,
     looked,
+    outpaced_note,
     within_budget,
 )
 from ridgeline.probe.config import (
@@ -175,6 +176,7 @@ async def probe(
         est = _with_confirmation(strategy.result(), run.trajectory)
     if cfg.budget_s is not None:  # the interval a user is told, from decided evidence
         est = replace(est, ci_high=decided_ceiling(run, est))
+        reason = f"{reason}{outpaced_note(run, est)}"
     if run.uncovered and confirmed:
         reason = f"{reason}; but {run.uncovered}"
     if run.warmed is not None and run.warmed.capped:
