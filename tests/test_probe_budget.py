@@ -23,7 +23,7 @@ from ridgeline.health.sampling import binomial_sf
 from ridgeline.health.slo import parse_slo
 from ridgeline.health.state import HealthState
 from ridgeline.probe._run import Run
-from ridgeline.probe.budget import last_look_s, looked, outpaced
+from ridgeline.probe.budget import last_look_s, looked, outpaced, slowed
 from ridgeline.probe.config import ProbeResult
 from ridgeline.probe.drivers import SimDriver
 from ridgeline.probe.orchestrator import ProbeConfig, probe
@@ -308,6 +308,59 @@ def test_under_a_budget_a_failure_the_server_outpaced_later_bounds_nothing(
     high = math.inf if r.ci_high is None else r.ci_high
     assert r.ci_low is not None and r.ci_low <= warming_truth <= high, (r.ci_low, r.ci_high)
     assert re.search(r"the failure at [\d.]+ req/s bounds nothing: it delivered", r.reason)
+
+
+def test_a_server_slowed_when_a_failure_delivers_less_than_an_earlier_step_and_the_answer() -> None:
+    """Held at 400, a failure at 500 delivering 480, one at 320 delivering 213: the server
+    slowed (213 is under 480 and under an answer of 287, beyond its count's noise). A
+    warming server only speeds up: a failure delivering 300, a hold at 350, a failure
+    delivering 450 (more than anything before) is no slowing, and neither is a failure
+    that delivered more than the answer."""
+    fall = [
+        step(400.0, HELD, 400.0),
+        step(500.0, FAILED, 480.0),
+        step(320.0, FAILED, 213.0),
+        step(287.0, HELD, 287.0),
+    ]
+    assert slowed(fall, 0.95, below=287.0) == (fall[2], 480.0)
+    assert slowed(fall, 0.95, below=200.0) is None
+    warming = [
+        step(500.0, FAILED, 300.0),
+        step(350.0, HELD, 350.0),
+        step(520.0, FAILED, 450.0),
+        step(400.0, HELD, 400.0),
+    ]
+    assert slowed(warming, 0.95, below=400.0) is None
+
+
+NEIGHBOUR = SimPreset(
+    description="a neighbour that doubles service times one minute in four",
+    model={
+        "base_ms": 8.0,
+        "per_item_ms": 1.2,
+        "noise_cv": 0.2,
+        "batching": {"max_batch_size": 16, "max_queue_delay_s": 0.006},
+        "max_queue": 4096,
+    },
+    slo="p99<120ms,errors<0.1%",
+    interference={"amount": 1.0, "period_s": 240.0, "duty": 0.25, "phase_s": 90.0},
+)
+
+
+def test_under_a_budget_an_answer_held_in_a_neighbours_quiet_phase_is_set_aside() -> None:
+    """Five minutes cover little more than one of the neighbour's 4-minute cycles. Seed
+    4's search held ~520 req/s while it was quiet, after failing at 635 req/s with only
+    ~290 delivered while it was busy: the long-run capacity is ~246 (``study.truth``,
+    apart from the probe), and the answer was 519 (+111 %). Now an answer above what the
+    server delivered in a slow phase is none, and the reason says why; no seed answers
+    above the truth."""
+    truth = true_capacity(NEIGHBOUR, cfg=TruthConfig(requests=200_000)).capacity_rps
+    assert truth is not None
+    for seed in range(5):
+        r = budget_probe(NEIGHBOUR, 300.0, seed=seed)
+        assert r.capacity_rps is None or r.capacity_rps <= truth, (seed, r.reason)
+        if seed == 4:
+            assert r.capacity_rps is None and "the server slowed during the probe" in r.reason
 
 
 GOODPUT_SLO = "ttft_p95<300ms,tpot_p95<40ms"

@@ -49,6 +49,8 @@ __all__ = [
     "looked",
     "outpaced",
     "outpaced_note",
+    "slowed",
+    "unslowed",
     "within_budget",
 ]
 
@@ -343,6 +345,51 @@ def outpaced(trajectory: Sequence[StepVerdict], confidence: float) -> dict[int, 
         if later is not None:
             gone[i] = later
     return gone
+
+
+def slowed(
+    trajectory: Sequence[StepVerdict], confidence: float, below: float
+) -> tuple[StepVerdict, float] | None:
+    """The first decided failure that delivered less than ``below`` and less than an
+    earlier step had (its ``achieved_rps`` under both by more than its count's noise at
+    ``confidence``), with what the earlier step delivered; None when none did. A server
+    that warms only gets faster; one that slows again has phases (a neighbour's busy
+    minutes, a reload), and a rate held in its fast phase says nothing of its slow one."""
+    z = NormalDist().inv_cdf(confidence)
+    fastest = 0.0
+    for v in trajectory:
+        if _decided_failure(v):
+            delivered = v.achieved_rps * (1.0 + z / math.sqrt(max(v.samples, 1)))
+            if delivered < min(fastest, below):
+                return v, fastest
+        if v.valid:
+            fastest = max(fastest, v.achieved_rps)
+    return None
+
+
+def unslowed(
+    run: Run, est: CapacityEstimate, confirmed: bool | None, reason: str
+) -> tuple[CapacityEstimate, bool | None, str]:
+    """A budgeted answer, unless the server slowed during the probe to less than the
+    answer (``slowed``): then no capacity (the interval keeps no lower end, and its upper
+    end is ``decided_ceiling``'s), and the reason says what the server delivered while
+    slow. A budget covers a cycle of a few minutes at most; an answer held in a
+    neighbour's quiet phase, above what the server delivered in its busy one, is an
+    over-estimate as large as the neighbour's toll. The development half of the bank
+    under ``--budget 5m`` (470 probes): 8 answers set aside, all above the truth by
+    4-177 % (neighbours of 120-270 s cycles), none of the 232 at or below it."""
+    answer = est.capacity_rps
+    seen = None if answer is None else slowed(run.trajectory, run.cfg.confidence, answer)
+    if answer is None or seen is None:
+        return est, confirmed, reason
+    failure, fastest = seen
+    reason = (
+        f"{reason}; but the server slowed during the probe: it delivered "
+        f"{failure.achieved_rps:.4g} req/s failing at {failure.rate:g} after delivering "
+        f"{fastest:.4g}, so {answer:g} req/s was held in a faster phase and says nothing "
+        "of its slow one: no capacity to report (raise --budget to cover a slow phase)"
+    )
+    return replace(est, capacity_rps=None, ci_low=None), None, reason
 
 
 def outpaced_note(run: Run, est: CapacityEstimate) -> str:

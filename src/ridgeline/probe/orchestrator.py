@@ -36,6 +36,7 @@ from ridgeline.probe.budget import (
     last_look_s,
     looked,
     outpaced_note,
+    unslowed,
     within_budget,
 )
 from ridgeline.probe.config import (
@@ -175,6 +176,7 @@ async def probe(
         status, reason = "failed", f"{HealthState.CRITICAL.value}: {exc}"
         est = _with_confirmation(strategy.result(), run.trajectory)
     if cfg.budget_s is not None:  # the interval a user is told, from decided evidence
+        est, confirmed, reason = unslowed(run, est, confirmed, reason)
         est = replace(est, ci_high=decided_ceiling(run, est))
         reason = f"{reason}{outpaced_note(run, est)}"
     if run.uncovered and confirmed:
