@@ -23,9 +23,10 @@ from ridgeline.health.sampling import binomial_sf
 from ridgeline.health.slo import parse_slo
 from ridgeline.health.state import HealthState
 from ridgeline.probe._run import Run
-from ridgeline.probe.budget import last_look_s, looked, outpaced, slowed
+from ridgeline.probe.budget import last_look_s, looked
 from ridgeline.probe.config import ProbeResult
 from ridgeline.probe.drivers import SimDriver
+from ridgeline.probe.evidence import outpaced, slowed
 from ridgeline.probe.orchestrator import ProbeConfig, probe
 from ridgeline.probe.sequential import (
     MIN_LOOK_S,
@@ -168,6 +169,14 @@ def budget_probe(preset: SimPreset, budget_s: float, seed: int = 0) -> ProbeResu
     return run_coroutine(probe(SimDriver(preset, label="t"), cfg))
 
 
+def capacity_of(preset: SimPreset, slo: str | None = None, cfg: TruthConfig | None = None) -> float:
+    """``preset``'s long-run capacity (under ``slo``, else its own), apart from the probe:
+    long Poisson runs at fixed rates, judged plainly (``study.truth``)."""
+    truth = true_capacity(preset, slo, cfg=cfg or TruthConfig()).capacity_rps
+    assert truth is not None
+    return truth
+
+
 def long_run_p99_ms(preset: SimPreset, rate: float, seconds: float = 600.0) -> float:
     """The truth at ``rate``, apart from the probe: the p99 over every request of a long
     Poisson run, nothing excluded, its requests as many rows as the preset's sizes."""
@@ -288,9 +297,7 @@ WARMING = SimPreset(
 def warming_truth() -> float:
     """``WARMING``'s capacity once warm, apart from the probe: long Poisson runs at
     fixed rates (``study.truth``); some 8,300 req/s."""
-    truth = true_capacity(WARMING, cfg=TruthConfig()).capacity_rps
-    assert truth is not None
-    return truth
+    return capacity_of(WARMING)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -354,8 +361,7 @@ def test_under_a_budget_an_answer_held_in_a_neighbours_quiet_phase_is_set_aside(
     apart from the probe), and the answer was 519 (+111 %). Now an answer above what the
     server delivered in a slow phase is none, and the reason says why; no seed answers
     above the truth."""
-    truth = true_capacity(NEIGHBOUR, cfg=TruthConfig(requests=200_000)).capacity_rps
-    assert truth is not None
+    truth = capacity_of(NEIGHBOUR, cfg=TruthConfig(requests=200_000))
     for seed in range(5):
         r = budget_probe(NEIGHBOUR, 300.0, seed=seed)
         assert r.capacity_rps is None or r.capacity_rps <= truth, (seed, r.reason)
@@ -372,9 +378,7 @@ def llm_goodput_truth() -> float:
     """The ``llm`` engine's capacity under ``GOODPUT_SLO``, apart from the probe: long
     Poisson runs at fixed rates, judged plainly (the benchmark's own truth config)."""
     cfg = TruthConfig(requests=20_000, seeds=2, run_s=300.0)
-    truth = true_capacity(load_sim_preset("llm"), GOODPUT_SLO, cfg=cfg).capacity_rps
-    assert truth is not None
-    return truth
+    return capacity_of(load_sim_preset("llm"), GOODPUT_SLO, cfg)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

@@ -30,13 +30,10 @@ from ridgeline.probe.budget import (
     SEARCHED,
     STEP_SHARE,
     bisected,
-    decided_ceiling,
     fallback,
     fallback_s,
     last_look_s,
     looked,
-    outpaced_note,
-    unslowed,
     within_budget,
 )
 from ridgeline.probe.config import (
@@ -49,6 +46,7 @@ from ridgeline.probe.config import (
     strategy_step_s,
 )
 from ridgeline.probe.drivers import Driver
+from ridgeline.probe.evidence import decided_ceiling, outpaced_note, unslowed
 from ridgeline.probe.sequential import MIN_LOOK_S
 from ridgeline.search import parse_strategy
 from ridgeline.search.base import CapacityEstimate, StepPlan, StepVerdict, Strategy
