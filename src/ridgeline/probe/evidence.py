@@ -1,10 +1,10 @@
 """What a budgeted probe's answer and its interval rest on (``ProbeConfig.budget_s``):
 the failures decided at the probe's confidence (``decided_failures``), less those the
 server outpaced later (``outpaced``: it got faster), bound the interval from above
-(``decided_ceiling``); an answer above what the server delivered after it slowed
-(``slowed``: a neighbour's busy minutes, a reload) is set aside (``unslowed``). Pure
-functions of the steps measured; called by ``probe.orchestrator`` and
-``probe.budget``.
+(``decided_ceiling``, which names a failure so dropped); an answer above what the
+server delivered after it slowed (``slowed``: a neighbour's busy minutes, a reload) is
+set aside (``unslowed``). Pure functions of the steps measured; called by
+``probe.orchestrator`` and ``probe.budget``.
 """
 
 from __future__ import annotations
@@ -22,39 +22,50 @@ __all__ = [
     "decided_failure",
     "decided_failures",
     "outpaced",
-    "outpaced_note",
     "slowed",
     "unslowed",
 ]
 
 
-def decided_ceiling(run: Run, est: CapacityEstimate) -> float | None:
-    """The upper end of a budgeted answer's interval: the lowest rate above its lower end
-    (or its answer) whose failure was decided (``StepVerdict.decided``: too many beyond
-    the bound to be chance at the probe's confidence) and not outpaced later
-    (``outpaced``), None when none was. A failure left undecided is no evidence the
-    capacity lies below it: under a stall every 6.5 s a 45 s step at 141 req/s had 68 of
-    6,323 beyond (63 allowed) where the long-run share is 0.87 %, and an interval ending
-    there missed a truth near 200 req/s.
+def decided_ceiling(run: Run, est: CapacityEstimate) -> tuple[float | None, str]:
+    """The upper end of a budgeted answer's interval, and what the reason adds about it.
+    The end: the lowest rate above the interval's lower end (or its answer) whose
+    failure was decided (``StepVerdict.decided``: too many beyond the bound to be chance
+    at the probe's confidence) and not outpaced later (``outpaced``), None when none
+    was. A failure left undecided is no evidence the capacity lies below it: under a
+    stall every 6.5 s a 45 s step at 141 req/s had 68 of 6,323 beyond (63 allowed) where
+    the long-run share is 0.87 %, and an interval ending there missed a truth near 200
+    req/s.
 
     Nor is any failure when the warm-up's cap ended it with its p50 seen still falling
     (``Warmed.capped`` after a trend was tested, ``fall_windows``): it was measured on a
     server that was getting faster. The answer stands (it held); above it, nothing is
     known. A cap reached before any trend was tested (a ramp that took the warm-up's
     share) saw no warming there; a failure the server outpaced later is dropped all the
-    same."""
-    warmed = run.warmed
-    if warmed is not None and warmed.capped and warmed.fall_windows > 0:
-        return None
+    same.
+
+    The note (empty when none): the lowest failure above the answer and below the end
+    kept that was outpaced, what it delivered and the hold that outpaced it."""
     floor = est.ci_low if est.ci_low is not None else est.capacity_rps
     gone = outpaced(run.trajectory, run.cfg.confidence)
-    return min(
-        (
-            v.rate
-            for i, v in enumerate(run.trajectory)
-            if decided_failure(v) and i not in gone and (floor is None or v.rate > floor)
-        ),
-        default=None,
+    above = [
+        (i, v)
+        for i, v in enumerate(run.trajectory)
+        if decided_failure(v) and (floor is None or v.rate > floor)
+    ]
+    ceiling = min((v.rate for i, v in above if i not in gone), default=None)
+    warmed = run.warmed
+    if warmed is not None and warmed.capped and warmed.fall_windows > 0:
+        ceiling = None
+    top = math.inf if ceiling is None else ceiling
+    dropped = [(v, gone[i]) for i, v in above if i in gone and v.rate < top]
+    if not dropped:
+        return ceiling, ""
+    failure, later = min(dropped, key=lambda pair: pair[0].rate)
+    return ceiling, (
+        f"; the failure at {failure.rate:g} req/s bounds nothing: it delivered "
+        f"{failure.achieved_rps:.4g} req/s, and the server held {later.rate:g} req/s "
+        "after it (it got faster)"
     )
 
 
@@ -77,12 +88,11 @@ def outpaced(trajectory: Sequence[StepVerdict], confidence: float) -> dict[int, 
     was outpaced by a hold at 3,302: chance, not a faster server. A failure only on the
     tail (the server kept up, its p99 did not) is outpaced only by a hold above its own
     rate; a server warming that slowly is not seen this way."""
-    z = NormalDist().inv_cdf(confidence)
     gone: dict[int, StepVerdict] = {}
     for i, failure in enumerate(trajectory):
         if not decided_failure(failure):
             continue
-        delivered = _at_most(failure, z)
+        delivered = _at_most(failure, confidence)
         later = next((v for v in trajectory[i + 1 :] if v.sustainable and v.rate > delivered), None)
         if later is not None:
             gone[i] = later
@@ -97,11 +107,10 @@ def slowed(
     ``confidence``), with what the earlier step delivered; None when none did. A server
     that warms only gets faster; one that slows again has phases (a neighbour's busy
     minutes, a reload), and a rate held in its fast phase says nothing of its slow one."""
-    z = NormalDist().inv_cdf(confidence)
     fastest = 0.0
     for v in trajectory:
         if decided_failure(v):
-            delivered = _at_most(v, z)
+            delivered = _at_most(v, confidence)
             if delivered < min(fastest, below):
                 return v, fastest
         if v.valid:
@@ -121,8 +130,10 @@ def unslowed(
     under ``--budget 5m`` (470 probes): 8 answers set aside, all above the truth by
     4-177 % (neighbours of 120-270 s cycles), none of the 232 at or below it."""
     answer = est.capacity_rps
-    seen = None if answer is None else slowed(run.trajectory, run.cfg.confidence, answer)
-    if answer is None or seen is None:
+    if answer is None:
+        return est, confirmed, reason
+    seen = slowed(run.trajectory, run.cfg.confidence, answer)
+    if seen is None:
         return est, confirmed, reason
     failure, fastest = seen
     reason = (
@@ -132,28 +143,6 @@ def unslowed(
         "of its slow one: no capacity to report (raise --budget to cover a slow phase)"
     )
     return replace(est, capacity_rps=None, ci_low=None), None, reason
-
-
-def outpaced_note(run: Run, est: CapacityEstimate) -> str:
-    """What a user is told when a failure that would have ended the interval was
-    outpaced (``outpaced``): the lowest such failure above the answer, below the upper
-    end kept; empty when none."""
-    floor = est.ci_low if est.ci_low is not None else est.capacity_rps
-    top = math.inf if est.ci_high is None else est.ci_high
-    trajectory = run.trajectory
-    dropped = [
-        (trajectory[i], later)
-        for i, later in outpaced(trajectory, run.cfg.confidence).items()
-        if (floor is None or trajectory[i].rate > floor) and trajectory[i].rate < top
-    ]
-    if not dropped:
-        return ""
-    failure, later = min(dropped, key=lambda pair: pair[0].rate)
-    return (
-        f"; the failure at {failure.rate:g} req/s bounds nothing: it delivered "
-        f"{failure.achieved_rps:.4g} req/s, and the server held {later.rate:g} req/s "
-        "after it (it got faster)"
-    )
 
 
 def decided_failure(v: StepVerdict) -> bool:
@@ -167,8 +156,9 @@ def decided_failures(run: Run) -> list[float]:
     return [v.rate for v in run.trajectory if decided_failure(v)]
 
 
-def _at_most(failure: StepVerdict, z: float) -> float:
-    """The most a failure's throughput (``achieved_rps``) may have been, ``z`` standard
-    errors of its count up: a count of ``samples`` requests varies by its square root
-    at most (Poisson arrivals; a server that fell behind completes more evenly)."""
+def _at_most(failure: StepVerdict, confidence: float) -> float:
+    """The most a failure's throughput (``achieved_rps``) may have been at ``confidence``
+    (one-sided): a count of ``samples`` requests varies by its square root at most
+    (Poisson arrivals; a server that fell behind completes more evenly)."""
+    z = NormalDist().inv_cdf(confidence)
     return failure.achieved_rps * (1.0 + z / math.sqrt(max(failure.samples, 1)))

@@ -46,7 +46,7 @@ from ridgeline.probe.config import (
     strategy_step_s,
 )
 from ridgeline.probe.drivers import Driver
-from ridgeline.probe.evidence import decided_ceiling, outpaced_note, unslowed
+from ridgeline.probe.evidence import decided_ceiling, unslowed
 from ridgeline.probe.sequential import MIN_LOOK_S
 from ridgeline.search import parse_strategy
 from ridgeline.search.base import CapacityEstimate, StepPlan, StepVerdict, Strategy
@@ -175,8 +175,8 @@ async def probe(
         est = _with_confirmation(strategy.result(), run.trajectory)
     if cfg.budget_s is not None:  # the interval a user is told, from decided evidence
         est, confirmed, reason = unslowed(run, est, confirmed, reason)
-        est = replace(est, ci_high=decided_ceiling(run, est))
-        reason = f"{reason}{outpaced_note(run, est)}"
+        ceiling, note = decided_ceiling(run, est)
+        est, reason = replace(est, ci_high=ceiling), f"{reason}{note}"
     if run.uncovered and confirmed:
         reason = f"{reason}; but {run.uncovered}"
     if run.warmed is not None and run.warmed.capped:
